@@ -1,0 +1,2 @@
+/* The one header ibverbs-sys binds. */
+#include <infiniband/verbs.h>

@@ -1,0 +1,1 @@
+//! rdma-core (being written).

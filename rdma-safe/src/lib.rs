@@ -1,0 +1,1 @@
+//! Safe RDMA API (being written).

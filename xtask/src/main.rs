@@ -1,0 +1,2 @@
+//! `cargo xtask` — placeholder, being written.
+fn main() {}
