@@ -1,1 +1,68 @@
-//! rdma-core (being written).
+//! Owned handles over the objects of `libibverbs`.
+//!
+//! Every verbs object is one type in one file, owned through the small
+//! [`Wrapper<T: Deleter>`](Wrapper) model: a `NonNull` pointer released by its
+//! destroy verb on `Drop` (a failed destroy is logged, never a panic).
+//!
+//! ```text
+//! DeviceList ─► Device ─► Context ─┬─► ProtectionDomain ─┬─► MemoryRegion
+//!                                  │                     ├─► QueuePair ◄── CompQueue(s), SharedReceiveQueue
+//!                                  │                     ├─► AddressHandle
+//!                                  │                     └─► SharedReceiveQueue
+//!                                  ├─► CompChannel ◄── CompQueue
+//!                                  └─► CompQueue
+//! ```
+//!
+//! # Ownership: children keep their parents alive
+//!
+//! One model everywhere: a child holds a reference-counted clone of each
+//! parent handle (`Context`, `ProtectionDomain`, `CompChannel`, `CompQueue`,
+//! `SharedReceiveQueue` are cheap `Arc` clones). A parent is therefore
+//! destroyed only after its last child, so objects may be dropped in any
+//! order, and destroy verbs never fail with `EBUSY` because of ordering.
+//!
+//! # What is `unsafe` here
+//!
+//! This layer does not track which memory the NIC may touch: registering
+//! memory ([`MemoryRegion::register`]) and posting work requests
+//! ([`QueuePair::post_send`], [`QueuePair::post_recv`],
+//! [`SharedReceiveQueue::post_recv`]) are `unsafe`, with the contract written
+//! on each. The `rdma-safe` crate builds a borrow-checked API on top.
+//!
+//! # Errors
+//!
+//! Every failure is an [`Error`]: the verb that failed and its errno, or a
+//! work completion's status with a hint of its usual cause.
+
+mod ah;
+mod comp_channel;
+mod context;
+mod cq;
+mod device;
+mod error;
+mod gid;
+mod mr;
+mod pd;
+mod qp;
+mod srq;
+mod wc;
+mod wrapper;
+
+pub use ah::{AddressHandle, AddressVector, GlobalRoute};
+pub use comp_channel::CompChannel;
+pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use cq::CompQueue;
+pub use device::{Device, DeviceList, NodeType, TransportType};
+pub use error::{Error, Result};
+pub use gid::{Gid, GidEntry, GidType};
+pub use mr::{AccessFlags, MemoryRegion};
+pub use pd::ProtectionDomain;
+pub use qp::{
+    Mtu, QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams,
+};
+pub use srq::SharedReceiveQueue;
+pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wrapper::{Deleter, Wrapper};
+
+/// The raw bindings this crate is built on.
+pub use ibverbs_sys as sys;

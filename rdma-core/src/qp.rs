@@ -1,0 +1,586 @@
+//! `ibv_create_qp`: queue pairs and their state machine
+//! (RESET → INIT → RTR → RTS, and ERR).
+
+use crate::ah::AddressVector;
+use crate::cq::CompQueue;
+use crate::error::{check_rc, Error, Result};
+use crate::mr::AccessFlags;
+use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
+use crate::wrapper::{deleter, Wrapper};
+use ibverbs_sys as sys;
+use std::fmt;
+use std::ptr;
+
+deleter!(sys::ibv_qp, ibv_destroy_qp);
+
+/// Transport service of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl QpType {
+    fn to_raw(self) -> sys::ibv_qp_type {
+        match self {
+            QpType::Rc => sys::ibv_qp_type::IBV_QPT_RC,
+            QpType::Uc => sys::ibv_qp_type::IBV_QPT_UC,
+            QpType::Ud => sys::ibv_qp_type::IBV_QPT_UD,
+        }
+    }
+}
+
+/// State of a QP (`enum ibv_qp_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    ReadyToReceive,
+    /// Ready to send.
+    ReadyToSend,
+    /// Send queue drained.
+    SendQueueDrained,
+    /// Send queue error.
+    SendQueueError,
+    /// Error: outstanding and new requests complete with `WR_FLUSH_ERR`.
+    Error,
+    /// A value these headers do not know.
+    Unknown(u32),
+}
+
+impl QpState {
+    fn from_raw(raw: sys::ibv_qp_state) -> Self {
+        use sys::ibv_qp_state as S;
+        match raw {
+            S::IBV_QPS_RESET => QpState::Reset,
+            S::IBV_QPS_INIT => QpState::Init,
+            S::IBV_QPS_RTR => QpState::ReadyToReceive,
+            S::IBV_QPS_RTS => QpState::ReadyToSend,
+            S::IBV_QPS_SQD => QpState::SendQueueDrained,
+            S::IBV_QPS_SQE => QpState::SendQueueError,
+            S::IBV_QPS_ERR => QpState::Error,
+            other => QpState::Unknown(other.0),
+        }
+    }
+}
+
+/// Path MTU (`enum ibv_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256,
+    /// 512 bytes.
+    Mtu512,
+    /// 1024 bytes.
+    Mtu1024,
+    /// 2048 bytes.
+    Mtu2048,
+    /// 4096 bytes.
+    Mtu4096,
+}
+
+impl Mtu {
+    /// Converts the raw value.
+    pub fn from_raw(raw: sys::ibv_mtu) -> Option<Self> {
+        Some(match raw {
+            sys::ibv_mtu::IBV_MTU_256 => Mtu::Mtu256,
+            sys::ibv_mtu::IBV_MTU_512 => Mtu::Mtu512,
+            sys::ibv_mtu::IBV_MTU_1024 => Mtu::Mtu1024,
+            sys::ibv_mtu::IBV_MTU_2048 => Mtu::Mtu2048,
+            sys::ibv_mtu::IBV_MTU_4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// The raw value.
+    pub fn to_raw(self) -> sys::ibv_mtu {
+        match self {
+            Mtu::Mtu256 => sys::ibv_mtu::IBV_MTU_256,
+            Mtu::Mtu512 => sys::ibv_mtu::IBV_MTU_512,
+            Mtu::Mtu1024 => sys::ibv_mtu::IBV_MTU_1024,
+            Mtu::Mtu2048 => sys::ibv_mtu::IBV_MTU_2048,
+            Mtu::Mtu4096 => sys::ibv_mtu::IBV_MTU_4096,
+        }
+    }
+    /// Size in bytes.
+    pub fn bytes(self) -> u32 {
+        256 << (self.to_raw().0 - 1)
+    }
+    /// The MTU of exactly `bytes` bytes.
+    pub fn from_bytes(bytes: u32) -> Option<Self> {
+        [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ]
+        .into_iter()
+        .find(|m| m.bytes() == bytes)
+    }
+}
+
+/// Queue capacities of a QP (`struct ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCapabilities {
+    /// Outstanding send requests.
+    pub max_send_wr: u32,
+    /// Outstanding receive requests.
+    pub max_recv_wr: u32,
+    /// SGEs per send request.
+    pub max_send_sge: u32,
+    /// SGEs per receive request.
+    pub max_recv_sge: u32,
+    /// Bytes that may be sent inline.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCapabilities {
+    fn default() -> Self {
+        QpCapabilities {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// Builder for a [`QueuePair`]; from [`QueuePair::builder`].
+#[derive(Debug)]
+pub struct QueuePairBuilder {
+    pd: ProtectionDomain,
+    qp_type: QpType,
+    send_cq: CompQueue,
+    recv_cq: CompQueue,
+    srq: Option<SharedReceiveQueue>,
+    caps: QpCapabilities,
+    sq_sig_all: bool,
+}
+
+impl QueuePairBuilder {
+    /// Capacities (all at once).
+    pub fn capabilities(mut self, caps: QpCapabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+    /// Outstanding send requests.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.caps.max_send_wr = n;
+        self
+    }
+    /// Outstanding receive requests.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.caps.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send request.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.caps.max_send_sge = n;
+        self
+    }
+    /// SGEs per receive request.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.caps.max_recv_sge = n;
+        self
+    }
+    /// Bytes that may be sent inline.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.caps.max_inline_data = n;
+        self
+    }
+    /// Take receives from `srq` instead of the QP's own receive queue.
+    pub fn srq(mut self, srq: &SharedReceiveQueue) -> Self {
+        self.srq = Some(srq.clone());
+        self
+    }
+    /// Whether every send request generates a completion (otherwise only
+    /// those posted with `IBV_SEND_SIGNALED`).
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+
+    /// `ibv_create_qp`—Creates the QP (in the RESET state).
+    pub fn build(self) -> Result<QueuePair> {
+        let mut init = sys::ibv_qp_init_attr {
+            send_cq: self.send_cq.as_ptr(),
+            recv_cq: self.recv_cq.as_ptr(),
+            srq: self.srq.as_ref().map_or(ptr::null_mut(), |s| s.as_ptr()),
+            cap: sys::ibv_qp_cap {
+                max_send_wr: self.caps.max_send_wr,
+                max_recv_wr: if self.srq.is_some() {
+                    0
+                } else {
+                    self.caps.max_recv_wr
+                },
+                max_send_sge: self.caps.max_send_sge,
+                max_recv_sge: if self.srq.is_some() {
+                    0
+                } else {
+                    self.caps.max_recv_sge
+                },
+                max_inline_data: self.caps.max_inline_data,
+            },
+            qp_type: self.qp_type.to_raw(),
+            sq_sig_all: self.sq_sig_all.into(),
+            ..Default::default()
+        };
+        // SAFETY: the PD, CQs and SRQ are alive; `init` is valid for reads and
+        // writes (actual capacities are written back).
+        let ptr = unsafe { sys::ibv_create_qp(self.pd.as_ptr(), &mut init) };
+        // SAFETY: a non-null QP is ours to destroy.
+        let raw = unsafe { Wrapper::from_created("ibv_create_qp", ptr) }?;
+        let c = init.cap;
+        Ok(QueuePair {
+            raw,
+            caps: QpCapabilities {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: c.max_recv_wr,
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: c.max_recv_sge,
+                max_inline_data: c.max_inline_data,
+            },
+            qp_type: self.qp_type,
+            pd: self.pd,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+        })
+    }
+}
+
+/// Parameters of the INIT → RTR transition of a connected QP.
+#[derive(Clone, Copy, Debug)]
+pub struct RtrParams {
+    /// The peer's QP number.
+    pub dest_qp_num: u32,
+    /// The first packet sequence number expected from the peer (its send PSN).
+    pub rq_psn: u32,
+    /// Path MTU (at most the smaller active MTU of the two ports).
+    pub path_mtu: Mtu,
+    /// Path to the peer (GRH with the peer's GID on RoCE).
+    pub av: AddressVector,
+    /// RDMA reads/atomics the peer may have outstanding on this QP (RC).
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer (RC), encoded as in the IB spec (12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+}
+
+impl RtrParams {
+    /// Parameters with the usual defaults: MTU 1024, 16 outstanding reads,
+    /// RNR timer 12 (0.64 ms).
+    pub fn new(dest_qp_num: u32, rq_psn: u32, av: AddressVector) -> Self {
+        RtrParams {
+            dest_qp_num,
+            rq_psn,
+            path_mtu: Mtu::Mtu1024,
+            av,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+/// Parameters of the RTR → RTS transition.
+#[derive(Clone, Copy, Debug)]
+pub struct RtsParams {
+    /// The first packet sequence number this QP sends.
+    pub sq_psn: u32,
+    /// Local ACK timeout, 4.096 µs · 2^timeout (RC; 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries before `RETRY_EXC_ERR` (RC, at most 7).
+    pub retry_cnt: u8,
+    /// RNR retries before `RNR_RETRY_EXC_ERR` (RC; 7 = forever).
+    pub rnr_retry: u8,
+    /// RDMA reads/atomics this QP may have outstanding (RC).
+    pub max_rd_atomic: u8,
+}
+
+impl RtsParams {
+    /// Defaults: timeout 14 (≈67 ms), 7 retries, 7 RNR retries (infinite), 16
+    /// outstanding reads.
+    pub fn new(sq_psn: u32) -> Self {
+        RtsParams {
+            sq_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+/// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed on drop.
+pub struct QueuePair {
+    raw: Wrapper<sys::ibv_qp>,
+    caps: QpCapabilities,
+    qp_type: QpType,
+    pd: ProtectionDomain,
+    send_cq: CompQueue,
+    recv_cq: CompQueue,
+    srq: Option<SharedReceiveQueue>,
+}
+
+// SAFETY: QP verbs (post, modify, query, destroy) are thread-safe; providers
+// lock each work queue when posting.
+unsafe impl Send for QueuePair {}
+// SAFETY: as above.
+unsafe impl Sync for QueuePair {}
+
+impl QueuePair {
+    /// A builder for a QP of type `qp_type` in `pd`, completing sends to
+    /// `send_cq` and receives to `recv_cq` (which may be the same CQ).
+    pub fn builder(
+        pd: &ProtectionDomain,
+        qp_type: QpType,
+        send_cq: &CompQueue,
+        recv_cq: &CompQueue,
+    ) -> QueuePairBuilder {
+        QueuePairBuilder {
+            pd: pd.clone(),
+            qp_type,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            srq: None,
+            caps: QpCapabilities::default(),
+            sq_sig_all: false,
+        }
+    }
+
+    /// The raw QP, valid while `self` is alive.
+    pub fn as_ptr(&self) -> *mut sys::ibv_qp {
+        self.raw.as_ptr()
+    }
+    /// The QP number peers address.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: the QP is alive; `qp_num` never changes.
+        unsafe { (*self.as_ptr()).qp_num }
+    }
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// The capacities the provider granted.
+    pub fn capabilities(&self) -> QpCapabilities {
+        self.caps
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// The send CQ.
+    pub fn send_cq(&self) -> &CompQueue {
+        &self.send_cq
+    }
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &CompQueue {
+        &self.recv_cq
+    }
+    /// The SRQ, if receives come from one.
+    pub fn srq(&self) -> Option<&SharedReceiveQueue> {
+        self.srq.as_ref()
+    }
+
+    /// `ibv_modify_qp`—Applies the attributes of `attr` selected by `mask`.
+    pub fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: sys::ibv_qp_attr_mask) -> Result<()> {
+        // SAFETY: the QP is alive; `attr` is valid for reads.
+        check_rc("ibv_modify_qp", unsafe {
+            sys::ibv_modify_qp(self.as_ptr(), attr, mask.0 as i32)
+        })
+    }
+
+    /// `ibv_query_qp`—The current state.
+    pub fn state(&self) -> Result<QpState> {
+        let mut attr = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr::default();
+        // SAFETY: the QP is alive; out-structs are valid for writes.
+        check_rc("ibv_query_qp", unsafe {
+            sys::ibv_query_qp(
+                self.as_ptr(),
+                &mut attr,
+                sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
+                &mut init,
+            )
+        })?;
+        Ok(QpState::from_raw(attr.qp_state))
+    }
+
+    /// RESET → INIT for a connected QP (RC/UC) on `port`, granting peers the
+    /// remote `access` of this QP (RDMA read/write/atomic targets).
+    pub fn to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
+        use sys::ibv_qp_attr_mask as M;
+        if self.qp_type == QpType::Ud {
+            return Err(Error::InvalidArgument(
+                "to_init is for RC/UC QPs; use to_init_ud".into(),
+            ));
+        }
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: port,
+            qp_access_flags: access.bits(),
+            ..Default::default()
+        };
+        self.modify(
+            &mut attr,
+            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+        )
+    }
+
+    /// RESET → INIT → RTR → RTS for a UD QP on `port` with `qkey`; the QP
+    /// sends with PSN `sq_psn`.
+    pub fn to_rts_ud(&self, port: u8, qkey: u32, sq_psn: u32) -> Result<()> {
+        use sys::ibv_qp_attr_mask as M;
+        if self.qp_type != QpType::Ud {
+            return Err(Error::InvalidArgument("to_rts_ud is for UD QPs".into()));
+        }
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: port,
+            qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &mut attr,
+            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_QKEY,
+        )?;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_RTR,
+            ..Default::default()
+        };
+        self.modify(&mut attr, M::IBV_QP_STATE)?;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_RTS,
+            sq_psn,
+            ..Default::default()
+        };
+        self.modify(&mut attr, M::IBV_QP_STATE | M::IBV_QP_SQ_PSN)
+    }
+
+    /// INIT → RTR: connects the receive side to the peer described by `p`.
+    pub fn to_rtr(&self, p: &RtrParams) -> Result<()> {
+        use sys::ibv_qp_attr_mask as M;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_RTR,
+            path_mtu: p.path_mtu.to_raw(),
+            dest_qp_num: p.dest_qp_num,
+            rq_psn: p.rq_psn & 0x00ff_ffff,
+            ah_attr: p.av.to_raw(),
+            max_dest_rd_atomic: p.max_dest_rd_atomic,
+            min_rnr_timer: p.min_rnr_timer,
+            ..Default::default()
+        };
+        let mut mask = M::IBV_QP_STATE
+            | M::IBV_QP_AV
+            | M::IBV_QP_PATH_MTU
+            | M::IBV_QP_DEST_QPN
+            | M::IBV_QP_RQ_PSN;
+        if self.qp_type == QpType::Rc {
+            mask |= M::IBV_QP_MAX_DEST_RD_ATOMIC | M::IBV_QP_MIN_RNR_TIMER;
+        }
+        self.modify(&mut attr, mask)
+    }
+
+    /// RTR → RTS: enables the send side.
+    pub fn to_rts(&self, p: &RtsParams) -> Result<()> {
+        use sys::ibv_qp_attr_mask as M;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_RTS,
+            sq_psn: p.sq_psn & 0x00ff_ffff,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            max_rd_atomic: p.max_rd_atomic,
+            ..Default::default()
+        };
+        let mut mask = M::IBV_QP_STATE | M::IBV_QP_SQ_PSN;
+        if self.qp_type == QpType::Rc {
+            mask |= M::IBV_QP_TIMEOUT
+                | M::IBV_QP_RETRY_CNT
+                | M::IBV_QP_RNR_RETRY
+                | M::IBV_QP_MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&mut attr, mask)
+    }
+
+    /// Moves the QP to ERR: every outstanding and future request completes
+    /// with `IBV_WC_WR_FLUSH_ERR`. This is how to stop the NIC from touching
+    /// posted buffers without waiting for a peer.
+    pub fn to_error(&self) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_ERR,
+            ..Default::default()
+        };
+        self.modify(&mut attr, sys::ibv_qp_attr_mask::IBV_QP_STATE)
+    }
+
+    /// Moves the QP to RESET (from any state), discarding queued requests
+    /// without completions; connect it again with [`to_init`](Self::to_init).
+    pub fn reset(&self) -> Result<()> {
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::ibv_qp_state::IBV_QPS_RESET,
+            ..Default::default()
+        };
+        self.modify(&mut attr, sys::ibv_qp_attr_mask::IBV_QP_STATE)
+    }
+
+    /// `ibv_post_send`—Posts a list of send work requests.
+    ///
+    /// # Safety
+    /// Every SGE of every request must name memory that stays allocated and
+    /// is not written (nor, for RDMA read targets, read or written) by anyone
+    /// else until the request's completion is polled or the QP is destroyed;
+    /// for inline requests, only until this call returns. A UD request's
+    /// `wr.ud.ah` must be a live address handle of the same PD. `wr` must be a
+    /// well-formed, null-terminated list.
+    ///
+    /// # Errors
+    /// The errno of `ibv_post_send` (e.g. `ENOMEM` when the send queue is
+    /// full, `EINVAL` for a malformed request); requests before the failing
+    /// one were posted.
+    #[inline]
+    pub unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr) -> Result<()> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is alive; the rest is the caller's contract.
+        check_rc("ibv_post_send", unsafe {
+            sys::ibv_post_send(self.as_ptr(), wr, &mut bad)
+        })
+    }
+
+    /// `ibv_post_recv`—Posts a list of receive work requests.
+    ///
+    /// # Safety
+    /// Every SGE must name memory that stays allocated and is not accessed by
+    /// anyone else until the request's completion is polled or the QP is
+    /// destroyed. `wr` must be a well-formed, null-terminated list.
+    #[inline]
+    pub unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<()> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is alive; the rest is the caller's contract.
+        check_rc("ibv_post_recv", unsafe {
+            sys::ibv_post_recv(self.as_ptr(), wr, &mut bad)
+        })
+    }
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp_num", &self.qp_num())
+            .field("qp_type", &self.qp_type)
+            .field("caps", &self.caps)
+            .finish()
+    }
+}

@@ -1,0 +1,95 @@
+//! `ibv_create_srq`: shared receive queues.
+
+use crate::error::{check_rc, Result};
+use crate::pd::ProtectionDomain;
+use crate::wrapper::{deleter, Wrapper};
+use ibverbs_sys as sys;
+use std::fmt;
+use std::ptr;
+use std::sync::Arc;
+
+deleter!(sys::ibv_srq, ibv_destroy_srq);
+
+struct Inner {
+    raw: Wrapper<sys::ibv_srq>,
+    max_wr: u32,
+    max_sge: u32,
+    pd: ProtectionDomain,
+}
+
+/// A shared receive queue: one pool of receive buffers for several QPs. Cheap
+/// to clone; QPs using it keep it alive.
+#[derive(Clone)]
+pub struct SharedReceiveQueue {
+    inner: Arc<Inner>,
+}
+
+// SAFETY: SRQ verbs are thread-safe; providers lock the queue when posting.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl SharedReceiveQueue {
+    /// `ibv_create_srq`—Creates an SRQ for `max_wr` receives of up to
+    /// `max_sge` SGEs each.
+    pub fn new(pd: &ProtectionDomain, max_wr: u32, max_sge: u32) -> Result<Self> {
+        let mut init = sys::ibv_srq_init_attr {
+            srq_context: ptr::null_mut(),
+            attr: sys::ibv_srq_attr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+        };
+        // SAFETY: the PD is alive; `init` is valid for reads and writes.
+        let ptr = unsafe { sys::ibv_create_srq(pd.as_ptr(), &mut init) };
+        // SAFETY: a non-null SRQ is ours to destroy.
+        let raw = unsafe { Wrapper::from_created("ibv_create_srq", ptr) }?;
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(Inner {
+                raw,
+                max_wr: init.attr.max_wr,
+                max_sge: init.attr.max_sge,
+                pd: pd.clone(),
+            }),
+        })
+    }
+
+    /// The raw SRQ, valid while `self` is alive.
+    pub fn as_ptr(&self) -> *mut sys::ibv_srq {
+        self.inner.raw.as_ptr()
+    }
+    /// Receive capacity granted.
+    pub fn max_wr(&self) -> u32 {
+        self.inner.max_wr
+    }
+    /// SGEs per receive granted.
+    pub fn max_sge(&self) -> u32 {
+        self.inner.max_sge
+    }
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.inner.pd
+    }
+
+    /// `ibv_post_srq_recv`—Posts a list of receive requests.
+    ///
+    /// # Safety
+    /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
+    pub unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<()> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the SRQ is alive; the rest is the caller's contract.
+        check_rc("ibv_post_srq_recv", unsafe {
+            sys::ibv_post_srq_recv(self.as_ptr(), wr, &mut bad)
+        })
+    }
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("max_wr", &self.max_wr())
+            .field("max_sge", &self.max_sge())
+            .finish()
+    }
+}
