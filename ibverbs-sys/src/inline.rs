@@ -772,3 +772,739 @@ wr_op!(
 wr_op!(
     /// `ibv_wr_set_sge_list`—Sets the SGE list of the current request.
     ibv_wr_set_sge_list => wr_set_sge_list(num_sge: usize, sg_list: *const ibv_sge));
+
+// ---------------------------------------------------------------------------
+// Work queues, receive WQ indirection tables, SRQ operations
+// ---------------------------------------------------------------------------
+
+/// `ibv_post_wq_recv`—Posts a linked list of receive work requests to a work
+/// queue (WQ).
+///
+/// Returns 0 on success or an errno value; on failure `*bad_recv_wr` points at
+/// the first request that was not posted. See `ibv_post_wq_recv(3)`.
+///
+/// # Safety
+/// `wq` must be a valid WQ from [`ibv_create_wq`]; `recv_wr` a valid,
+/// null-terminated list whose scatter memory stays allocated and unaliased
+/// until its completion is polled; `bad_recv_wr` valid for writes.
+#[inline]
+pub unsafe fn ibv_post_wq_recv(
+    wq: *mut ibv_wq,
+    recv_wr: *mut ibv_recv_wr,
+    bad_recv_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: caller contract; the provider that created `wq` sets
+    // `post_recv`, as the C header assumes.
+    unsafe { ((*wq).post_recv.unwrap_unchecked())(wq, recv_wr, bad_recv_wr) }
+}
+
+// `ibv_create_wq` initialises the WQ's pthread objects with the libc
+// functions; the bindgen copies of the types must be the libc ones.
+static_assertions::const_assert_eq!(
+    size_of::<pthread_mutex_t>(),
+    size_of::<libc::pthread_mutex_t>()
+);
+static_assertions::const_assert_eq!(
+    size_of::<pthread_cond_t>(),
+    size_of::<libc::pthread_cond_t>()
+);
+
+/// `ibv_create_wq`—Creates a work queue (a receive queue usable in an RSS
+/// indirection table), then initialises its event bookkeeping (`wq_context`,
+/// `events_completed`, mutex, condition variable) as the C header does.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+/// See `ibv_create_wq(3)`.
+///
+/// # Safety
+/// `context` must be a valid context and `wq_init_attr` valid for reads and
+/// writes (`max_wr`/`max_sge` are written back); `pd` and `cq` in it must be
+/// valid.
+#[inline]
+pub unsafe fn ibv_create_wq(
+    context: *mut ibv_context,
+    wq_init_attr: *mut ibv_wq_init_attr,
+) -> *mut ibv_wq {
+    // SAFETY: caller contract. The pthread objects are embedded in the WQ the
+    // provider just allocated; their types have libc's size (asserted above).
+    unsafe {
+        let Some(op) = verbs_get_ctx_op!(context, create_wq) else {
+            set_errno(libc::EOPNOTSUPP);
+            return ptr::null_mut();
+        };
+        let wq = op(context, wq_init_attr);
+        if !wq.is_null() {
+            (*wq).wq_context = (*wq_init_attr).wq_context;
+            (*wq).events_completed = 0;
+            libc::pthread_mutex_init(
+                ptr::addr_of_mut!((*wq).mutex).cast::<libc::pthread_mutex_t>(),
+                ptr::null(),
+            );
+            libc::pthread_cond_init(
+                ptr::addr_of_mut!((*wq).cond).cast::<libc::pthread_cond_t>(),
+                ptr::null(),
+            );
+        }
+        wq
+    }
+}
+
+/// `ibv_modify_wq`—Modifies the attributes (state, flags) of a work queue.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `wq` must be a valid WQ and `wq_attr` valid for reads and writes.
+#[inline]
+pub unsafe fn ibv_modify_wq(wq: *mut ibv_wq, wq_attr: *mut ibv_wq_attr) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*wq).context, modify_wq) {
+            Some(op) => op(wq, wq_attr),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_destroy_wq`—Destroys a work queue.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `wq` must be a valid WQ, not used afterwards on success.
+#[inline]
+pub unsafe fn ibv_destroy_wq(wq: *mut ibv_wq) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*wq).context, destroy_wq) {
+            Some(op) => op(wq),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_create_rwq_ind_table`—Creates a receive work queue indirection table
+/// (the set of WQs an RSS QP spreads packets over).
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `context` must be a valid context and `init_attr` valid for reads, its
+/// `ind_tbl` naming `1 << log_ind_tbl_size` valid WQs.
+#[inline]
+pub unsafe fn ibv_create_rwq_ind_table(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_rwq_ind_table_init_attr,
+) -> *mut ibv_rwq_ind_table {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, create_rwq_ind_table) {
+            Some(op) => op(context, init_attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_destroy_rwq_ind_table`—Destroys a receive work queue indirection
+/// table.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `rwq_ind_table` must be a valid table, not used afterwards on success.
+#[inline]
+pub unsafe fn ibv_destroy_rwq_ind_table(rwq_ind_table: *mut ibv_rwq_ind_table) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*rwq_ind_table).context, destroy_rwq_ind_table) {
+            Some(op) => op(rwq_ind_table),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_post_srq_ops`—Posts a linked list of operations (tag-matching add,
+/// remove, sync) to a tag-matching SRQ.
+///
+/// Returns 0 or an errno value; on failure `*bad_op` points at the first
+/// operation not posted (the first one when the provider lacks the verb and
+/// `EOPNOTSUPP` is returned).
+///
+/// # Safety
+/// `srq` must be a valid SRQ, `op` a valid null-terminated list whose SGEs
+/// obey the rules of [`ibv_post_srq_recv`], and `bad_op` valid for writes.
+#[inline]
+pub unsafe fn ibv_post_srq_ops(
+    srq: *mut ibv_srq,
+    op: *mut ibv_ops_wr,
+    bad_op: *mut *mut ibv_ops_wr,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*srq).context, post_srq_ops) {
+            Some(post) => post(srq, op, bad_op),
+            None => {
+                *bad_op = op;
+                libc::EOPNOTSUPP
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Flow steering and flow actions
+// ---------------------------------------------------------------------------
+
+/// `ibv_create_flow`—Attaches a flow steering rule to a QP.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+/// See `ibv_create_flow(3)`.
+///
+/// # Safety
+/// `qp` must be a valid QP and `flow` a valid `ibv_flow_attr` followed in
+/// memory by its `num_of_specs` flow specs (`flow->size` bytes in all).
+#[inline]
+pub unsafe fn ibv_create_flow(qp: *mut ibv_qp, flow: *mut ibv_flow_attr) -> *mut ibv_flow {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*qp).context, ibv_create_flow) {
+            Some(op) => op(qp, flow),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_destroy_flow`—Detaches and frees a flow steering rule.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `flow_id` must be a valid flow from [`ibv_create_flow`], not used
+/// afterwards on success.
+#[inline]
+pub unsafe fn ibv_destroy_flow(flow_id: *mut ibv_flow) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*flow_id).context, ibv_destroy_flow) {
+            Some(op) => op(flow_id),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_create_flow_action_esp`—Creates an IPsec ESP flow action.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `ctx` must be a valid context and `esp` valid for reads (with every
+/// pointer inside it valid).
+#[inline]
+pub unsafe fn ibv_create_flow_action_esp(
+    ctx: *mut ibv_context,
+    esp: *mut ibv_flow_action_esp_attr,
+) -> *mut ibv_flow_action {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(ctx, create_flow_action_esp) {
+            Some(op) => op(ctx, esp),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_modify_flow_action_esp`—Modifies an IPsec ESP flow action.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `action` must be a valid flow action and `esp` valid for reads.
+#[inline]
+pub unsafe fn ibv_modify_flow_action_esp(
+    action: *mut ibv_flow_action,
+    esp: *mut ibv_flow_action_esp_attr,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*action).context, modify_flow_action_esp) {
+            Some(op) => op(action, esp),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_destroy_flow_action`—Destroys a flow action.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `action` must be a valid flow action, not used afterwards on success.
+#[inline]
+pub unsafe fn ibv_destroy_flow_action(action: *mut ibv_flow_action) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*action).context, destroy_flow_action) {
+            Some(op) => op(action),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// XRC domains
+// ---------------------------------------------------------------------------
+
+/// `ibv_open_xrcd`—Opens (or creates) an XRC domain.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+/// See `ibv_open_xrcd(3)`.
+///
+/// # Safety
+/// `context` must be a valid context and `xrcd_init_attr` valid for reads
+/// (its `fd`, when given, an open file descriptor).
+#[inline]
+pub unsafe fn ibv_open_xrcd(
+    context: *mut ibv_context,
+    xrcd_init_attr: *mut ibv_xrcd_init_attr,
+) -> *mut ibv_xrcd {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, open_xrcd) {
+            Some(op) => op(context, xrcd_init_attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_close_xrcd`—Closes an XRC domain.
+///
+/// Returns 0 or an errno value. The C header calls the op without checking
+/// it (an XRCD only exists if `open_xrcd` did); this shim returns
+/// `EOPNOTSUPP` instead of calling a null pointer.
+///
+/// # Safety
+/// `xrcd` must be a valid XRC domain from [`ibv_open_xrcd`], not used
+/// afterwards on success.
+#[inline]
+pub unsafe fn ibv_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        let vctx = verbs_get_ctx((*xrcd).context);
+        match vctx.as_ref().and_then(|vctx| vctx.close_xrcd) {
+            Some(op) => op(xrcd),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Memory: advice, null MR, device memory
+// ---------------------------------------------------------------------------
+
+/// `ibv_advise_mr`—Gives the device advice (prefetch) about address ranges of
+/// on-demand-paging memory regions.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+/// See `ibv_advise_mr(3)`.
+///
+/// # Safety
+/// `pd` must be a valid PD and `sg_list` valid for reads of `num_sge`
+/// entries, each naming an MR of `pd`.
+#[inline]
+pub unsafe fn ibv_advise_mr(
+    pd: *mut ibv_pd,
+    advice: ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*pd).context, advise_mr) {
+            Some(op) => op(pd, advice, flags, sg_list, num_sge),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_alloc_dm`—Allocates device memory.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+/// See `ibv_alloc_dm(3)`.
+///
+/// # Safety
+/// `context` must be a valid context and `attr` valid for reads.
+#[inline]
+pub unsafe fn ibv_alloc_dm(context: *mut ibv_context, attr: *mut ibv_alloc_dm_attr) -> *mut ibv_dm {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, alloc_dm) {
+            Some(op) => op(context, attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_free_dm`—Frees device memory.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `dm` must be valid device memory from [`ibv_alloc_dm`], with no MR still
+/// registered over it, not used afterwards on success.
+#[inline]
+pub unsafe fn ibv_free_dm(dm: *mut ibv_dm) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*dm).context, free_dm) {
+            Some(op) => op(dm),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_memcpy_to_dm`—Copies `length` bytes from host memory into device
+/// memory at `dm_offset`.
+///
+/// Returns 0 or an errno value.
+///
+/// # Safety
+/// `dm` must be valid device memory from [`ibv_alloc_dm`] and `host_addr`
+/// valid for reads of `length` bytes.
+#[inline]
+pub unsafe fn ibv_memcpy_to_dm(
+    dm: *mut ibv_dm,
+    dm_offset: u64,
+    host_addr: *const c_void,
+    length: usize,
+) -> c_int {
+    // SAFETY: caller contract; the provider that allocated `dm` sets the op.
+    unsafe { ((*dm).memcpy_to_dm.unwrap_unchecked())(dm, dm_offset, host_addr, length) }
+}
+
+/// `ibv_memcpy_from_dm`—Copies `length` bytes from device memory at
+/// `dm_offset` into host memory.
+///
+/// Returns 0 or an errno value.
+///
+/// # Safety
+/// `dm` must be valid device memory from [`ibv_alloc_dm`] and `host_addr`
+/// valid for writes of `length` bytes.
+#[inline]
+pub unsafe fn ibv_memcpy_from_dm(
+    host_addr: *mut c_void,
+    dm: *mut ibv_dm,
+    dm_offset: u64,
+    length: usize,
+) -> c_int {
+    // SAFETY: caller contract; the provider that allocated `dm` sets the op.
+    unsafe { ((*dm).memcpy_from_dm.unwrap_unchecked())(host_addr, dm, dm_offset, length) }
+}
+
+/// `ibv_alloc_null_mr`—Allocates a null memory region: writes to it are
+/// dropped and reads return nothing meaningful.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `pd` must be a valid PD.
+#[inline]
+pub unsafe fn ibv_alloc_null_mr(pd: *mut ibv_pd) -> *mut ibv_mr {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*pd).context, alloc_null_mr) {
+            Some(op) => op(pd),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_reg_dm_mr`—Registers `length` bytes of device memory, from
+/// `dm_offset`, as a memory region.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `pd` must be a valid PD and `dm` valid device memory of the same context;
+/// the range must lie inside `dm`, which must outlive the MR.
+#[inline]
+pub unsafe fn ibv_reg_dm_mr(
+    pd: *mut ibv_pd,
+    dm: *mut ibv_dm,
+    dm_offset: u64,
+    length: usize,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*pd).context, reg_dm_mr) {
+            Some(op) => op(pd, dm, dm_offset, length, access),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Thread and parent domains, device values, QP rate limit
+// ---------------------------------------------------------------------------
+
+/// `ibv_alloc_td`—Allocates a thread domain (a hint that the objects using it
+/// are only accessed from one thread, so the provider may skip locking).
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `context` must be a valid context and `init_attr` valid for reads.
+#[inline]
+pub unsafe fn ibv_alloc_td(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, alloc_td) {
+            Some(op) => op(context, init_attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_dealloc_td`—Frees a thread domain.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `td` must be a valid thread domain no parent domain still uses, not used
+/// afterwards on success.
+#[inline]
+pub unsafe fn ibv_dealloc_td(td: *mut ibv_td) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*td).context, dealloc_td) {
+            Some(op) => op(td),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_alloc_parent_domain`—Allocates a parent domain: a PD combined with a
+/// thread domain and/or custom allocators, usable wherever a PD is.
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+/// Free it with `ibv_dealloc_pd`.
+///
+/// # Safety
+/// `context` must be a valid context and `attr` valid for reads, with valid
+/// `pd` (and `td`, allocator callbacks when given).
+#[inline]
+pub unsafe fn ibv_alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, alloc_parent_domain) {
+            Some(op) => op(context, attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_query_rt_values_ex`—Reads current real-time values of the device
+/// (e.g. the raw and wall-clock timestamps) selected by `values->comp_mask`.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `context` must be a valid context and `values` valid for reads and writes.
+#[inline]
+pub unsafe fn ibv_query_rt_values_ex(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, query_rt_values) {
+            Some(op) => op(context, values),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_modify_qp_rate_limit`—Sets the packet-pacing rate limit of a send
+/// queue.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `qp` must be a valid QP and `attr` valid for reads.
+#[inline]
+pub unsafe fn ibv_modify_qp_rate_limit(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_rate_limit_attr,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*qp).context, modify_qp_rate_limit) {
+            Some(op) => op(qp, attr),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_is_qpt_supported`—Tells whether QP type `qpt` is set in a
+/// `supported_qpts` capability mask (`ibv_tso_caps`, `ibv_rss_caps`,
+/// `ibv_packet_pacing_caps` of [`ibv_device_attr_ex`]).
+///
+/// Returns 1 if supported, else 0. Unlike C (where `1 << qpt` is undefined
+/// for `qpt >= 32`, e.g. `IBV_QPT_DRIVER`), an out-of-range type gives 0.
+#[inline]
+pub fn ibv_is_qpt_supported(caps: u32, qpt: ibv_qp_type) -> c_int {
+    match 1u32.checked_shl(qpt.0) {
+        Some(bit) => c_int::from(caps & bit != 0),
+        None => 0,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Flow counters
+// ---------------------------------------------------------------------------
+
+/// `ibv_create_counters`—Creates a counters object (to be attached to a flow
+/// and read with [`ibv_read_counters`]).
+///
+/// Sets errno to `EOPNOTSUPP` and returns null when the provider lacks it.
+///
+/// # Safety
+/// `context` must be a valid context and `init_attr` valid for reads.
+#[inline]
+pub unsafe fn ibv_create_counters(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_counters_init_attr,
+) -> *mut ibv_counters {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!(context, create_counters) {
+            Some(op) => op(context, init_attr),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                ptr::null_mut()
+            }
+        }
+    }
+}
+
+/// `ibv_destroy_counters`—Destroys a counters object.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `counters` must be a valid counters object, not used afterwards on
+/// success.
+#[inline]
+pub unsafe fn ibv_destroy_counters(counters: *mut ibv_counters) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*counters).context, destroy_counters) {
+            Some(op) => op(counters),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_attach_counters_point_flow`—Attaches a counter description of a
+/// counters object to a flow (or, with a null `flow`, to the next flow
+/// created with the counters object as an action).
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `counters` must be a valid counters object, `attr` valid for reads and
+/// `flow` null or a valid flow.
+#[inline]
+pub unsafe fn ibv_attach_counters_point_flow(
+    counters: *mut ibv_counters,
+    attr: *mut ibv_counter_attach_attr,
+    flow: *mut ibv_flow,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*counters).context, attach_counters_point_flow) {
+            Some(op) => op(counters, attr, flow),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+/// `ibv_read_counters`—Reads up to `ncounters` values of a counters object
+/// into `counters_value`.
+///
+/// Returns 0 or an errno value (`EOPNOTSUPP` when the provider lacks it).
+///
+/// # Safety
+/// `counters` must be a valid counters object and `counters_value` valid for
+/// writes of `ncounters` values.
+#[inline]
+pub unsafe fn ibv_read_counters(
+    counters: *mut ibv_counters,
+    counters_value: *mut u64,
+    ncounters: u32,
+    flags: u32,
+) -> c_int {
+    // SAFETY: caller contract.
+    unsafe {
+        match verbs_get_ctx_op!((*counters).context, read_counters) {
+            Some(op) => op(counters, counters_value, ncounters, flags),
+            None => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// RoCE v2 UDP source port
+// ---------------------------------------------------------------------------
+
+/// `IB_ROCE_UDP_ENCAP_VALID_PORT_MIN`—Lowest UDP source port RoCE v2 uses.
+pub const IB_ROCE_UDP_ENCAP_VALID_PORT_MIN: u16 = 0xC000;
+/// `IB_ROCE_UDP_ENCAP_VALID_PORT_MAX`—Highest UDP source port RoCE v2 uses.
+pub const IB_ROCE_UDP_ENCAP_VALID_PORT_MAX: u16 = 0xFFFF;
+/// `IB_GRH_FLOWLABEL_MASK`—The 20 bits of a GRH flow label.
+pub const IB_GRH_FLOWLABEL_MASK: u32 = 0x000F_FFFF;
+
+/// `ibv_flow_label_to_udp_sport`—Derives the RoCE v2 UDP source port from a
+/// GRH flow label (folding its high 6 bits into the low 14, in the range
+/// `0xC000..=0xFFFF`).
+#[inline]
+pub fn ibv_flow_label_to_udp_sport(fl: u32) -> u16 {
+    let mut fl_low = fl & 0x03FFF;
+    let fl_high = fl & 0xFC000;
+    fl_low ^= fl_high >> 14;
+    (fl_low | u32::from(IB_ROCE_UDP_ENCAP_VALID_PORT_MIN)) as u16
+}
