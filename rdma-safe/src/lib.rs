@@ -1,1 +1,83 @@
-//! Safe RDMA API (being written).
+//! A safe RDMA API: the borrow checker, not the programmer's discipline,
+//! keeps the NIC away from freed or exclusively borrowed memory.
+//!
+//! # Safety architecture
+//!
+//! * **Registration** ([`MemoryRegion`]). Registering memory for *local*
+//!   access is safe: the NIC only touches memory through scatter/gather
+//!   elements, and those are built from live Rust references. Registering
+//!   with *remote* access is `unsafe`: a peer can then read or write the
+//!   memory at any time, outside any Rust borrow (see the [`memory`] module).
+//! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
+//!   `&'a [u8]` (the NIC reads; nobody writes), a
+//!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
+//!   nobody else touches it). A slice outside its region is caught by the
+//!   hardware (Local Protection Error), never undefined behaviour.
+//! * **Operations** ([`Channel`]). Blocking operations return only after the
+//!   completion. [`Channel::scope`] and [`Channel::manual_scope`] let many
+//!   operations be in flight and guarantee — in the callee, with
+//!   `catch_unwind`, not in a guard's `Drop` — that all of them completed
+//!   before the scope returns, even if handles were `mem::forget`-ed or the
+//!   closure panicked (see the [`scope`] module). The `*_unpolled` methods
+//!   rely on `Drop` and are therefore `unsafe`.
+//! * **Bounded waits**. Every wait has a timeout. When it expires the queue
+//!   pair is moved to the error state, which makes the NIC flush all
+//!   outstanding work; the flush completions are drained before the call
+//!   returns. A timed-out call therefore never returns while the NIC may
+//!   still touch borrowed memory, and never waits forever.
+//!
+//! # Example: loopback transfer
+//!
+//! ```no_run
+//! use rdma_safe::{Channel, MemoryRegion, ProtectionDomain, ReceiveWorkRequest, SendWorkRequest};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pd = ProtectionDomain::open("rxe0")?;
+//! let (mut a, mut b) = (pd.create_channel()?, pd.create_channel()?);
+//! Channel::connect_pair(&mut a, &mut b)?;
+//!
+//! let mut tx = b"hello, RDMA".to_vec();
+//! let mut rx = vec![0u8; 64];
+//! let tx_mr = MemoryRegion::register_local_mr(&pd, tx.as_mut_ptr(), tx.len())?;
+//! let rx_mr = MemoryRegion::register_local_mr(&pd, rx.as_mut_ptr(), rx.len())?;
+//!
+//! let got = b.scope(|s| {
+//!     let mut scatter = [rx_mr.scatter_element(&mut rx)];
+//!     let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+//!     a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+//!     recv.wait()
+//! })?;
+//! assert_eq!(&rx[..got.bytes()], b"hello, RDMA");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The same program is `rdma-safe/examples/loopback.rs`, which
+//! `cargo xtask test-rxe` runs on a soft-RoCE device.
+
+mod channel;
+mod endpoint;
+mod error;
+pub mod memory;
+mod pd;
+mod pending;
+mod poller;
+mod remote;
+pub mod scope;
+mod sge;
+mod work;
+
+pub use channel::{Channel, ChannelBuilder, HandshakeError, DEFAULT_TIMEOUT};
+pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
+pub use error::{IbvError, IbvResult, Operation, ScopeError, TransportError, TransportResult};
+pub use memory::{AccessFlags, MemoryRegion};
+pub use pd::ProtectionDomain;
+pub use pending::PendingWork;
+pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
+pub use scope::{PollingScope, ScopedPendingWork};
+pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
+pub use work::{
+    ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
+};
+
+pub use rdma_core::{Context, Gid, Mtu, WcOpcode, WcStatus};

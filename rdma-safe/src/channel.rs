@@ -1,0 +1,685 @@
+//! [`Channel`]: a reliable-connected queue pair with safe, blocking and
+//! scoped operations.
+
+use crate::endpoint::Endpoint;
+use crate::error::{IbvError, IbvResult, Operation, ScopeError, TransportError, TransportResult};
+use crate::pd::ProtectionDomain;
+use crate::pending::PendingWork;
+use crate::poller::Shared;
+use crate::scope::PollingScope;
+use crate::sge::{GatherElement, ScatterElement};
+use crate::work::{
+    ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
+};
+use ibverbs_sys as sys;
+use rdma_core::{
+    AccessFlags, AddressVector, GidEntry, Mtu, QpCapabilities, QpType, QueuePair, RtrParams,
+    RtsParams,
+};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bound on every blocking wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builder for a [`Channel`]; from [`Channel::builder`] or
+/// [`ProtectionDomain::channel_builder`].
+#[derive(Debug, Clone)]
+pub struct ChannelBuilder<'f1> {
+    pd: Option<&'f1 ProtectionDomain>,
+    port: u8,
+    gid_index: Option<u32>,
+    caps: QpCapabilities,
+    cq_size: Option<u32>,
+    timeout: Duration,
+    completion_events: bool,
+    mtu: Option<Mtu>,
+}
+
+impl<'f1> ChannelBuilder<'f1> {
+    /// The protection domain (required).
+    pub fn pd(mut self, pd: &'f1 ProtectionDomain) -> Self {
+        self.pd = Some(pd);
+        self
+    }
+    /// Device port (default 1).
+    pub fn port(mut self, port: u8) -> Self {
+        self.port = port;
+        self
+    }
+    /// Local GID index to send from (default: the port's RoCE v2 IPv4 GID,
+    /// else its first valid GID).
+    pub fn gid_index(mut self, index: u32) -> Self {
+        self.gid_index = Some(index);
+        self
+    }
+    /// Send queue depth: outstanding sends, writes and reads (default 128).
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.caps.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth: outstanding receives (default 128).
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.caps.max_recv_wr = n;
+        self
+    }
+    /// Maximum SGEs per send/write/read request (default 4).
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.caps.max_send_sge = n;
+        self
+    }
+    /// Maximum SGEs per receive request (default 4).
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.caps.max_recv_sge = n;
+        self
+    }
+    /// Bytes a send or write may carry inline (copied at post time; default 0).
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.caps.max_inline_data = n;
+        self
+    }
+    /// Completion queue size (default: send depth + receive depth).
+    pub fn cq_size(mut self, n: u32) -> Self {
+        self.cq_size = Some(n);
+        self
+    }
+    /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Sleep on completion events instead of busy polling while waiting
+    /// (lower CPU use, higher latency; default off).
+    pub fn completion_events(mut self, on: bool) -> Self {
+        self.completion_events = on;
+        self
+    }
+    /// Path MTU to use (default: the port's active MTU, capped by the peer's).
+    pub fn mtu(mut self, mtu: Mtu) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// Creates the channel: a CQ, an RC queue pair in the INIT state, and the
+    /// local [`Endpoint`] to hand to the peer.
+    ///
+    /// # Errors
+    /// [`IbvError::InvalidArgument`] without a protection domain or when the
+    /// port has no usable GID; otherwise the failing verb's error.
+    pub fn build(self) -> IbvResult<Channel> {
+        let pd = self
+            .pd
+            .ok_or_else(|| IbvError::InvalidArgument("ChannelBuilder needs .pd(..)".into()))?;
+        let ctx = pd.context();
+        let port_attr = ctx.query_port(self.port)?;
+        let gid = match self.gid_index {
+            Some(i) => ctx.query_gid_entry(self.port, i)?,
+            None => ctx.preferred_gid(self.port)?,
+        };
+        let gid_index = u8::try_from(gid.index).map_err(|_| {
+            IbvError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
+        })?;
+        let channel = if self.completion_events {
+            Some(ctx.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq_size = self
+            .cq_size
+            .unwrap_or(self.caps.max_send_wr + self.caps.max_recv_wr)
+            .max(1);
+        let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
+        let qp = QueuePair::builder(pd.as_core(), QpType::Rc, &cq, &cq)
+            .capabilities(self.caps)
+            .build()?;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        qp.to_init(self.port, access)?;
+        let mtu = self.mtu.or(port_attr.active_mtu()).unwrap_or(Mtu::Mtu1024);
+        let local = Endpoint {
+            qp_num: qp.qp_num(),
+            psn: random_psn(qp.qp_num()),
+            port: self.port,
+            lid: port_attr.lid(),
+            gid: gid.gid,
+            gid_index,
+            mtu,
+        };
+        let caps = qp.capabilities();
+        Ok(Channel {
+            shared: Arc::new(Shared::new(qp, cq, self.completion_events)),
+            pd: pd.clone(),
+            local,
+            gid,
+            caps,
+            timeout: self.timeout,
+            remote: None,
+        })
+    }
+}
+
+fn random_psn(seed: u32) -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(seed);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() as u32) & 0x00ff_ffff
+}
+
+/// A safe RDMA communication endpoint built on a reliable-connected queue
+/// pair.
+///
+/// Operations borrow their memory through [`GatherElement`]s and
+/// [`ScatterElement`]s. The blocking operations ([`send`](Self::send),
+/// [`receive`](Self::receive), [`write`](Self::write), [`read`](Self::read))
+/// return only once the NIC is done with the memory; [`scope`](Self::scope)
+/// and [`manual_scope`](Self::manual_scope) let many operations be in flight
+/// at once and still guarantee that, before they return, every operation has
+/// completed. Every wait is bounded by the channel's
+/// [timeout](ChannelBuilder::timeout): when it expires, the queue pair is
+/// moved to the error state and its outstanding work drained (flushed) before
+/// the call returns, and the channel becomes unusable.
+///
+/// A channel belongs to a [`ProtectionDomain`] and may use any memory region
+/// registered in it.
+pub struct Channel {
+    shared: Arc<Shared>,
+    pd: ProtectionDomain,
+    local: Endpoint,
+    gid: GidEntry,
+    caps: QpCapabilities,
+    timeout: Duration,
+    remote: Option<Endpoint>,
+}
+
+impl Channel {
+    /// A builder for a channel (set its protection domain with
+    /// [`ChannelBuilder::pd`]).
+    pub fn builder<'f1>() -> ChannelBuilder<'f1> {
+        ChannelBuilder {
+            pd: None,
+            port: 1,
+            gid_index: None,
+            caps: QpCapabilities::default(),
+            cq_size: None,
+            timeout: DEFAULT_TIMEOUT,
+            completion_events: false,
+            mtu: None,
+        }
+    }
+
+    /// The channel's protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// What the peer needs to connect to this channel.
+    pub fn local_endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The peer's endpoint, once connected.
+    pub fn remote_endpoint(&self) -> Option<Endpoint> {
+        self.remote
+    }
+
+    /// The local GID entry used for addressing.
+    pub fn gid(&self) -> GidEntry {
+        self.gid
+    }
+
+    /// The queue capacities granted by the device.
+    pub fn capabilities(&self) -> QpCapabilities {
+        self.caps
+    }
+
+    /// The bound on blocking waits.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes the bound on blocking waits.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Why the channel is unusable, if an earlier failure or timeout shut it
+    /// down (its queue pair is then in the error state).
+    pub fn unusable_reason(&self) -> Option<String> {
+        self.shared.unusable()
+    }
+
+    /// Whether the channel can still carry operations.
+    pub fn is_usable(&self) -> bool {
+        self.unusable_reason().is_none()
+    }
+
+    /// Work requests posted and not yet completed and claimed. Always 0
+    /// outside a scope, except for leaked [`PendingWork`].
+    pub fn outstanding(&self) -> usize {
+        self.shared.counters().3
+    }
+
+    /// Totals since creation: (work requests posted, completions polled).
+    /// Completions never outnumber posts.
+    pub fn totals(&self) -> (u64, u64) {
+        let (p, c, _, _) = self.shared.counters();
+        (p, c)
+    }
+
+    /// The underlying queue pair (for inspection; posting through it bypasses
+    /// this channel's bookkeeping and is `unsafe` anyway).
+    pub fn queue_pair(&self) -> &QueuePair {
+        &self.shared.qp
+    }
+
+    /// Connects to the peer `remote` (RTR then RTS, with a GRH on RoCE).
+    /// The peer must connect to [`local_endpoint`](Self::local_endpoint) too
+    /// before data flows; see [`handshake`](Self::handshake).
+    pub fn connect(&mut self, remote: &Endpoint) -> IbvResult<()> {
+        let qp = &self.shared.qp;
+        let port_attr = self.pd.context().query_port(self.local.port)?;
+        let av = if port_attr.needs_grh() || !remote.gid.is_zero() {
+            AddressVector::global(self.local.port, remote.gid, self.local.gid_index)
+        } else {
+            AddressVector::local(self.local.port, remote.lid)
+        };
+        let mut rtr = RtrParams::new(remote.qp_num, remote.psn, av);
+        rtr.path_mtu = self.local.mtu.min(remote.mtu);
+        qp.to_rtr(&rtr)?;
+        qp.to_rts(&RtsParams::new(self.local.psn))?;
+        self.remote = Some(*remote);
+        Ok(())
+    }
+
+    /// Exchanges endpoints with the peer over `stream`, connects, and waits
+    /// until the peer has connected too (so the first message cannot arrive
+    /// before its queue pair is ready). Both sides call this.
+    pub fn handshake(&mut self, stream: &mut TcpStream) -> Result<Endpoint, HandshakeError> {
+        let remote = Endpoint::exchange(stream, &self.local)?;
+        self.connect(&remote)?;
+        stream.write_all(b"R")?;
+        let mut ack = [0u8; 1];
+        stream.read_exact(&mut ack)?;
+        if &ack != b"R" {
+            return Err(HandshakeError::Io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad ready byte from peer",
+            )));
+        }
+        Ok(remote)
+    }
+
+    /// Connects two channels to each other (loopback, or two channels of one
+    /// process on different devices).
+    pub fn connect_pair(a: &mut Channel, b: &mut Channel) -> IbvResult<()> {
+        let (ea, eb) = (a.local, b.local);
+        a.connect(&eb)?;
+        b.connect(&ea)
+    }
+
+    // ----- posting -----------------------------------------------------------
+
+    fn inline_for(&self, len: usize, forced: Option<bool>) -> bool {
+        forced.unwrap_or(len > 0 && len <= self.caps.max_inline_data as usize)
+    }
+
+    fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {
+        if n > max as usize {
+            return Err(TransportError::Post {
+                operation: op,
+                source: IbvError::InvalidArgument(format!(
+                    "{n} SGEs exceed the channel's limit of {max}"
+                )),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn post_send_wr(&self, wr: &SendWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.check_sges(Operation::Send, wr.gather.len(), self.caps.max_send_sge)?;
+        let (opcode, imm) = match wr.immediate {
+            Some(imm) => (sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, imm.to_be()),
+            None => (sys::ibv_wr_opcode::IBV_WR_SEND, 0),
+        };
+        let mut flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        if wr.solicited {
+            flags |= sys::ibv_send_flags::IBV_SEND_SOLICITED;
+        }
+        let len = wr.len();
+        if self.inline_for(len, wr.inline) {
+            flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+        }
+        self.post_gather(Operation::Send, wr.gather, len, opcode, flags, imm, None)
+    }
+
+    pub(crate) fn post_write_wr(&self, wr: &WriteWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.check_sges(Operation::Write, wr.gather.len(), self.caps.max_send_sge)?;
+        let len = wr.len();
+        check_remote_len(Operation::Write, len, &wr.remote)?;
+        let (opcode, imm) = match wr.immediate {
+            Some(imm) => (sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM, imm.to_be()),
+            None => (sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
+        };
+        let mut flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        if self.inline_for(len, wr.inline) {
+            flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+        }
+        self.post_gather(
+            Operation::Write,
+            wr.gather,
+            len,
+            opcode,
+            flags,
+            imm,
+            Some((wr.remote.address(), wr.remote.rkey())),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_gather(
+        &self,
+        op: Operation,
+        gather: &[GatherElement<'_>],
+        len: usize,
+        opcode: sys::ibv_wr_opcode,
+        flags: sys::ibv_send_flags,
+        imm_be: u32,
+        rdma: Option<(u64, u32)>,
+    ) -> TransportResult<u64> {
+        let qp = &self.shared.qp;
+        self.shared.post(op, len, &mut |id| {
+            let mut wr = sys::ibv_send_wr {
+                wr_id: id,
+                // `GatherElement` is `repr(transparent)` over `ibv_sge`; the
+                // provider only reads the list.
+                sg_list: gather.as_ptr() as *mut sys::ibv_sge,
+                num_sge: gather.len() as i32,
+                opcode,
+                send_flags: flags.0,
+                ..Default::default()
+            };
+            wr.__bindgen_anon_1.imm_data = imm_be;
+            if let Some((remote_addr, rkey)) = rdma {
+                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            }
+            // SAFETY: every SGE comes from a `GatherElement`, i.e. a live
+            // `&[u8]` that the caller keeps borrowed (and so unmodified) until
+            // this request's completion is claimed: blocking calls wait for
+            // it, scopes drain it before returning, and `PendingWork` is
+            // `unsafe` to create and waits on drop.
+            unsafe { qp.post_send(&mut wr) }
+        })
+    }
+
+    pub(crate) fn post_recv_wr(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.check_sges(Operation::Receive, wr.scatter.len(), self.caps.max_recv_sge)?;
+        let len = wr.len();
+        let (list, n) = scatter_list(wr.scatter);
+        let qp = &self.shared.qp;
+        self.shared.post(Operation::Receive, len, &mut |id| {
+            let mut raw = sys::ibv_recv_wr {
+                wr_id: id,
+                sg_list: list,
+                num_sge: n,
+                next: std::ptr::null_mut(),
+            };
+            // SAFETY: every SGE comes from a `ScatterElement`, i.e. a live
+            // `&mut [u8]` that stays exclusively borrowed until this request's
+            // completion is claimed (see `post_gather`).
+            unsafe { qp.post_recv(&mut raw) }
+        })
+    }
+
+    pub(crate) fn post_read_wr(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.check_sges(Operation::Read, wr.scatter.len(), self.caps.max_send_sge)?;
+        let len = wr.len();
+        check_remote_len(Operation::Read, len, &wr.remote)?;
+        let (list, n) = scatter_list(wr.scatter);
+        let (remote_addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+        let qp = &self.shared.qp;
+        self.shared.post(Operation::Read, len, &mut |id| {
+            let mut raw = sys::ibv_send_wr {
+                wr_id: id,
+                sg_list: list,
+                num_sge: n,
+                opcode: sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
+                send_flags: sys::ibv_send_flags::IBV_SEND_SIGNALED.0,
+                ..Default::default()
+            };
+            raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            // SAFETY: as in `post_recv_wr`: the scatter memory is exclusively
+            // borrowed until the completion is claimed.
+            unsafe { qp.post_send(&mut raw) }
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    // ----- blocking operations ------------------------------------------------
+
+    /// Posts a send and blocks until it completes (bounded by the timeout).
+    pub fn send<'op>(&'op mut self, wr: SendWorkRequest<'op, 'op>) -> TransportResult<WorkSuccess> {
+        let id = self.post_send_wr(&wr)?;
+        self.shared.wait(id, self.timeout)
+    }
+
+    /// Posts a receive and blocks until a message arrives in it (bounded by
+    /// the timeout).
+    pub fn receive<'op>(
+        &'op mut self,
+        mut wr: ReceiveWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.post_recv_wr(&mut wr)?;
+        self.shared.wait(id, self.timeout)
+    }
+
+    /// Posts an RDMA write and blocks until it completes (bounded by the
+    /// timeout).
+    pub fn write<'op>(
+        &'op mut self,
+        wr: WriteWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.post_write_wr(&wr)?;
+        self.shared.wait(id, self.timeout)
+    }
+
+    /// Posts an RDMA read and blocks until it completes (bounded by the
+    /// timeout).
+    pub fn read<'op>(
+        &'op mut self,
+        mut wr: ReadWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.post_read_wr(&mut wr)?;
+        self.shared.wait(id, self.timeout)
+    }
+
+    // ----- unpolled operations ------------------------------------------------
+
+    /// Posts a send without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn send_unpolled<'data>(
+        &mut self,
+        wr: SendWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.post_send_wr(&wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.shared.clone(), id, self.timeout))
+    }
+
+    /// Posts a receive without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn receive_unpolled<'data>(
+        &mut self,
+        mut wr: ReceiveWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.post_recv_wr(&mut wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.shared.clone(), id, self.timeout))
+    }
+
+    /// Posts an RDMA write without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn write_unpolled<'data>(
+        &mut self,
+        wr: WriteWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.post_write_wr(&wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.shared.clone(), id, self.timeout))
+    }
+
+    /// Posts an RDMA read without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn read_unpolled<'data>(
+        &mut self,
+        mut wr: ReadWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.post_read_wr(&mut wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.shared.clone(), id, self.timeout))
+    }
+
+    // ----- scopes --------------------------------------------------------------
+
+    /// Opens a polling scope that automatically polls all outstanding work
+    /// requests when it ends.
+    ///
+    /// This is the primary safe way to have many operations in flight. The
+    /// closure receives a [`PollingScope`] through which operations are
+    /// posted; each returns a handle that can be polled individually. When
+    /// the closure returns, every work request that was not polled is polled
+    /// to completion before this method returns — also if the closure
+    /// panicked (the panic resumes after the drain), and also for handles
+    /// that were `mem::forget`-ed: the scope, not the handle, owns the
+    /// obligation to wait.
+    ///
+    /// # Errors
+    /// * The closure returns `Err(e)`: outstanding work is still polled, then
+    ///   [`ScopeError::ClosureError`]`(e)` is returned.
+    /// * The closure returns `Ok(t)` but automatic polling finds a failed (or
+    ///   timed-out) request: [`ScopeError::AutoPollError`].
+    pub fn scope<'env, F, T, E>(&'env mut self, f: F) -> Result<T, ScopeError<E>>
+    where
+        F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env, Channel>) -> Result<T, E>,
+    {
+        let (result, errors, _unclaimed) = crate::scope::run(self, f);
+        match result {
+            Err(e) => Err(ScopeError::ClosureError(e)),
+            Ok(t) => match errors.into_iter().next() {
+                Some(err) => Err(ScopeError::AutoPollError(err)),
+                None => Ok(t),
+            },
+        }
+    }
+
+    /// Opens a polling scope that enforces manual polling of all work
+    /// requests.
+    ///
+    /// Like [`scope`](Self::scope), but the contract is that the closure
+    /// polls everything it posts, so the closure's result is returned
+    /// directly.
+    ///
+    /// # Panics
+    /// If the closure succeeds but leaves work unpolled: the work is first
+    /// polled to completion (so no memory is in use), then this panics as a
+    /// safety net. If the closure returns an error, outstanding work is
+    /// cleaned up without panicking.
+    pub fn manual_scope<'env, F, T, E>(&'env mut self, f: F) -> Result<T, E>
+    where
+        F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env, Channel>) -> Result<T, E>,
+    {
+        let (result, _errors, unclaimed) = crate::scope::run(self, f);
+        match result {
+            Ok(_) if unclaimed > 0 => panic!(
+                "manual_scope: the closure returned Ok but left {unclaimed} work request(s) unpolled \
+                 (they have now been polled to completion)"
+            ),
+            r => r,
+        }
+    }
+}
+
+fn check_remote_len(
+    op: Operation,
+    len: usize,
+    remote: &crate::RemoteMemoryRegion,
+) -> TransportResult<()> {
+    if len as u64 > remote.length() {
+        return Err(TransportError::Post {
+            operation: op,
+            source: IbvError::InvalidArgument(format!(
+                "{len} bytes do not fit the remote region of {} bytes",
+                remote.length()
+            )),
+        });
+    }
+    Ok(())
+}
+
+fn scatter_list(scatter: &mut [ScatterElement<'_>]) -> (*mut sys::ibv_sge, i32) {
+    // `ScatterElement` is `repr(transparent)` over `ibv_sge`.
+    (scatter.as_mut_ptr().cast(), scatter.len() as i32)
+}
+
+fn into_ibv(e: TransportError) -> IbvError {
+    match e {
+        TransportError::Post { source, .. } | TransportError::Poll(source) => source,
+        other => IbvError::InvalidArgument(other.to_string()),
+    }
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("caps", &self.caps)
+            .field("timeout", &self.timeout)
+            .field("unusable", &self.unusable_reason())
+            .finish()
+    }
+}
+
+/// Why [`Channel::handshake`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The TCP exchange failed or the peer sent garbage.
+    #[error("endpoint exchange failed: {0}")]
+    Io(#[from] io::Error),
+    /// Connecting the queue pair failed.
+    #[error("connecting the queue pair failed: {0}")]
+    Connect(#[from] IbvError),
+}

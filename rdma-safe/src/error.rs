@@ -1,0 +1,104 @@
+//! Error types of the safe API.
+
+use rdma_core::WcStatus;
+use std::fmt;
+use std::time::Duration;
+
+/// Error of a verb (creating or configuring resources, posting).
+pub type IbvError = rdma_core::Error;
+/// Result of a verb.
+pub type IbvResult<T> = Result<T, IbvError>;
+/// Result of a data transfer.
+pub type TransportResult<T> = Result<T, TransportError>;
+
+/// The kind of operation a work request performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Two-sided send.
+    Send,
+    /// Two-sided receive.
+    Receive,
+    /// One-sided RDMA write.
+    Write,
+    /// One-sided RDMA read.
+    Read,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Send => "send",
+            Operation::Receive => "receive",
+            Operation::Write => "RDMA write",
+            Operation::Read => "RDMA read",
+        })
+    }
+}
+
+/// Why a data transfer failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The work request could not be posted (nothing was handed to the NIC).
+    #[error("posting the {operation} failed: {source}")]
+    Post {
+        /// The operation.
+        operation: Operation,
+        /// Why.
+        #[source]
+        source: IbvError,
+    },
+    /// The NIC completed the work request with an error status.
+    #[error("{operation} failed: {status} — {hint}", hint = status.hint())]
+    WorkCompletion {
+        /// The operation.
+        operation: Operation,
+        /// The completion status.
+        status: WcStatus,
+        /// The provider's error code.
+        vendor_err: u32,
+    },
+    /// The bounded wait expired. The queue pair was moved to the error state
+    /// and all its outstanding work was drained before this was returned, so
+    /// no borrowed memory is still in use; the channel is now unusable.
+    #[error(
+        "{operation} did not complete within {timeout:?} (peer gone or not posting receives?); \
+         the channel was shut down and its outstanding work drained"
+    )]
+    Timeout {
+        /// The operation waited for.
+        operation: Operation,
+        /// The wait.
+        timeout: Duration,
+    },
+    /// The channel was shut down by an earlier failure or timeout.
+    #[error("channel unusable: {0}")]
+    Unusable(String),
+    /// Polling the completion queue failed.
+    #[error("polling the completion queue failed: {0}")]
+    Poll(#[source] IbvError),
+}
+
+impl TransportError {
+    /// The completion status, if the NIC reported one.
+    pub fn status(&self) -> Option<WcStatus> {
+        match self {
+            TransportError::WorkCompletion { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// Error of [`Channel::scope`](crate::Channel::scope).
+#[derive(Debug, thiserror::Error)]
+pub enum ScopeError<E> {
+    /// The closure returned an error (outstanding work was still polled to
+    /// completion before returning).
+    #[error("scope closure failed: {0}")]
+    ClosureError(E),
+    /// The closure succeeded, but a work request it left for automatic
+    /// polling failed. Holds the first failure.
+    #[error("automatic polling at the end of the scope failed: {0}")]
+    AutoPollError(TransportError),
+}

@@ -1,0 +1,284 @@
+//! The completion bookkeeping shared by a channel, its pending work and its
+//! scopes: which work request ids are outstanding, which have completed, and
+//! the bounded wait that shuts the queue pair down when it expires.
+
+use crate::error::{Operation, TransportError, TransportResult};
+use crate::work::WorkSuccess;
+use rdma_core::{CompQueue, QueuePair, WcOpcode, WorkCompletion};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Completions taken from the CQ per `ibv_poll_cq` call.
+const POLL_BATCH: usize = 32;
+/// How long draining may take after the QP was moved to ERR before we
+/// conclude the device is broken. Flush completions normally arrive at once.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+enum Slot {
+    Posted {
+        op: Operation,
+        len: usize,
+    },
+    Done {
+        op: Operation,
+        len: usize,
+        wc: WorkCompletion,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct PollState {
+    next_wr_id: u64,
+    slots: HashMap<u64, Slot>,
+    /// Posted and not yet seen on the CQ.
+    in_flight: usize,
+    posted_total: u64,
+    completed_total: u64,
+    unusable: Option<String>,
+}
+
+/// State shared by a [`Channel`](crate::Channel) and everything that waits on
+/// its work. Owns the queue pair (which keeps the CQ and PD alive).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) qp: QueuePair,
+    pub(crate) cq: CompQueue,
+    pub(crate) events: bool,
+    state: Mutex<PollState>,
+}
+
+/// What the caller of [`Shared::post`] does with the id it is given.
+pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
+
+impl Shared {
+    pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool) -> Self {
+        Shared {
+            qp,
+            cq,
+            events,
+            state: Mutex::new(PollState {
+                next_wr_id: 1,
+                slots: HashMap::new(),
+                in_flight: 0,
+                posted_total: 0,
+                completed_total: 0,
+                unusable: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PollState> {
+        // A panic while holding the lock leaves consistent state (every
+        // update is a single insert/remove), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts one work request through `post`, which receives the id to use.
+    pub(crate) fn post(&self, op: Operation, len: usize, post: PostFn<'_>) -> TransportResult<u64> {
+        let mut st = self.lock();
+        if let Some(why) = &st.unusable {
+            return Err(TransportError::Unusable(why.clone()));
+        }
+        let id = st.next_wr_id;
+        post(id).map_err(|source| TransportError::Post {
+            operation: op,
+            source,
+        })?;
+        st.next_wr_id += 1;
+        st.slots.insert(id, Slot::Posted { op, len });
+        st.in_flight += 1;
+        st.posted_total += 1;
+        Ok(id)
+    }
+
+    /// Moves available completions from the CQ into their slots.
+    fn reap(&self, st: &mut PollState) -> TransportResult<usize> {
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+        let got = self.cq.poll(&mut wcs).map_err(TransportError::Poll)?;
+        let n = got.len();
+        for wc in got.iter() {
+            st.completed_total += 1;
+            match st.slots.get_mut(&wc.wr_id()) {
+                Some(slot @ Slot::Posted { .. }) => {
+                    let (op, len) = match *slot {
+                        Slot::Posted { op, len } => (op, len),
+                        Slot::Done { .. } => unreachable!(),
+                    };
+                    *slot = Slot::Done { op, len, wc: *wc };
+                    st.in_flight -= 1;
+                    if !wc.is_success() && st.unusable.is_none() {
+                        st.unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
+                    }
+                }
+                // A completion nobody posted (or a second one for an id):
+                // never expected; recorded so tests can assert on it.
+                _ => log::error!("unexpected completion {wc:?} (posted {})", st.posted_total),
+            }
+        }
+        Ok(n)
+    }
+
+    fn outcome(op: Operation, len: usize, wc: &WorkCompletion) -> TransportResult<WorkSuccess> {
+        if !wc.is_success() {
+            return Err(TransportError::WorkCompletion {
+                operation: op,
+                status: wc.status(),
+                vendor_err: wc.vendor_err(),
+            });
+        }
+        let opcode = wc.opcode();
+        let bytes = match opcode {
+            WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => wc.byte_len() as usize,
+            _ => len,
+        };
+        Ok(WorkSuccess {
+            bytes,
+            immediate: wc.imm_data(),
+            opcode,
+            wr_id: wc.wr_id(),
+        })
+    }
+
+    /// Takes the outcome of `id` if it has completed (polling the CQ once if
+    /// not). `None` while still in flight. Errors if `id` is unknown.
+    pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
+        let mut st = self.lock();
+        if let Some(Slot::Posted { .. }) = st.slots.get(&id) {
+            if let Err(e) = self.reap(&mut st) {
+                return Some(Err(e));
+            }
+        }
+        match st.slots.get(&id) {
+            Some(Slot::Posted { .. }) => None,
+            Some(Slot::Done { .. }) => match st.slots.remove(&id) {
+                Some(Slot::Done { op, len, wc }) => Some(Self::outcome(op, len, &wc)),
+                _ => unreachable!(),
+            },
+            None => Some(Err(TransportError::Unusable(format!(
+                "work request {id} is not outstanding"
+            )))),
+        }
+    }
+
+    /// Whether `id` is still outstanding or unclaimed.
+    pub(crate) fn is_tracked(&self, id: u64) -> bool {
+        self.lock().slots.contains_key(&id)
+    }
+
+    /// Blocks until `id` completes and returns its outcome. If `timeout`
+    /// passes first, shuts the QP down and drains every outstanding request
+    /// before returning [`TransportError::Timeout`].
+    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> TransportResult<WorkSuccess> {
+        let start = Instant::now();
+        let mut spins: u32 = 0;
+        loop {
+            if let Some(outcome) = self.try_take(id) {
+                return outcome;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                let elapsed = start.elapsed();
+                if elapsed >= timeout {
+                    let op = match self.lock().slots.get(&id) {
+                        Some(Slot::Posted { op, .. } | Slot::Done { op, .. }) => *op,
+                        None => Operation::Send,
+                    };
+                    self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
+                    // The request is now complete (flushed); forget it.
+                    self.lock().slots.remove(&id);
+                    return Err(TransportError::Timeout {
+                        operation: op,
+                        timeout,
+                    });
+                }
+                if self.events {
+                    self.wait_event(timeout - elapsed);
+                } else if spins % 4096 == 0 {
+                    std::thread::yield_now();
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Event mode: arm the CQ and sleep until a completion event (or a slice
+    /// of the remaining time) — then the caller polls again.
+    fn wait_event(&self, left: Duration) {
+        if self.cq.req_notify(false).is_err() {
+            return;
+        }
+        // A completion that arrived before arming raises no event: poll once
+        // more before sleeping (the caller's next try_take does that), and
+        // sleep in short slices so such a completion costs at most one slice.
+        let _ = self
+            .cq
+            .wait_event(Some(left.min(Duration::from_millis(50))));
+    }
+
+    /// Waits for each of `ids` that is still tracked and removes it. Returns
+    /// the failures. Never returns while any of them may still be in use by
+    /// the NIC.
+    pub(crate) fn drain_ids(&self, ids: &[u64], timeout: Duration) -> Vec<TransportError> {
+        let mut errors = Vec::new();
+        for &id in ids {
+            if !self.is_tracked(id) {
+                continue;
+            }
+            if let Err(e) = self.wait(id, timeout) {
+                errors.push(e);
+            }
+        }
+        errors
+    }
+
+    /// Moves the QP to ERR and polls until nothing is in flight, marking the
+    /// channel unusable with `why`. Flushed requests stay claimable.
+    ///
+    /// If the device never flushes (it is dead), returning would let the NIC
+    /// write memory Rust considers free again, so the process aborts instead.
+    pub(crate) fn shutdown_and_drain(&self, why: &str) {
+        let mut st = self.lock();
+        if st.unusable.is_none() {
+            st.unusable = Some(why.to_owned());
+        }
+        if let Err(e) = self.qp.to_error() {
+            log::error!("moving QP {} to ERR failed: {e}", self.qp.qp_num());
+        }
+        let start = Instant::now();
+        while st.in_flight > 0 {
+            if let Err(e) = self.reap(&mut st) {
+                log::error!("polling while draining failed: {e}");
+            }
+            if start.elapsed() > DRAIN_LIMIT {
+                eprintln!(
+                    "rdma-safe: fatal: QP {} still has {} work requests in flight {:?} after being moved to \
+                     the error state; the device is not flushing. Aborting rather than returning while the \
+                     NIC may still access borrowed memory.",
+                    self.qp.qp_num(),
+                    st.in_flight,
+                    DRAIN_LIMIT
+                );
+                std::process::abort();
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Counters: (posted, completed, in flight, tracked slots).
+    pub(crate) fn counters(&self) -> (u64, u64, usize, usize) {
+        let st = self.lock();
+        (
+            st.posted_total,
+            st.completed_total,
+            st.in_flight,
+            st.slots.len(),
+        )
+    }
+
+    pub(crate) fn unusable(&self) -> Option<String> {
+        self.lock().unusable.clone()
+    }
+}

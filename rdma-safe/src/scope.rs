@@ -1,0 +1,185 @@
+//! Polling scopes: many operations in flight, all completed before the scope
+//! returns.
+//!
+//! # How scopes stay sound when handles are forgotten
+//!
+//! Modelled on `std::thread::scope`. Operations posted through a
+//! [`PollingScope`] borrow their data for `'scope`, a lifetime that the
+//! closure cannot name and that outlives the closure's body: the data must
+//! therefore be borrowed from outside the scope, for the whole call of
+//! [`Channel::scope`](crate::Channel::scope). The scope records the id of every
+//! request it posts. When the closure returns — normally, with an error, or
+//! by panicking (caught with `catch_unwind`) — `scope` itself waits for every
+//! recorded request that has not been polled, and only then returns (or
+//! resumes the panic). Nothing relies on a handle's `Drop`: a
+//! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
+//! Handles are invariant in `'scope`, so they cannot escape the closure.
+
+use crate::channel::Channel;
+use crate::error::{TransportError, TransportResult};
+use crate::poller::Shared;
+use crate::work::{
+    ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
+};
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+/// The handle through which a scope's closure posts operations; see
+/// [`Channel::scope`](crate::Channel::scope).
+pub struct PollingScope<'scope, 'env: 'scope, C> {
+    target: &'scope C,
+    posted: Vec<u64>,
+    timeout: Duration,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// Runs `f` in a scope over `channel` and drains everything it posted.
+/// Returns the closure's result, the failures found while draining, and how
+/// many requests the closure left unpolled.
+pub(crate) fn run<'env, F, T, E>(
+    channel: &'env mut Channel,
+    f: F,
+) -> (Result<T, E>, Vec<TransportError>, usize)
+where
+    F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env, Channel>) -> Result<T, E>,
+{
+    let timeout = channel.timeout();
+    let channel: &Channel = channel;
+    let mut scope = PollingScope {
+        target: channel,
+        posted: Vec::new(),
+        timeout,
+        _scope: PhantomData,
+        _env: PhantomData,
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
+    let shared = channel.shared();
+    let unclaimed = scope
+        .posted
+        .iter()
+        .filter(|&&id| shared.is_tracked(id))
+        .count();
+    let errors = shared.drain_ids(&scope.posted, timeout);
+    match outcome {
+        Ok(result) => (result, errors, unclaimed),
+        Err(panic) => resume_unwind(panic),
+    }
+}
+
+impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
+    fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
+        self.posted.push(id);
+        ScopedPendingWork {
+            shared: self.target.shared(),
+            id,
+            timeout: self.timeout,
+            _scope: PhantomData,
+        }
+    }
+
+    /// Posts a send; its data stays borrowed until the scope ends.
+    pub fn post_send(
+        &mut self,
+        wr: SendWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_send_wr(&wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts a receive; its buffers stay exclusively borrowed until the scope
+    /// ends.
+    pub fn post_receive(
+        &mut self,
+        mut wr: ReceiveWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_recv_wr(&mut wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts an RDMA write; its data stays borrowed until the scope ends.
+    pub fn post_write(
+        &mut self,
+        wr: WriteWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_write_wr(&wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts an RDMA read; its buffers stay exclusively borrowed until the
+    /// scope ends.
+    pub fn post_read(
+        &mut self,
+        mut wr: ReadWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_read_wr(&mut wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// The channel (read-only: posting goes through the scope).
+    pub fn channel(&self) -> &Channel {
+        self.target
+    }
+
+    /// Requests posted through this scope whose completion has not been
+    /// taken yet.
+    pub fn outstanding(&self) -> usize {
+        let shared = self.target.shared();
+        self.posted
+            .iter()
+            .filter(|&&id| shared.is_tracked(id))
+            .count()
+    }
+}
+
+impl<C> fmt::Debug for PollingScope<'_, '_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PollingScope")
+            .field("posted", &self.posted.len())
+            .finish()
+    }
+}
+
+/// An operation posted in a scope. Poll it with [`poll`](Self::poll) or
+/// [`wait`](Self::wait); if it is dropped or forgotten instead, the scope
+/// waits for it when it ends.
+#[must_use = "an unpolled operation is waited for at the end of the scope; poll it to see its outcome"]
+pub struct ScopedPendingWork<'scope> {
+    shared: &'scope Shared,
+    id: u64,
+    timeout: Duration,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+impl<'scope> ScopedPendingWork<'scope> {
+    /// The work request id.
+    pub fn wr_id(&self) -> u64 {
+        self.id
+    }
+
+    /// Polls once without blocking: the outcome if the operation completed,
+    /// otherwise the handle back.
+    pub fn poll(self) -> Result<TransportResult<WorkSuccess>, Self> {
+        match self.shared.try_take(self.id) {
+            Some(outcome) => Ok(outcome),
+            None => Err(self),
+        }
+    }
+
+    /// Blocks until the operation completes (bounded by the channel's
+    /// timeout; on expiry the channel is shut down and drained) and returns
+    /// its outcome.
+    pub fn wait(self) -> TransportResult<WorkSuccess> {
+        self.shared.wait(self.id, self.timeout)
+    }
+}
+
+impl fmt::Debug for ScopedPendingWork<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedPendingWork")
+            .field("wr_id", &self.id)
+            .finish()
+    }
+}
