@@ -143,10 +143,18 @@ impl Shared {
 
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
     /// not). `None` while still in flight. Errors if `id` is unknown.
+    ///
+    /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
         let mut st = self.lock();
         if let Some(Slot::Posted { .. }) = st.slots.get(&id) {
             if let Err(e) = self.reap(&mut st) {
+                // The CQ cannot be read, so completion of `id` cannot be
+                // observed: shut the QP down and drain before reporting, so
+                // that no outcome is ever returned while `id` is in flight.
+                drop(st);
+                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                self.lock().slots.remove(&id);
                 return Some(Err(e));
             }
         }
