@@ -5,7 +5,7 @@
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, QueuePair, WcOpcode, WorkCompletion};
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,10 +28,60 @@ enum Slot {
     },
 }
 
+/// Slots of the outstanding and unclaimed requests, indexed by id. Ids are
+/// handed out sequentially, so a ring whose front is the oldest tracked id
+/// replaces a hash map: O(1) insert, lookup and (amortised) removal.
+#[derive(Debug, Default)]
+struct Slots {
+    base: u64,
+    ring: VecDeque<Option<Slot>>,
+    live: usize,
+}
+
+impl Slots {
+    fn index(&self, id: u64) -> Option<usize> {
+        let i = usize::try_from(id.checked_sub(self.base)?).ok()?;
+        (i < self.ring.len()).then_some(i)
+    }
+    fn insert(&mut self, id: u64, slot: Slot) {
+        if self.ring.is_empty() {
+            self.base = id;
+        }
+        debug_assert_eq!(id, self.base + self.ring.len() as u64, "ids are sequential");
+        self.ring.push_back(Some(slot));
+        self.live += 1;
+    }
+    fn get(&self, id: u64) -> Option<&Slot> {
+        self.index(id).and_then(|i| self.ring[i].as_ref())
+    }
+    fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
+        self.index(id).and_then(|i| self.ring[i].as_mut())
+    }
+    fn contains_key(&self, id: u64) -> bool {
+        self.get(id).is_some()
+    }
+    fn remove(&mut self, id: u64) -> Option<Slot> {
+        let i = self.index(id)?;
+        let slot = self.ring[i].take();
+        if slot.is_some() {
+            self.live -= 1;
+        }
+        while let Some(None) = self.ring.front() {
+            self.ring.pop_front();
+            self.base += 1;
+        }
+        slot
+    }
+    fn len(&self) -> usize {
+        self.live
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct PollState {
     next_wr_id: u64,
-    slots: HashMap<u64, Slot>,
+    slots: Slots,
+    wcs: Box<[WorkCompletion; POLL_BATCH]>,
     /// Posted and not yet seen on the CQ.
     in_flight: usize,
     posted_total: u64,
@@ -60,7 +110,8 @@ impl Shared {
             events,
             state: Mutex::new(PollState {
                 next_wr_id: 1,
-                slots: HashMap::new(),
+                slots: Slots::default(),
+                wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
                 in_flight: 0,
                 posted_total: 0,
                 completed_total: 0,
@@ -95,26 +146,34 @@ impl Shared {
 
     /// Moves available completions from the CQ into their slots.
     fn reap(&self, st: &mut PollState) -> TransportResult<usize> {
-        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-        let got = self.cq.poll(&mut wcs).map_err(TransportError::Poll)?;
+        let PollState {
+            wcs,
+            slots,
+            in_flight,
+            completed_total,
+            unusable,
+            posted_total,
+            ..
+        } = st;
+        let got = self.cq.poll(&mut wcs[..]).map_err(TransportError::Poll)?;
         let n = got.len();
         for wc in got.iter() {
-            st.completed_total += 1;
-            match st.slots.get_mut(&wc.wr_id()) {
+            *completed_total += 1;
+            match slots.get_mut(wc.wr_id()) {
                 Some(slot @ Slot::Posted { .. }) => {
                     let (op, len) = match *slot {
                         Slot::Posted { op, len } => (op, len),
                         Slot::Done { .. } => unreachable!(),
                     };
                     *slot = Slot::Done { op, len, wc: *wc };
-                    st.in_flight -= 1;
-                    if !wc.is_success() && st.unusable.is_none() {
-                        st.unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
+                    *in_flight -= 1;
+                    if !wc.is_success() && unusable.is_none() {
+                        *unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
                     }
                 }
                 // A completion nobody posted (or a second one for an id):
                 // never expected; recorded so tests can assert on it.
-                _ => log::error!("unexpected completion {wc:?} (posted {})", st.posted_total),
+                _ => log::error!("unexpected completion {wc:?} (posted {})", posted_total),
             }
         }
         Ok(n)
@@ -147,20 +206,20 @@ impl Shared {
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
         let mut st = self.lock();
-        if let Some(Slot::Posted { .. }) = st.slots.get(&id) {
+        if let Some(Slot::Posted { .. }) = st.slots.get(id) {
             if let Err(e) = self.reap(&mut st) {
                 // The CQ cannot be read, so completion of `id` cannot be
                 // observed: shut the QP down and drain before reporting, so
                 // that no outcome is ever returned while `id` is in flight.
                 drop(st);
                 self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                self.lock().slots.remove(&id);
+                self.lock().slots.remove(id);
                 return Some(Err(e));
             }
         }
-        match st.slots.get(&id) {
+        match st.slots.get(id) {
             Some(Slot::Posted { .. }) => None,
-            Some(Slot::Done { .. }) => match st.slots.remove(&id) {
+            Some(Slot::Done { .. }) => match st.slots.remove(id) {
                 Some(Slot::Done { op, len, wc }) => Some(Self::outcome(op, len, &wc)),
                 _ => unreachable!(),
             },
@@ -172,7 +231,7 @@ impl Shared {
 
     /// Whether `id` is still outstanding or unclaimed.
     pub(crate) fn is_tracked(&self, id: u64) -> bool {
-        self.lock().slots.contains_key(&id)
+        self.lock().slots.contains_key(id)
     }
 
     /// Blocks until `id` completes and returns its outcome. If `timeout`
@@ -189,13 +248,13 @@ impl Shared {
             if spins % 64 == 0 {
                 let elapsed = start.elapsed();
                 if elapsed >= timeout {
-                    let op = match self.lock().slots.get(&id) {
+                    let op = match self.lock().slots.get(id) {
                         Some(Slot::Posted { op, .. } | Slot::Done { op, .. }) => *op,
                         None => Operation::Send,
                     };
                     self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                     // The request is now complete (flushed); forget it.
-                    self.lock().slots.remove(&id);
+                    self.lock().slots.remove(id);
                     return Err(TransportError::Timeout {
                         operation: op,
                         timeout,
@@ -288,5 +347,44 @@ impl Shared {
 
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted() -> Slot {
+        Slot::Posted {
+            op: Operation::Send,
+            len: 1,
+        }
+    }
+
+    #[test]
+    fn slots_ring_tracks_out_of_order_removal() {
+        let mut s = Slots::default();
+        for id in 10..20 {
+            s.insert(id, posted());
+        }
+        assert_eq!(s.len(), 10);
+        assert!(s.contains_key(10) && s.contains_key(19));
+        assert!(!s.contains_key(9) && !s.contains_key(20));
+        // Remove in a different order than inserted.
+        for id in [15, 19, 10, 12] {
+            assert!(s.remove(id).is_some());
+            assert!(s.remove(id).is_none(), "second removal of {id}");
+        }
+        assert_eq!(s.len(), 6);
+        assert_eq!(s.base, 11, "front advanced past removed id 10 only");
+        for id in [11, 13, 14, 16, 17, 18] {
+            assert!(s.remove(id).is_some());
+        }
+        assert_eq!(s.len(), 0);
+        assert!(s.ring.is_empty());
+        // Reusable after emptying, from a later id.
+        s.insert(21, posted());
+        assert!(s.contains_key(21));
+        assert!(s.get_mut(21).is_some());
     }
 }
