@@ -108,3 +108,55 @@ pub(crate) fn check_rc(verb: &'static str, rc: c_int) -> Result<()> {
         rc => Err(Error::verb(verb, rc)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set_errno(value: c_int) {
+        // SAFETY: the calling thread's errno slot is valid for writes.
+        unsafe { *libc::__errno_location() = value };
+    }
+
+    #[test]
+    fn zero_is_success() {
+        set_errno(libc::EBUSY); // a stale errno must not matter
+        assert!(check_rc("ibv_x", 0).is_ok());
+    }
+
+    #[test]
+    fn a_positive_value_is_the_errno() {
+        set_errno(0);
+        let err = check_rc("ibv_post_send", libc::ENOMEM).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENOMEM));
+        assert_eq!(err.failed_verb(), Some("ibv_post_send"));
+    }
+
+    #[test]
+    fn minus_one_means_see_errno() {
+        set_errno(libc::EAGAIN);
+        let err = check_rc("ibv_x", -1).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EAGAIN));
+        // A verb that failed without setting errno still reports an error.
+        set_errno(0);
+        assert_eq!(check_rc("ibv_x", -1).unwrap_err().errno(), Some(libc::EIO));
+    }
+
+    #[test]
+    fn another_negative_value_is_a_negated_errno() {
+        set_errno(libc::EAGAIN);
+        let err = check_rc("ibv_query_gid_ex", -libc::ENODATA).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENODATA));
+    }
+
+    #[test]
+    fn the_message_names_the_verb_and_the_errno() {
+        let err = check_rc("ibv_modify_qp", libc::EINVAL).unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("ibv_modify_qp failed: "), "{text}");
+        assert!(
+            text.contains(&io::Error::from_raw_os_error(libc::EINVAL).to_string()),
+            "{text}"
+        );
+    }
+}

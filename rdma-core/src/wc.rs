@@ -67,7 +67,7 @@ wc_status! {
     LocalEecOperationError = IBV_WC_LOC_EEC_OP_ERR, "local EE context operation error", "internal EE context error (RD only)";
     LocalProtectionError = IBV_WC_LOC_PROT_ERR, "local protection error", "an SGE lies outside its memory region, or its lkey is wrong, or the MR lacks local write for a receive/read target";
     WrFlushError = IBV_WC_WR_FLUSH_ERR, "Work Request Flushed Error", "the QP was in the error state (moved there by an earlier failure or on purpose), so the request was flushed without executing";
-    MemoryWindowBindError = IBV_WC_MW_BIND_ERR, "memory bind operation error", "a memory window bind failed (bad MR, access rights or range)";
+    MemoryWindowBindError = IBV_WC_MW_BIND_ERR, "memory management operation error", "a memory window bind failed (bad MR, access rights or range)";
     BadResponseError = IBV_WC_BAD_RESP_ERR, "bad response error", "the responder sent an unexpected transport response";
     LocalAccessError = IBV_WC_LOC_ACCESS_ERR, "local access error", "a protection error on local data during an RDMA read response or atomic";
     RemoteInvalidRequestError = IBV_WC_REM_INV_REQ_ERR, "remote invalid request error", "the peer rejected the request: message larger than its receive buffer, opcode it does not support, or bad length";
@@ -77,7 +77,7 @@ wc_status! {
     RnrRetryExceeded = IBV_WC_RNR_RETRY_EXC_ERR, "RNR retry counter exceeded", "the peer had no receive posted (receiver not ready) for longer than rnr_retry allows";
     LocalRddViolation = IBV_WC_LOC_RDD_VIOL_ERR, "local RDD violation error", "RD domain violation (RD only)";
     RemoteInvalidRdRequest = IBV_WC_REM_INV_RD_REQ_ERR, "remote invalid RD request", "invalid RD request (RD only)";
-    RemoteAbortError = IBV_WC_REM_ABORT_ERR, "operation aborted", "the responder aborted the operation";
+    RemoteAbortError = IBV_WC_REM_ABORT_ERR, "aborted error", "the responder aborted the operation";
     InvalidEecnError = IBV_WC_INV_EECN_ERR, "invalid EE context number", "invalid EE context number (RD only)";
     InvalidEecStateError = IBV_WC_INV_EEC_STATE_ERR, "invalid EE context state", "invalid EE context state (RD only)";
     FatalError = IBV_WC_FATAL_ERR, "fatal error", "the device hit a fatal error";

@@ -346,6 +346,17 @@ impl TestDevice {
 
     /// Connects two RC QPs of this device to each other (RESET → RTS).
     pub(crate) fn connect(&self, a: &QueuePair, b: &QueuePair) {
+        self.connect_with(a, b, |_| {});
+    }
+
+    /// As [`connect`](Self::connect), with `tweak` applied to both QPs'
+    /// RTR → RTS parameters (timeouts, retry counts).
+    pub(crate) fn connect_with(
+        &self,
+        a: &QueuePair,
+        b: &QueuePair,
+        tweak: impl Fn(&mut RtsParams),
+    ) {
         let access = Buf::full_access();
         let (psn_a, psn_b) = (0x1234, 0x5678);
         for (qp, peer, rq_psn, sq_psn) in [(a, b, psn_b, psn_a), (b, a, psn_a, psn_b)] {
@@ -353,7 +364,9 @@ impl TestDevice {
             let mut rtr = RtrParams::new(peer.qp_num(), rq_psn, self.av());
             rtr.path_mtu = self.mtu;
             qp.to_rtr(&rtr).expect("INIT -> RTR");
-            qp.to_rts(&RtsParams::new(sq_psn)).expect("RTR -> RTS");
+            let mut rts = RtsParams::new(sq_psn);
+            tweak(&mut rts);
+            qp.to_rts(&rts).expect("RTR -> RTS");
         }
     }
 }
@@ -380,12 +393,25 @@ impl RcPair {
         (Self::build(dev, ch.as_ref()), ch)
     }
 
+    /// As [`new`](Self::new), with `tweak` applied to the RTS parameters.
+    pub(crate) fn with_rts(tweak: impl Fn(&mut RtsParams)) -> RcPair {
+        Self::build_with(TestDevice::open(), None, tweak)
+    }
+
     fn build(dev: TestDevice, ch: Option<&CompChannel>) -> RcPair {
+        Self::build_with(dev, ch, |_| {})
+    }
+
+    fn build_with(
+        dev: TestDevice,
+        ch: Option<&CompChannel>,
+        tweak: impl Fn(&mut RtsParams),
+    ) -> RcPair {
         let cq_a = dev.cq(None);
         let cq_b = dev.cq(ch);
         let a = dev.rc_qp(&cq_a);
         let b = dev.rc_qp(&cq_b);
-        dev.connect(&a, &b);
+        dev.connect_with(&a, &b, tweak);
         RcPair {
             dev,
             cq_a,
