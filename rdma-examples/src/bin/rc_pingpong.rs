@@ -1,0 +1,368 @@
+//! `rc_pingpong` — ping-pong over a reliable connection, wire-compatible with
+//! rdma-core's `ibv_rc_pingpong`: either side may be the C program.
+//!
+//! ```text
+//! rc_pingpong -d rxe0 -g 1                 server: wait for a client
+//! rc_pingpong -d rxe0 -g 1 10.0.2.15       client: connect to the server
+//! ```
+//!
+//! Same options as the C program (`-p -d -i -s -m -r -n -l -e -g -c`), same
+//! TCP exchange and same output:
+//!
+//! 1. Both sides post their receives, then exchange addresses over TCP
+//!    (port 18515): the client sends `"LID:QPN:PSN:GID"` (`%04x:%06x:%06x:`
+//!    and 32 hex digits, in a NUL-padded 52-byte buffer); the server connects
+//!    its queue pair, answers with its own address; the client replies
+//!    `"done"` (5 bytes with the NUL) and connects.
+//! 2. The client sends first; each side sends its next message once its
+//!    previous send completed and a message arrived, `-n` times.
+//! 3. Both print `N bytes in S seconds = X Mbit/sec` and
+//!    `N iters in S seconds = U usec/iter`.
+//!
+//! Written against `rdma-safe`: one polling scope holds up to `-r` receives
+//! posted into one buffer (the same `ScatterElement` reused for every post,
+//! as the C program reuses its buffer) and the send, and reposts receives
+//! as they complete. Differences from the C program: without `-g`, on RoCE
+//! the port's RoCE v2 GID is used (the C program sends a zero GID and cannot
+//! connect on RoCE then); only as many receives are posted as messages will
+//! arrive (so the scope ends without leftovers); every received message must
+//! be exactly `-s` bytes; with `-c` an invalid page makes the server exit 1.
+
+use rdma_core::{LinkLayer, Mtu};
+use rdma_examples::args::{self, Opt};
+use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
+use rdma_examples::{flatten_scope, net, open_pd, BoxError, Result};
+use rdma_safe::{Endpoint, Gid, MemoryRegion, ReceiveWorkRequest, SendWorkRequest};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const OPTS: &[Opt] = &[
+    Opt::value(
+        Some('p'),
+        "port",
+        "port",
+        "listen on/connect to port <port> (default 18515)",
+    ),
+    Opt::value(
+        Some('d'),
+        "ib-dev",
+        "dev",
+        "use IB device <dev> (default first device found)",
+    ),
+    Opt::value(
+        Some('i'),
+        "ib-port",
+        "port",
+        "use port <port> of IB device (default 1)",
+    ),
+    Opt::value(
+        Some('s'),
+        "size",
+        "size",
+        "size of message to exchange (default 4096)",
+    ),
+    Opt::value(Some('m'), "mtu", "size", "path MTU (default 1024)"),
+    Opt::value(
+        Some('r'),
+        "rx-depth",
+        "dep",
+        "number of receives to post at a time (default 500)",
+    ),
+    Opt::value(
+        Some('n'),
+        "iters",
+        "iters",
+        "number of exchanges (default 1000)",
+    ),
+    Opt::value(
+        Some('l'),
+        "sl",
+        "sl",
+        "service level value (only 0: rdma-safe sets no SL)",
+    ),
+    Opt::flag(Some('e'), "events", "sleep on CQ events (default poll)"),
+    Opt::value(
+        Some('g'),
+        "gid-idx",
+        "gid index",
+        "local port gid index (default: RoCE v2 GID on RoCE, none on IB)",
+    ),
+    Opt::flag(Some('c'), "chk", "validate received buffer"),
+    Opt::flag(Some('h'), "help", "show this help"),
+];
+
+const SYNOPSIS: &str = "\
+Usage:
+  rc_pingpong            start a server and wait for connection
+  rc_pingpong <host>     connect to server at <host>";
+
+/// The options, as the C program names them.
+#[derive(Debug)]
+struct Options {
+    port: u16,
+    ib_dev: Option<String>,
+    ib_port: u8,
+    size: usize,
+    mtu: Mtu,
+    rx_depth: usize,
+    iters: usize,
+    events: bool,
+    gid_idx: Option<u32>,
+    chk: bool,
+    server: Option<String>,
+}
+
+fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
+    let mtu_bytes = m.uint_in("mtu", 1024, 256, 4096)?;
+    let mtu = Mtu::from_bytes(mtu_bytes as u32)
+        .ok_or_else(|| args::ArgError(format!("--mtu: {mtu_bytes} is not an IB MTU")))?;
+    if m.uint_in("sl", 0, 0, 15)? != 0 {
+        return Err(args::ArgError(
+            "--sl: only 0 is supported (rdma_safe::Channel::connect sets no service level)".into(),
+        ));
+    }
+    if m.positionals.len() > 1 {
+        return Err(args::ArgError("more than one server name given".into()));
+    }
+    Ok(Options {
+        port: m.uint_in("port", 18515, 1, 65535)? as u16,
+        ib_dev: m.value("ib-dev").map(str::to_owned),
+        ib_port: m.uint_in("ib-port", 1, 1, 255)? as u8,
+        size: m.uint_in("size", 4096, 0, 1 << 30)? as usize,
+        mtu,
+        rx_depth: m.uint_in("rx-depth", 500, 1, 1 << 20)? as usize,
+        iters: m.uint_in("iters", 1000, 1, u32::MAX.into())? as usize,
+        events: m.flag("events"),
+        gid_idx: m.uint("gid-idx")?.map(|g| g as u32),
+        chk: m.flag("chk"),
+        server: m.positionals.first().cloned(),
+    })
+}
+
+fn main() -> ExitCode {
+    let parsed = args::parse(OPTS, std::env::args().skip(1));
+    let m = match parsed {
+        Ok(m) if m.flag("help") => {
+            print!("{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::SUCCESS;
+        }
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::from(2);
+        }
+    };
+    let opts = match options(&m) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(o: &Options) -> Result<()> {
+    let pd = open_pd(o.ib_dev.as_deref())?;
+    let port_attr = pd.context().query_port(o.ib_port)?;
+    let roce = port_attr.link_layer() == LinkLayer::Ethernet;
+
+    // The C program's queue pair: one send, rx_depth receives, one SGE each,
+    // a CQ of rx_depth + 1 entries shared by both queues.
+    let mut builder = pd
+        .channel_builder()
+        .port(o.ib_port)
+        .send_depth(1)
+        .recv_depth(o.rx_depth as u32)
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .cq_size(o.rx_depth as u32 + 1)
+        .mtu(o.mtu)
+        .completion_events(o.events);
+    if let Some(g) = o.gid_idx {
+        builder = builder.gid_index(g);
+    }
+    let mut channel = builder.build()?;
+    let local = channel.local_endpoint();
+    if !roce && local.lid == 0 {
+        return Err("Couldn't get local LID".into());
+    }
+    let me = Dest {
+        lid: local.lid,
+        qpn: local.qp_num,
+        psn: local.psn,
+        // Like the C program: a GID only with -g (on InfiniBand), since the
+        // peer then addresses us through a GRH with its own -g index.
+        gid: if o.gid_idx.is_some() || roce {
+            local.gid
+        } else {
+            Gid::default()
+        },
+    };
+
+    // One registration, two halves: receives land in `rx`, sends come from
+    // `tx` (the C program uses one buffer for both; Rust's borrows want
+    // the NIC's writes and reads apart).
+    let slot = o.size.max(1);
+    let mut buf = vec![0u8; 2 * slot];
+    let mr = MemoryRegion::register_local_mr(&pd, buf.as_mut_ptr(), buf.len())?;
+    let (rx, tx) = buf.split_at_mut(slot);
+    let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
+    tx.fill(0x7b);
+    let page = page_size();
+    if o.chk && o.server.is_some() {
+        for i in (0..o.size).step_by(page) {
+            tx[i] = 0;
+        }
+    }
+
+    // Address exchange. The server listens before printing, so a script
+    // that waits for the first line knows the port is open.
+    let (mut stream, remote) = match &o.server {
+        Some(host) => {
+            println!("  local address:  {}", me.describe());
+            let mut s = net::connect(host, o.port, net::CONNECT_RETRY)?;
+            s.write_all(&me.to_wire())?;
+            let mut msg = [0u8; MSG_LEN];
+            s.read_exact(&mut msg)
+                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            s.write_all(DONE)?;
+            (None, Dest::from_wire(&msg)?)
+        }
+        None => {
+            let listener = net::listen(o.port)
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
+            println!("  local address:  {}", me.describe());
+            let (mut s, _) = listener.accept()?;
+            drop(listener);
+            let mut msg = [0u8; MSG_LEN];
+            s.read_exact(&mut msg)
+                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            (Some(s), Dest::from_wire(&msg)?)
+        }
+    };
+    channel
+        .connect(&Endpoint {
+            qp_num: remote.qpn,
+            psn: remote.psn,
+            port: o.ib_port,
+            lid: remote.lid,
+            gid: remote.gid,
+            gid_index: 0, // the peer's index; not needed to reach it
+            mtu: o.mtu,
+        })
+        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+
+    let is_client = o.server.is_some();
+    let (iters, size, rx_depth) = (o.iters, o.size, o.rx_depth);
+    let elapsed = flatten_scope(channel.scope(|s| -> Result<_, BoxError> {
+        let mut rx_sge = [mr.scatter_element(rx)];
+        let tx_sge = [mr.gather_element(tx)];
+        // Receives complete in the order they were posted.
+        let mut recvs = VecDeque::with_capacity(rx_depth.min(iters));
+        let mut recv_posted = 0;
+        while recv_posted < rx_depth.min(iters) {
+            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
+            recv_posted += 1;
+        }
+        // The server answers only now that its receives are posted; the
+        // client sends only after reading this answer.
+        if let Some(stream) = stream.as_mut() {
+            finish_server_exchange(stream, &me)?;
+        }
+        println!("  remote address: {}", remote.describe());
+
+        let mut send = if is_client {
+            Some(s.post_send(SendWorkRequest::new(&tx_sge))?)
+        } else {
+            None
+        };
+        let start = Instant::now();
+        let (mut scnt, mut rcnt) = (0, 0);
+        loop {
+            if let Some(h) = send.take() {
+                h.wait()?;
+                scnt += 1;
+            }
+            if rcnt < iters {
+                let h = recvs.pop_front().ok_or("no receive posted")?;
+                let got = h.wait()?;
+                if got.bytes() != size {
+                    return Err(format!(
+                        "message {rcnt} has {} bytes, expected {size} (same -s on both sides?)",
+                        got.bytes()
+                    )
+                    .into());
+                }
+                rcnt += 1;
+                if recv_posted < iters {
+                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
+                    recv_posted += 1;
+                }
+            }
+            if scnt < iters {
+                send = Some(s.post_send(SendWorkRequest::new(&tx_sge))?);
+            } else if rcnt >= iters {
+                break;
+            }
+        }
+        Ok(start.elapsed())
+    }))?;
+
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = size as u64 * iters as u64 * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+
+    if o.chk && !is_client {
+        let mut bad = false;
+        for i in (0..size).step_by(page) {
+            if rx[i] != 0 {
+                println!("invalid data in page {}", i / page);
+                bad = true;
+            }
+        }
+        if bad {
+            return Err("received buffer failed validation (-c)".into());
+        }
+    }
+    Ok(())
+}
+
+/// The server's half after connecting: send our address, read "done".
+fn finish_server_exchange(stream: &mut TcpStream, me: &Dest) -> Result<()> {
+    stream.write_all(&me.to_wire())?;
+    let mut done = [0u8; DONE.len()];
+    stream
+        .read_exact(&mut done)
+        .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
+    if &done != DONE {
+        return Err(format!("expected \"done\" from the client, got {done:?}").into());
+    }
+    Ok(())
+}
+
+/// The page size `-c` validates by (as the C program: the first byte of
+/// every page).
+fn page_size() -> usize {
+    // SAFETY: `sysconf` has no preconditions; it only reads a constant.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
