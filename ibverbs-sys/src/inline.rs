@@ -929,9 +929,11 @@ pub unsafe fn ibv_destroy_rwq_ind_table(rwq_ind_table: *mut ibv_rwq_ind_table) -
 /// `ibv_post_srq_ops`—Posts a linked list of operations (tag-matching add,
 /// remove, sync) to a tag-matching SRQ.
 ///
-/// Returns 0 or an errno value; on failure `*bad_op` points at the first
-/// operation not posted (the first one when the provider lacks the verb and
-/// `EOPNOTSUPP` is returned).
+/// Returns 0 or an errno value; on failure the provider sets `*bad_op` to the
+/// first operation not posted. (When the context has no `post_srq_ops` at
+/// all, this shim sets it to `op`; but libibverbs gives providers that lack
+/// the verb a stub returning `EOPNOTSUPP` without touching `*bad_op`, so
+/// initialise it before the call.)
 ///
 /// # Safety
 /// `srq` must be a valid SRQ, `op` a valid null-terminated list whose SGEs
