@@ -47,7 +47,10 @@ impl<'data> PendingWork<'data> {
     pub fn poll(self) -> Result<TransportResult<WorkSuccess>, Self> {
         match self.shared.try_take(self.id) {
             Some(outcome) => {
-                let _ = ManuallyDrop::new(self);
+                // Completed and claimed: nothing is left for `Drop` to wait
+                // for, but the reference to the channel must still be
+                // released.
+                drop(self.disarm());
                 Ok(outcome)
             }
             None => Err(self),
@@ -57,11 +60,17 @@ impl<'data> PendingWork<'data> {
     /// Blocks until the operation completes (bounded by the channel's
     /// timeout) and returns its outcome.
     pub fn wait(self) -> TransportResult<WorkSuccess> {
+        let (id, timeout) = (self.id, self.timeout);
+        self.disarm().wait(id, timeout)
+    }
+
+    /// Takes the channel's state out without running `Drop` (which would
+    /// wait for the work).
+    fn disarm(self) -> Arc<Shared> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again after this read, so
         // the `Arc` is moved out exactly once.
-        let shared = unsafe { std::ptr::read(&this.shared) };
-        shared.wait(this.id, this.timeout)
+        unsafe { std::ptr::read(&this.shared) }
     }
 }
 
