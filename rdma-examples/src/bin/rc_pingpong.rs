@@ -26,7 +26,10 @@
 //! the port's RoCE v2 GID is used (the C program sends a zero GID and cannot
 //! connect on RoCE then); only as many receives are posted as messages will
 //! arrive (so the scope ends without leftovers); every received message must
-//! be exactly `-s` bytes; with `-c` an invalid page makes the server exit 1.
+//! be exactly `-s` bytes; the C programs send back the message they
+//! received, this one sends a constant buffer (with `-c`, one whose
+//! page-start bytes are zero in both roles, which is what the C programs
+//! end up echoing); with `-c` an invalid page makes the server exit 1.
 
 use rdma_core::{LinkLayer, Mtu};
 use rdma_examples::args::{self, Opt};
@@ -219,7 +222,10 @@ fn run(o: &Options) -> Result<()> {
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
     tx.fill(0x7b);
     let page = page_size();
-    if o.chk && o.server.is_some() {
+    // -c: the C client zeroes the first byte of every page, and the C
+    // programs send back what they received, so the zeroes travel both ways.
+    // Our side sends a constant buffer: zero those bytes in either role.
+    if o.chk {
         for i in (0..o.size).step_by(page) {
             tx[i] = 0;
         }

@@ -1,0 +1,1129 @@
+//! `perf` — bandwidth and latency of RDMA write, RDMA read and send/receive
+//! over one reliable connection, in perftest's units, with the data checked
+//! at the end of every test.
+//!
+//! ```text
+//! perf write_bw                         server (waits for one client)
+//! perf write_bw 10.0.2.15               client
+//! perf --test read_lat -a 10.0.2.15     client, every size from 2 B to 8 MiB
+//! ```
+//!
+//! Tests: `write_bw`, `read_bw`, `send_bw` (bandwidth: `-t` operations in
+//! flight, reported as peak and average MB/sec, MB = 2^20 bytes as in
+//! perftest, and message rate in Mpps) and `write_lat`, `read_lat`,
+//! `send_lat` (one operation at a time, reported as t_min, t_max,
+//! t_typical = median, t_avg, t_stdev, 99% and 99.9% percentiles in usec;
+//! write and send latency are half a round trip, read latency a whole read).
+//!
+//! The client's test parameters (`-s`/`-a`, `-n`, `-t`, `-r`, `-I`) are
+//! sent to the server over the TCP connection, so the server needs only
+//! the test name and its device options. Per message size:
+//!
+//! 1. the server prepares its buffers (zeroes the target, or fills the
+//!    source with a pattern; posts receives) and says `GO`;
+//! 2. the client runs the test and says `DONE` when its last operation
+//!    completed;
+//! 3. the server checks the data (RDMA write: its exposed buffer holds the
+//!    client's pattern; send: every message arrived in order with the right
+//!    length and immediate data, and the receive buffers hold the pattern;
+//!    read: its buffer is unchanged) and answers `OK` or `BAD`; the client
+//!    checks what it read or received.
+//!
+//! Both print `data verified` at the end, or exit with status 1.
+//!
+//! One-sided tests hand the exposed region over the TCP connection as
+//! `RemoteMemoryRegion::to_bytes`. The bandwidth loop keeps `-t`
+//! operations in flight inside one `rdma-safe` scope (a `VecDeque` of
+//! `ScopedPendingWork`, waiting for the oldest when full); `-v` (and
+//! `--json`) add the time spent per post and the time the scope took to
+//! end, which is the safe API's own overhead.
+
+use rdma_examples::args::{self, Opt};
+use rdma_examples::shared::SharedBuffer;
+use rdma_examples::stats::{Bandwidth, Latency};
+use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
+use rdma_safe::{
+    Channel, MemoryRegion, Mtu, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
+    ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
+    REMOTE_REGION_ENCODED_LEN,
+};
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const OPTS: &[Opt] = &[
+    Opt::value(
+        None,
+        "test",
+        "test",
+        "write_bw|read_bw|send_bw|write_lat|read_lat|send_lat",
+    ),
+    Opt::value(
+        Some('d'),
+        "ib-dev",
+        "dev",
+        "use RDMA device <dev> (default first device found)",
+    ),
+    Opt::value(
+        Some('i'),
+        "ib-port",
+        "port",
+        "use port <port> of the device (default 1)",
+    ),
+    Opt::value(
+        Some('x'),
+        "gid-index",
+        "index",
+        "local GID index (default: the port's RoCE v2 IPv4 GID)",
+    ),
+    Opt::value(
+        Some('s'),
+        "size",
+        "bytes",
+        "message size (default 65536 for bandwidth, 2 for latency tests)",
+    ),
+    Opt::flag(
+        Some('a'),
+        "all",
+        "run every size from 2 bytes to 8 MiB (powers of two)",
+    ),
+    Opt::value(
+        Some('n'),
+        "iters",
+        "iters",
+        "operations per size (default 5000 for bandwidth, 1000 for latency)",
+    ),
+    Opt::value(
+        Some('t'),
+        "tx-depth",
+        "depth",
+        "operations in flight, bandwidth tests (default 128)",
+    ),
+    Opt::value(
+        Some('r'),
+        "rx-depth",
+        "depth",
+        "receives posted at a time by the send_bw server (default 512)",
+    ),
+    Opt::value(
+        Some('I'),
+        "inline-size",
+        "bytes",
+        "largest message sent inline (default 0)",
+    ),
+    Opt::value(
+        Some('m'),
+        "mtu",
+        "bytes",
+        "path MTU (default: the port's active MTU)",
+    ),
+    Opt::value(
+        Some('p'),
+        "port",
+        "port",
+        "TCP port to listen on/connect to (default 18515)",
+    ),
+    Opt::flag(
+        None,
+        "json",
+        "one JSON object per size on stdout (other text goes to stderr)",
+    ),
+    Opt::flag(
+        Some('v'),
+        "verbose",
+        "also report the per-operation overhead of the safe API",
+    ),
+    Opt::flag(Some('h'), "help", "show this help"),
+];
+
+const SYNOPSIS: &str = "\
+Usage:
+  perf [options] <test>            server: wait for one client
+  perf [options] <test> <host>     client: run <test> against the server at <host>
+  perf [options] --test <test> [<host>]
+
+Tests: write_bw read_bw send_bw write_lat read_lat send_lat
+The client's -s/-a/-n/-t/-r/-I are sent to the server; both check the data.";
+
+/// Largest size of `-a`.
+const MAX_ALL: usize = 8 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Test {
+    WriteBw,
+    ReadBw,
+    SendBw,
+    WriteLat,
+    ReadLat,
+    SendLat,
+}
+
+impl Test {
+    const ALL: [Test; 6] = [
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::SendBw,
+        Test::WriteLat,
+        Test::ReadLat,
+        Test::SendLat,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::SendBw => "send_bw",
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::SendLat => "send_lat",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::SendBw => "Send BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::SendLat => "Send Latency Test",
+        }
+    }
+
+    fn is_bw(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+    }
+
+    /// Whether the server exposes a buffer to the client.
+    fn server_exposes(self) -> bool {
+        !matches!(self, Test::SendBw | Test::SendLat)
+    }
+
+    fn uses_receives(self) -> bool {
+        matches!(self, Test::SendBw | Test::SendLat)
+    }
+}
+
+/// Test parameters, decided by the client and sent to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Params {
+    test: Test,
+    sizes: Vec<usize>,
+    iters: usize,
+    tx_depth: usize,
+    rx_depth: usize,
+    inline: u32,
+}
+
+impl Params {
+    fn to_line(&self) -> String {
+        let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
+        format!(
+            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} sizes={}",
+            self.test.name(),
+            self.iters,
+            self.tx_depth,
+            self.rx_depth,
+            self.inline,
+            sizes.join(",")
+        )
+    }
+
+    fn from_line(line: &str) -> Result<Params> {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("PERF1") {
+            return Err(format!("not a perf client (got `{line}`)").into());
+        }
+        let (mut test, mut sizes) = (None, Vec::new());
+        let (mut iters, mut tx_depth, mut rx_depth, mut inline) = (0, 0, 0, 0);
+        for w in words {
+            let (k, v) = w.split_once('=').ok_or("malformed parameter")?;
+            let num = || v.parse::<usize>().map_err(|_| format!("bad {k}={v}"));
+            match k {
+                "test" => test = Test::parse(v),
+                "iters" => iters = num()?,
+                "tx_depth" => tx_depth = num()?,
+                "rx_depth" => rx_depth = num()?,
+                "inline" => inline = num()? as u32,
+                "sizes" => {
+                    for s in v.split(',') {
+                        sizes.push(s.parse().map_err(|_| format!("bad size {s}"))?);
+                    }
+                }
+                _ => {} // newer clients may add parameters
+            }
+        }
+        let test = test.ok_or("unknown test in the client's parameters")?;
+        if sizes.is_empty() || iters == 0 || tx_depth == 0 || rx_depth == 0 {
+            return Err(format!("incomplete parameters `{line}`").into());
+        }
+        Ok(Params {
+            test,
+            sizes,
+            iters,
+            tx_depth,
+            rx_depth,
+            inline,
+        })
+    }
+
+    fn max_size(&self) -> usize {
+        self.sizes.iter().copied().max().unwrap_or(1).max(1)
+    }
+}
+
+#[derive(Debug)]
+struct Options {
+    params: Params,
+    server: Option<String>,
+    ib_dev: Option<String>,
+    ib_port: u8,
+    gid_index: Option<u32>,
+    mtu: Option<Mtu>,
+    port: u16,
+    json: bool,
+    verbose: bool,
+}
+
+fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
+    let err = |s: String| args::ArgError(s);
+    let mut pos = m.positionals.iter();
+    let test_name = match m.value("test") {
+        Some(t) => t.to_owned(),
+        None => pos
+            .next()
+            .cloned()
+            .ok_or_else(|| err("no test given".into()))?,
+    };
+    let test = Test::parse(&test_name).ok_or_else(|| err(format!("unknown test `{test_name}`")))?;
+    let server = pos.next().cloned();
+    if pos.next().is_some() {
+        return Err(err("too many arguments".into()));
+    }
+    let lat = !test.is_bw();
+    let sizes = if m.flag("all") {
+        if m.value("size").is_some() {
+            return Err(err("-a and -s exclude each other".into()));
+        }
+        (1..=23).map(|k| 1usize << k).collect()
+    } else {
+        let default = if lat { 2 } else { 65536 };
+        vec![m.uint_in("size", default, 1, MAX_ALL as u64 * 64)? as usize]
+    };
+    let mtu = match m.uint("mtu")? {
+        None => None,
+        Some(b) => Some(
+            Mtu::from_bytes(b as u32).ok_or_else(|| err(format!("--mtu: {b} is not an IB MTU")))?,
+        ),
+    };
+    Ok(Options {
+        params: Params {
+            test,
+            sizes,
+            iters: m.uint_in("iters", if lat { 1000 } else { 5000 }, 1, 100_000_000)? as usize,
+            tx_depth: if lat {
+                1
+            } else {
+                m.uint_in("tx-depth", 128, 1, 16384)? as usize
+            },
+            rx_depth: m.uint_in("rx-depth", 512, 1, 16384)? as usize,
+            inline: m.uint_in("inline-size", 0, 0, 4096)? as u32,
+        },
+        server,
+        ib_dev: m.value("ib-dev").map(str::to_owned),
+        ib_port: m.uint_in("ib-port", 1, 1, 255)? as u8,
+        gid_index: m.uint("gid-index")?.map(|g| g as u32),
+        mtu,
+        port: m.uint_in("port", 18515, 1, 65535)? as u16,
+        json: m.flag("json"),
+        verbose: m.flag("verbose"),
+    })
+}
+
+fn main() -> ExitCode {
+    let m = match args::parse(OPTS, std::env::args().skip(1)) {
+        Ok(m) if m.flag("help") => {
+            print!("{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::SUCCESS;
+        }
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("perf: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::from(2);
+        }
+    };
+    let opts = match options(&m) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("perf: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
+            return ExitCode::from(2);
+        }
+    };
+    let result = match &opts.server {
+        Some(host) => client(&opts, host),
+        None => server(&opts),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Where human-readable text goes: stdout, or stderr with `--json`.
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn say(&self, text: &str) {
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+const RULE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// Seeds of the data patterns: different per size and per writer.
+fn seed(size: usize, writer: u64) -> u64 {
+    (size as u64) << 8 | writer
+}
+const BY_CLIENT: u64 = 1;
+const BY_SERVER: u64 = 2;
+
+/// The flag byte of write_lat iteration `i`: never 0, never equal for
+/// consecutive iterations.
+fn mark(i: usize) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+/// Everything one side needs: device, channel, buffers.
+struct Side {
+    channel: Channel,
+    /// Local source/target of the side's own operations.
+    local: Vec<u8>,
+    local_mr: MemoryRegion,
+    /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
+    rx: Vec<u8>,
+    rx_mr: Option<MemoryRegion>,
+    slots: usize,
+}
+
+fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<Side> {
+    let pd = open_pd(o.ib_dev.as_deref())?;
+    let mut b = pd
+        .channel_builder()
+        .port(o.ib_port)
+        .send_depth(p.tx_depth as u32)
+        .recv_depth(if p.test.uses_receives() {
+            p.rx_depth.max(2) as u32
+        } else {
+            1
+        })
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .max_inline_data(p.inline);
+    if let Some(g) = o.gid_index {
+        b = b.gid_index(g);
+    }
+    if let Some(m) = o.mtu {
+        b = b.mtu(m);
+    }
+    let mut channel = b.build()?;
+    let remote = channel.handshake(stream)?;
+    let local_ep = channel.local_endpoint();
+    let gid = channel.gid();
+    out.say(RULE);
+    out.say(&format!("                    {}", p.test.title()));
+    out.say(&format!(
+        " Device: {}  Port: {}  GID index: {} ({})  MTU: {}",
+        pd.context().name(),
+        o.ib_port,
+        gid.index,
+        gid.gid.to_ip(),
+        local_ep.mtu.min(remote.mtu).bytes()
+    ));
+    out.say(&format!(
+        " Iterations: {}  TX depth: {}  RX depth: {}  Inline: {}",
+        p.iters,
+        p.tx_depth,
+        if p.test.uses_receives() {
+            p.rx_depth
+        } else {
+            0
+        },
+        channel.capabilities().max_inline_data
+    ));
+    out.say(&format!(
+        " local address:  QPN {:#08x} PSN {:#08x}\n remote address: QPN {:#08x} PSN {:#08x}",
+        local_ep.qp_num, local_ep.psn, remote.qp_num, remote.psn
+    ));
+    out.say(RULE);
+
+    let max = p.max_size();
+    let mut local = vec![0u8; max];
+    let local_mr = MemoryRegion::register_local_mr(&pd, local.as_mut_ptr(), local.len())?;
+    // Receive slots: send_bw rotates over up to rx_depth of them (at most
+    // 64 MiB in all); send_lat receives into one.
+    let slots = match p.test {
+        Test::SendBw => p.rx_depth.min((64 << 20) / max).clamp(1, p.iters),
+        Test::SendLat => 1,
+        _ => 0,
+    };
+    let mut rx = vec![0u8; (slots * max).max(1)];
+    let rx_mr = if slots > 0 {
+        Some(MemoryRegion::register_local_mr(
+            &pd,
+            rx.as_mut_ptr(),
+            rx.len(),
+        )?)
+    } else {
+        None
+    };
+    Ok(Side {
+        channel,
+        local,
+        local_mr,
+        rx,
+        rx_mr,
+        slots,
+    })
+}
+
+fn send_region(stream: &mut TcpStream, r: &RemoteMemoryRegion) -> Result<()> {
+    stream.write_all(&r.to_bytes())?;
+    Ok(())
+}
+
+fn recv_region(stream: &mut TcpStream) -> Result<RemoteMemoryRegion> {
+    let mut b = [0u8; REMOTE_REGION_ENCODED_LEN];
+    stream.read_exact(&mut b)?;
+    Ok(RemoteMemoryRegion::from_bytes(&b)?)
+}
+
+// ----- server ------------------------------------------------------------------
+
+fn server(o: &Options) -> Result<()> {
+    let out = Out { json: o.json };
+    let listener =
+        net::listen(o.port).map_err(|e| format!("can't listen on port {}: {e}", o.port))?;
+    out.say(&format!(
+        "perf: {} server waiting for a client on TCP port {}",
+        o.params.test.name(),
+        o.port
+    ));
+    let (mut stream, peer) = listener.accept()?;
+    drop(listener);
+    stream.set_nodelay(true)?;
+    let p = Params::from_line(&net::read_line(&mut stream)?)?;
+    if p.test != o.params.test {
+        let why = format!(
+            "the client runs {} but this server was started for {}",
+            p.test.name(),
+            o.params.test.name()
+        );
+        net::write_line(&mut stream, &format!("ERR {why}"))?;
+        return Err(why.into());
+    }
+    net::write_line(&mut stream, "OK")?;
+    out.say(&format!("perf: client {peer}"));
+    let mut side = setup(o, &p, &mut stream, &out)?;
+
+    // The exposed buffer (one-sided tests). Declared before its region so
+    // that the region is dropped first.
+    let mut exposed = SharedBuffer::new(p.max_size());
+    let exposed_mr = if p.test.server_exposes() {
+        // SAFETY: `exposed_mr` is dropped before `exposed` (declared after
+        // it). The client accesses the buffer only between our `GO` and its
+        // `DONE` (which it sends once its last operation has completed);
+        // this side creates Rust references to the buffer only outside those
+        // windows (in `prepare_exposed` and `verify_exposed`), and reads it
+        // inside them only with atomic single-byte loads (write_lat).
+        let mr = unsafe { exposed.register(side.channel.pd()) }?;
+        send_region(&mut stream, &mr.remote())?;
+        Some(mr)
+    } else {
+        None
+    };
+    let client_region = if p.test == Test::WriteLat {
+        Some(recv_region(&mut stream)?)
+    } else {
+        None
+    };
+
+    for &size in &p.sizes {
+        let outcome = server_size(
+            &p,
+            size,
+            &mut side,
+            &mut exposed,
+            client_region,
+            &mut stream,
+        );
+        let (reply, result) = match outcome {
+            Ok(()) => (format!("OK {size}"), Ok(())),
+            Err(e) => (format!("BAD {size} {e}"), Err(e)),
+        };
+        // Tell the client either way, then stop on failure.
+        let _ = net::write_line(&mut stream, &reply.replace('\n', " "));
+        result.map_err(|e| format!("{} bytes: {e}", size))?;
+        if o.json {
+            println!(
+                "{}",
+                json::Object::new()
+                    .str("test", p.test.name())
+                    .str("role", "server")
+                    .uint("bytes", size as u64)
+                    .uint("iterations", p.iters as u64)
+                    .bool("verified", true)
+                    .finish()
+            );
+        }
+    }
+    net::expect_line(&mut stream, "BYE")?;
+    drop(exposed_mr);
+    out.say("data verified");
+    Ok(())
+}
+
+/// One size, server side: prepare, `GO`, serve, wait for `DONE`, verify.
+fn server_size(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    exposed: &mut SharedBuffer,
+    client_region: Option<RemoteMemoryRegion>,
+    stream: &mut TcpStream,
+) -> Result<()> {
+    // Preparation: the client is idle (it waits for GO).
+    match p.test {
+        Test::WriteBw | Test::WriteLat => {
+            // SAFETY: the client accesses the buffer only between GO and DONE.
+            unsafe { exposed.slice_mut(0..size) }.fill(0);
+        }
+        Test::ReadBw | Test::ReadLat => {
+            // SAFETY: as above.
+            pattern::fill(
+                unsafe { exposed.slice_mut(0..size) },
+                seed(size, BY_SERVER),
+                0,
+            );
+        }
+        Test::SendBw | Test::SendLat => side.rx.fill(0),
+    }
+    pattern::fill(&mut side.local[..size], seed(size, BY_SERVER), 0);
+
+    match p.test {
+        Test::WriteBw | Test::ReadBw | Test::ReadLat => {
+            net::write_line(stream, &format!("GO {size}"))?;
+        }
+        Test::SendBw => serve_send_bw(p, size, side, stream)?,
+        Test::SendLat => serve_send_lat(p, size, side, stream)?,
+        Test::WriteLat => {
+            let remote = client_region.ok_or("no client region")?;
+            net::write_line(stream, &format!("GO {size}"))?;
+            serve_write_lat(p, size, side, exposed, remote)?;
+        }
+    }
+    let done = net::expect_line(stream, "DONE")?;
+    if done != size.to_string() {
+        return Err(format!("client finished size {done}, expected {size}").into());
+    }
+
+    // Verification: the client's operations have all completed.
+    let check = |what: &str, data: &[u8], seed: u64| -> Result<()> {
+        pattern::check(data, seed, 0).map_err(|m| format!("{what}: {m}").into())
+    };
+    match p.test {
+        Test::WriteBw => check(
+            "exposed buffer after RDMA writes",
+            // SAFETY: after DONE the client has no operation outstanding.
+            unsafe { exposed.slice(0..size) },
+            seed(size, BY_CLIENT),
+        )?,
+        Test::WriteLat => {
+            // SAFETY: as above.
+            let data = unsafe { exposed.slice(0..size) };
+            check(
+                "exposed buffer after RDMA writes",
+                &data[..size - 1],
+                seed(size, BY_CLIENT),
+            )?;
+            let want = mark(p.iters - 1);
+            if data[size - 1] != want {
+                return Err(format!(
+                    "last byte of the exposed buffer is {:#04x}, expected {want:#04x}",
+                    data[size - 1]
+                )
+                .into());
+            }
+        }
+        Test::ReadBw | Test::ReadLat => check(
+            "exposed buffer after RDMA reads (must be unchanged)",
+            // SAFETY: as above.
+            unsafe { exposed.slice(0..size) },
+            seed(size, BY_SERVER),
+        )?,
+        Test::SendBw | Test::SendLat => {
+            let used = side.slots.min(p.iters);
+            let stride = p.max_size();
+            for slot in 0..used {
+                check(
+                    &format!("receive buffer {slot}"),
+                    &side.rx[slot * stride..slot * stride + size],
+                    seed(size, BY_CLIENT),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// send_bw, server side: receives posted in a ring of slots, `GO`, then
+/// every message is checked for order (immediate data) and length.
+fn serve_send_bw(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
+    let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
+    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
+    let rx = &mut side.rx;
+    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+        let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
+            .chunks_mut(stride)
+            .take(slots)
+            .map(|c| [rx_mr.scatter_element(&mut c[..size])])
+            .collect();
+        let mut recvs = VecDeque::with_capacity(p.rx_depth);
+        let mut posted = 0;
+        while posted < p.rx_depth.min(iters) {
+            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[posted % slots]))?);
+            posted += 1;
+        }
+        net::write_line(stream, &format!("GO {size}"))?;
+        for i in 0..iters {
+            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
+            check_message(i, size, got.bytes(), got.immediate())?;
+            if posted < iters {
+                recvs.push_back(
+                    s.post_receive(ReceiveWorkRequest::new(&mut lists[posted % slots]))?,
+                );
+                posted += 1;
+            }
+        }
+        Ok(())
+    }))
+}
+
+fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Result<()> {
+    if bytes != size {
+        return Err(format!("message {i} has {bytes} bytes, expected {size}").into());
+    }
+    if imm != Some(i as u32) {
+        return Err(format!("message {i} carries immediate {imm:?}: lost or reordered").into());
+    }
+    Ok(())
+}
+
+/// send_lat, server side: answer every ping with a pong.
+fn serve_send_lat(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
+    let iters = p.iters;
+    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
+    let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+        let mut scatter = [rx_mr.scatter_element(rx)];
+        let gather = [local_mr.gather_element(local)];
+        let mut recv = Some(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+        net::write_line(stream, &format!("GO {size}"))?;
+        for i in 0..iters {
+            let got = recv.take().ok_or("no receive posted")?.wait()?;
+            check_message(i, size, got.bytes(), got.immediate())?;
+            if i + 1 < iters {
+                recv = Some(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+            }
+            s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?
+                .wait()?;
+        }
+        Ok(())
+    }))
+}
+
+/// write_lat, server side: wait for the client's write to land (its last
+/// byte becomes the iteration's mark), then write back.
+fn serve_write_lat(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    exposed: &SharedBuffer,
+    remote: RemoteMemoryRegion,
+) -> Result<()> {
+    let timeout = side.channel.timeout();
+    for i in 0..p.iters {
+        wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+        side.local[size - 1] = mark(i);
+        side.channel.write(WriteWorkRequest::new(
+            &[side.local_mr.gather_element(&side.local[..size])],
+            remote,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Spins until byte `i` of `buf` (written by the peer) equals `want`.
+fn wait_for_byte(buf: &SharedBuffer, i: usize, want: u8, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    let mut spins: u32 = 0;
+    while buf.load(i) != want {
+        spins = spins.wrapping_add(1);
+        if spins & 1023 == 0 {
+            if start.elapsed() > timeout {
+                return Err(
+                    format!("the peer's RDMA write did not arrive within {timeout:?}").into(),
+                );
+            }
+            // Both sides spin; on a machine with few CPUs (a VM running
+            // rxe) the kernel threads that move the data need a turn.
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+// ----- client ------------------------------------------------------------------
+
+fn client(o: &Options, host: &str) -> Result<()> {
+    let out = Out { json: o.json };
+    let p = &o.params;
+    let mut stream = net::connect(host, o.port, net::CONNECT_RETRY)?;
+    net::write_line(&mut stream, &p.to_line())?;
+    let answer = net::read_line(&mut stream)?;
+    if answer != "OK" {
+        return Err(format!("the server refused: {answer}").into());
+    }
+    let mut side = setup(o, p, &mut stream, &out)?;
+    let server_region = if p.test.server_exposes() {
+        Some(recv_region(&mut stream)?)
+    } else {
+        None
+    };
+    // write_lat: the client exposes a buffer too (declared before its region
+    // so that the region is dropped first).
+    let mut exposed = SharedBuffer::new(p.max_size());
+    let exposed_mr = if p.test == Test::WriteLat {
+        // SAFETY: `exposed_mr` is dropped before `exposed`. The server writes
+        // the buffer only in answer to our writes, within a size's run; we
+        // create references to it only before our first write of a size and
+        // after the server's OK for it, and otherwise read it with atomic
+        // single-byte loads.
+        let mr = unsafe { exposed.register(side.channel.pd()) }?;
+        send_region(&mut stream, &mr.remote())?;
+        Some(mr)
+    } else {
+        None
+    };
+
+    if p.test.is_bw() {
+        out.say(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
+    } else {
+        out.say(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]");
+    }
+    for &size in &p.sizes {
+        let go = net::expect_line(&mut stream, "GO")?;
+        if go != size.to_string() {
+            return Err(format!("the server is ready for size {go}, expected {size}").into());
+        }
+        let report = match p.test {
+            Test::WriteBw | Test::ReadBw | Test::SendBw => {
+                let r = run_bw(p, size, &mut side, server_region)?;
+                Report::Bw(r)
+            }
+            Test::WriteLat | Test::ReadLat | Test::SendLat => {
+                let mut samples = run_lat(p, size, &mut side, server_region, &mut exposed)?;
+                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+            }
+        };
+        net::write_line(&mut stream, &format!("DONE {size}"))?;
+        let verdict = net::read_line(&mut stream)?;
+        if verdict != format!("OK {size}") {
+            return Err(format!("the server's data check failed: {verdict}").into());
+        }
+        // Our own checks, now that the server is idle.
+        let mine = match p.test {
+            Test::ReadBw | Test::ReadLat => {
+                pattern::check(&side.local[..size], seed(size, BY_SERVER), 0)
+                    .map_err(|m| format!("data read from the server: {m}"))
+            }
+            Test::SendLat => pattern::check(&side.rx[..size], seed(size, BY_SERVER), 0)
+                .map_err(|m| format!("replies received from the server: {m}")),
+            Test::WriteLat => {
+                // SAFETY: after the server's OK it writes nothing until our
+                // next write.
+                let data = unsafe { exposed.slice(0..size) };
+                pattern::check(&data[..size - 1], seed(size, BY_SERVER), 0)
+                    .map_err(|m| format!("buffer written by the server: {m}"))
+                    .and_then(|()| {
+                        (data[size - 1] == mark(p.iters - 1))
+                            .then_some(())
+                            .ok_or_else(|| "last byte written by the server is wrong".to_owned())
+                    })
+            }
+            Test::WriteBw | Test::SendBw => Ok(()),
+        };
+        mine.map_err(|e| format!("{size} bytes: {e}"))?;
+        print_report(&out, p, size, &report, o.verbose);
+    }
+    net::write_line(&mut stream, "BYE")?;
+    drop(exposed_mr);
+    out.say(RULE);
+    out.say("data verified");
+    Ok(())
+}
+
+enum Report {
+    Bw(BwRun),
+    Lat(Latency),
+}
+
+fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbose: bool) {
+    let obj = json::Object::new()
+        .str("test", p.test.name())
+        .uint("bytes", size as u64)
+        .uint("iterations", p.iters as u64);
+    match r {
+        Report::Bw(b) => {
+            if out.json {
+                println!(
+                    "{}",
+                    obj.uint("tx_depth", p.tx_depth as u64)
+                        .num("bw_peak_mb_s", b.bw.peak_mb)
+                        .num("bw_avg_mb_s", b.bw.avg_mb)
+                        .num("msg_rate_mpps", b.bw.mpps)
+                        .num("post_ns_avg", b.post_ns_avg)
+                        .num("scope_exit_us", b.scope_exit_us)
+                        .bool("verified", true)
+                        .finish()
+                );
+                return;
+            }
+            out.say(&format!(
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+                size, p.iters, b.bw.peak_mb, b.bw.avg_mb, b.bw.mpps
+            ));
+            if verbose {
+                out.say(&format!(
+                    "   (safe API: {:.0} ns per post on average; scope ended {:.1} us after the last completion)",
+                    b.post_ns_avg, b.scope_exit_us
+                ));
+            }
+        }
+        Report::Lat(l) => {
+            if out.json {
+                println!(
+                    "{}",
+                    obj.num("t_min_us", l.min)
+                        .num("t_max_us", l.max)
+                        .num("t_typical_us", l.typical)
+                        .num("t_avg_us", l.avg)
+                        .num("t_stdev_us", l.stdev)
+                        .num("p99_us", l.p99)
+                        .num("p99_9_us", l.p999)
+                        .bool("verified", true)
+                        .finish()
+                );
+                return;
+            }
+            out.say(&format!(
+                " {:<6} {:<11} {:<14.2} {:<14.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
+                size, p.iters, l.min, l.max, l.typical, l.avg, l.stdev, l.p99, l.p999
+            ));
+        }
+    }
+}
+
+/// One bandwidth run as the client saw it.
+struct BwRun {
+    bw: Bandwidth,
+    post_ns_avg: f64,
+    scope_exit_us: f64,
+}
+
+/// Bandwidth, client side: `tx_depth` operations in flight in one scope.
+fn run_bw(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    remote: Option<RemoteMemoryRegion>,
+) -> Result<BwRun> {
+    let buf = &mut side.local[..size];
+    match p.test {
+        Test::ReadBw => buf.fill(0),
+        _ => pattern::fill(buf, seed(size, BY_CLIENT), 0),
+    }
+    let mr = &side.local_mr;
+    let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
+    let origin = Instant::now();
+    let mut tl = Timeline::with_capacity(iters);
+    let tl_ref = &mut tl;
+    let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
+        match test {
+            Test::WriteBw => {
+                let remote = remote.ok_or("no remote region")?;
+                let g = [mr.gather_element(buf)];
+                pump(tl_ref, origin, iters, depth, size, &mut |_| {
+                    s.post_write(WriteWorkRequest::new(&g, remote))
+                })?;
+            }
+            Test::ReadBw => {
+                let remote = remote.ok_or("no remote region")?;
+                let mut sc = [mr.scatter_element(buf)];
+                pump(tl_ref, origin, iters, depth, size, &mut |_| {
+                    s.post_read(ReadWorkRequest::new(&mut sc, remote))
+                })?;
+            }
+            _ => {
+                let g = [mr.gather_element(buf)];
+                pump(tl_ref, origin, iters, depth, size, &mut |i| {
+                    s.post_send(SendWorkRequest::new(&g).with_immediate(i as u32))
+                })?;
+            }
+        }
+        Ok(Instant::now())
+    }))?;
+    let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
+    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed).ok_or("no operations")?;
+    Ok(BwRun {
+        bw,
+        post_ns_avg: tl.post_time.as_secs_f64() * 1e9 / iters as f64,
+        scope_exit_us,
+    })
+}
+
+/// Post and completion times of a bandwidth run (seconds since its start).
+struct Timeline {
+    posted: Vec<f64>,
+    completed: Vec<f64>,
+    post_time: Duration,
+}
+
+impl Timeline {
+    fn with_capacity(n: usize) -> Self {
+        Timeline {
+            posted: Vec::with_capacity(n),
+            completed: Vec::with_capacity(n),
+            post_time: Duration::ZERO,
+        }
+    }
+}
+
+/// The bandwidth loop: keeps up to `depth` operations in flight, waiting
+/// for the oldest when full; checks every completion's length.
+fn pump<'scope>(
+    tl: &mut Timeline,
+    origin: Instant,
+    iters: usize,
+    depth: usize,
+    size: usize,
+    post: &mut dyn FnMut(usize) -> TransportResult<ScopedPendingWork<'scope>>,
+) -> Result<()> {
+    let mut inflight: VecDeque<ScopedPendingWork<'scope>> = VecDeque::with_capacity(depth);
+    let mut next = 0;
+    while tl.completed.len() < iters {
+        while next < iters && inflight.len() < depth {
+            let t0 = Instant::now();
+            inflight.push_back(post(next)?);
+            let t1 = Instant::now();
+            tl.post_time += t1 - t0;
+            tl.posted.push((t0 - origin).as_secs_f64());
+            next += 1;
+        }
+        let oldest = inflight.pop_front().expect("an operation is in flight");
+        let done = oldest.wait()?;
+        tl.completed.push(origin.elapsed().as_secs_f64());
+        if done.bytes() != size {
+            return Err(format!(
+                "operation {} completed with {} bytes, expected {size}",
+                tl.completed.len() - 1,
+                done.bytes()
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Latency, client side: one operation at a time; returns samples in usec.
+fn run_lat(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    remote: Option<RemoteMemoryRegion>,
+    exposed: &mut SharedBuffer,
+) -> Result<Vec<f64>> {
+    let iters = p.iters;
+    let mut samples = Vec::with_capacity(iters);
+    match p.test {
+        Test::ReadLat => {
+            let remote = remote.ok_or("no remote region")?;
+            side.local[..size].fill(0);
+            for _ in 0..iters {
+                let t0 = Instant::now();
+                side.channel.read(ReadWorkRequest::new(
+                    &mut [side.local_mr.scatter_element(&mut side.local[..size])],
+                    remote,
+                ))?;
+                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        Test::WriteLat => {
+            let remote = remote.ok_or("no remote region")?;
+            let timeout = side.channel.timeout();
+            pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+            // SAFETY: the server writes our buffer only in answer to our
+            // writes of this size, none of which has been posted yet.
+            unsafe { exposed.slice_mut(0..size) }.fill(0);
+            for i in 0..iters {
+                side.local[size - 1] = mark(i);
+                let t0 = Instant::now();
+                side.channel.write(WriteWorkRequest::new(
+                    &[side.local_mr.gather_element(&side.local[..size])],
+                    remote,
+                ))?;
+                wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+                samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        Test::SendLat => {
+            pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+            side.rx[..size].fill(0);
+            let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
+            let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+            let samples_ref = &mut samples;
+            flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+                let mut scatter = [rx_mr.scatter_element(rx)];
+                let gather = [local_mr.gather_element(local)];
+                for i in 0..iters {
+                    let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+                    let t0 = Instant::now();
+                    s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?
+                        .wait()?;
+                    let got = recv.wait()?;
+                    samples_ref.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    check_message(i, size, got.bytes(), got.immediate())?;
+                }
+                Ok(())
+            }))?;
+        }
+        _ => unreachable!("not a latency test"),
+    }
+    Ok(samples)
+}

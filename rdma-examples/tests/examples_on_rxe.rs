@@ -1,0 +1,448 @@
+//! The example programs on a real device: `rc_pingpong` against rdma-core's
+//! `ibv_rc_pingpong` in both directions and against itself, every `perf`
+//! test with its data check, `one_sided`, and `devices`.
+//!
+//! Each test is `#[ignore]`d so that a plain `cargo test` lists it as
+//! skipped; `cargo xtask test-rxe` runs them on a soft-RoCE device with
+//! `--include-ignored` and `RDMA_TEST_DEVICE=rxe0`. The GID index comes from
+//! `RXE_GID_INDEX` (set by the VM scripts; default 1, the RoCE v2 IPv4 GID
+//! on rxe). Every child process is killed after [`TIMEOUT`]; every test uses
+//! its own TCP ports.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest any one program may run (generous: the CI runs rxe in a VM
+/// under software emulation).
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn device() -> String {
+    ["RDMA_TEST_DEVICE", "RXE_DEVICE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "rxe0".into())
+}
+
+fn gid_index() -> String {
+    std::env::var("RXE_GID_INDEX")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "1".into())
+}
+
+/// A running program whose output is collected by two reader threads.
+struct Proc {
+    label: String,
+    child: Child,
+    output: Arc<Mutex<String>>,
+    lines: Receiver<String>,
+    readers: Vec<thread::JoinHandle<()>>,
+}
+
+/// What a finished program left behind.
+struct Finished {
+    label: String,
+    status: Option<ExitStatus>,
+    output: String,
+}
+
+impl Finished {
+    #[track_caller]
+    fn assert_ok(&self, peer: &Finished) {
+        assert!(
+            self.status.is_some_and(|s| s.success()),
+            "{} {}\n--- its output:\n{}\n--- {} (status {}):\n{}",
+            self.label,
+            match self.status {
+                Some(s) => format!("failed: {s}"),
+                None => format!("was killed after {TIMEOUT:?}"),
+            },
+            self.output,
+            peer.label,
+            peer.status.map_or("killed".to_string(), |s| s.to_string()),
+            peer.output
+        );
+    }
+
+    #[track_caller]
+    fn assert_has(&self, needle: &str) {
+        assert!(
+            self.output.contains(needle),
+            "{}: `{needle}` missing from its output:\n{}",
+            self.label,
+            self.output
+        );
+    }
+}
+
+fn spawn(label: &str, program: &str, args: &[String]) -> Proc {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{label}: cannot run `{program}`: {e} (rdma-core's ibverbs-utils must be \
+                 installed for the interoperability tests; `cargo xtask test-rxe` provides them)"
+            )
+        });
+    let output = Arc::new(Mutex::new(String::new()));
+    let (tx, lines) = mpsc::channel();
+    let mut readers = Vec::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let out = output.clone();
+    readers.push(thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            out.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = tx.send(line);
+        }
+    }));
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = output.clone();
+    readers.push(thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        if !text.is_empty() {
+            out.lock().unwrap().push_str(&format!("[stderr]\n{text}"));
+        }
+    }));
+    Proc {
+        label: format!("{label} (`{program} {}`)", args.join(" ")),
+        child,
+        output,
+        lines,
+        readers,
+    }
+}
+
+impl Proc {
+    /// Waits until a line of stdout contains `needle`; false after `limit`
+    /// or if the program ended first.
+    fn wait_for_line(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return true,
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Waits for the program to end, killing it at `deadline`.
+    fn finish(mut self, deadline: Instant) -> Finished {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let output = self.output.lock().unwrap().clone();
+        Finished {
+            label: self.label,
+            status,
+            output,
+        }
+    }
+}
+
+/// Starts the server, waits for `ready` on its stdout (or a moment, for C
+/// programs whose stdout is block-buffered in a pipe), runs the client,
+/// and returns both when both ended (or were killed).
+fn pair(
+    server: (&str, Vec<String>),
+    ready: Option<&str>,
+    client: (&str, Vec<String>),
+) -> (Finished, Finished) {
+    let deadline = Instant::now() + TIMEOUT;
+    let s = spawn("server", server.0, &server.1);
+    match ready {
+        Some(needle) => {
+            if !s.wait_for_line(needle, TIMEOUT / 2) {
+                let f = s.finish(Instant::now());
+                panic!(
+                    "{} never printed `{needle}`; status {:?}, output:\n{}",
+                    f.label, f.status, f.output
+                );
+            }
+        }
+        None => thread::sleep(Duration::from_millis(500)),
+    }
+    let c = spawn("client", client.0, &client.1);
+    let c = c.finish(deadline);
+    let s = s.finish(if c.status.is_some() {
+        deadline
+    } else {
+        Instant::now()
+    });
+    (s, c)
+}
+
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+const OURS: &str = env!("CARGO_BIN_EXE_rc_pingpong");
+const THEIRS: &str = "ibv_rc_pingpong";
+const PERF: &str = env!("CARGO_BIN_EXE_perf");
+const ONE_SIDED: &str = env!("CARGO_BIN_EXE_one_sided");
+const DEVICES: &str = env!("CARGO_BIN_EXE_devices");
+
+/// Iterations of every ping-pong run.
+const ITERS: usize = 50;
+
+/// One ping-pong between `server` and `client` programs; checks both ended
+/// well and printed the summary for `size` bytes and [`ITERS`] iterations.
+fn pingpong(server: &str, client: &str, port: u16, size: usize, extra: &[&str]) {
+    let (dev, gid) = (device(), gid_index());
+    let mut common = args(&[
+        "-d",
+        &dev,
+        "-g",
+        &gid,
+        "-n",
+        &ITERS.to_string(),
+        "-s",
+        &size.to_string(),
+        "-p",
+        &port.to_string(),
+    ]);
+    common.extend(args(extra));
+    let mut client_args = common.clone();
+    client_args.push("127.0.0.1".into());
+    let ready = (server == OURS).then_some("local address:");
+    let (s, c) = pair((server, common), ready, (client, client_args));
+    s.assert_ok(&c);
+    c.assert_ok(&s);
+    let bytes = format!("{} bytes in ", size * ITERS * 2);
+    let iters = format!("{ITERS} iters in ");
+    for f in [&s, &c] {
+        f.assert_has("  local address:  LID 0x");
+        f.assert_has("  remote address: LID 0x");
+        f.assert_has(&bytes);
+        f.assert_has(" Mbit/sec\n");
+        f.assert_has(&iters);
+        f.assert_has(" usec/iter\n");
+    }
+}
+
+const SIZES: [usize; 3] = [1, 4096, 65536];
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rc_pingpong_server_with_ibv_rc_pingpong_client() {
+    for (i, size) in SIZES.into_iter().enumerate() {
+        pingpong(OURS, THEIRS, 19100 + i as u16, size, &[]);
+        pingpong(OURS, THEIRS, 19110 + i as u16, size, &["-e"]);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rc_pingpong_client_with_ibv_rc_pingpong_server() {
+    for (i, size) in SIZES.into_iter().enumerate() {
+        pingpong(THEIRS, OURS, 19120 + i as u16, size, &[]);
+        pingpong(THEIRS, OURS, 19130 + i as u16, size, &["-e"]);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rc_pingpong_with_itself() {
+    for (i, size) in SIZES.into_iter().enumerate() {
+        pingpong(OURS, OURS, 19140 + i as u16, size, &[]);
+        pingpong(OURS, OURS, 19150 + i as u16, size, &["-e"]);
+    }
+    // A receive depth smaller than the iteration count: receives are
+    // reposted as they complete.
+    pingpong(OURS, OURS, 19160, 4096, &["-r", "4"]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rc_pingpong_buffer_validation_interoperates() {
+    // `-c`: the client zeroes the first byte of every page it sends, the
+    // server checks them; both directions of the C/Rust pairing.
+    pingpong(OURS, THEIRS, 19170, 65536, &["-c"]);
+    pingpong(THEIRS, OURS, 19171, 65536, &["-c"]);
+}
+
+/// Runs `perf <test>` server and client with `client_extra` (and
+/// `--json` for both if the client has it); returns both.
+fn perf(test: &str, port: u16, client_extra: &[&str]) -> (Finished, Finished) {
+    let (dev, gid) = (device(), gid_index());
+    let common = args(&["-d", &dev, "-x", &gid, "-p", &port.to_string()]);
+    let mut server = args(&[test]);
+    server.extend(common.clone());
+    if client_extra.contains(&"--json") {
+        server.push("--json".into());
+    }
+    let mut client = args(&[test, "127.0.0.1"]);
+    client.extend(common);
+    client.extend(args(client_extra));
+    let (s, c) = pair((PERF, server), Some("waiting for a client"), (PERF, client));
+    s.assert_ok(&c);
+    c.assert_ok(&s);
+    (s, c)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_bandwidth_tests_check_their_data() {
+    for (i, test) in ["write_bw", "read_bw", "send_bw"].into_iter().enumerate() {
+        let (s, c) = perf(
+            test,
+            19200 + i as u16,
+            &["-s", "4096", "-n", "300", "-t", "32"],
+        );
+        s.assert_has("data verified");
+        c.assert_has("data verified");
+        c.assert_has("BW peak[MB/sec]");
+        c.assert_has(" 4096       300 ");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_latency_tests_check_their_data() {
+    for (i, test) in ["write_lat", "read_lat", "send_lat"]
+        .into_iter()
+        .enumerate()
+    {
+        let (s, c) = perf(test, 19210 + i as u16, &["-s", "64", "-n", "100"]);
+        s.assert_has("data verified");
+        c.assert_has("data verified");
+        c.assert_has("t_typical[usec]");
+        c.assert_has(" 64     100 ");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_json_reports_every_size() {
+    // Odd sizes, message size 1 and several MTUs; one JSON object per size.
+    for (i, test) in ["write_bw", "send_lat"].into_iter().enumerate() {
+        for (j, size) in ["1", "5000"].into_iter().enumerate() {
+            let port = 19220 + (2 * i + j) as u16;
+            let (s, c) = perf(test, port, &["-s", size, "-n", "20", "--json"]);
+            let objects: Vec<&str> = c.output.lines().filter(|l| l.starts_with('{')).collect();
+            assert_eq!(objects.len(), 1, "one object expected:\n{}", c.output);
+            assert!(
+                objects[0].contains(&format!("\"test\":\"{test}\""))
+                    && objects[0].contains(&format!("\"bytes\":{size},"))
+                    && objects[0].ends_with("\"verified\":true}"),
+                "{}",
+                objects[0]
+            );
+            s.assert_has("\"role\":\"server\"");
+            s.assert_has("data verified");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_all_sizes() {
+    let (s, c) = perf("write_bw", 19230, &["-a", "-n", "4", "-t", "4", "--json"]);
+    let objects = c.output.lines().filter(|l| l.starts_with('{')).count();
+    assert_eq!(objects, 23, "sizes 2 B ..= 8 MiB:\n{}", c.output);
+    c.assert_has("\"bytes\":8388608,");
+    s.assert_has("data verified");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_server_refuses_another_test() {
+    let (dev, gid) = (device(), gid_index());
+    let port = "19240".to_string();
+    let (s, c) = pair(
+        (
+            PERF,
+            args(&["read_bw", "-d", &dev, "-x", &gid, "-p", &port]),
+        ),
+        Some("waiting for a client"),
+        (
+            PERF,
+            args(&["write_bw", "127.0.0.1", "-d", &dev, "-x", &gid, "-p", &port]),
+        ),
+    );
+    assert_eq!(s.status.and_then(|s| s.code()), Some(1), "{}", s.output);
+    assert_eq!(c.status.and_then(|s| s.code()), Some(1), "{}", c.output);
+    c.assert_has("the server refused");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn one_sided_writes_and_reads_back_with_iovecs() {
+    let (dev, gid) = (device(), gid_index());
+    let configs: [(&str, &str, &str, &str); 3] = [
+        ("4K", "3", "16", "3"),
+        ("8K", "4", "1", "2"),
+        ("65536", "1", "4", "2"),
+    ];
+    for (i, (chunk, iovs, depth, rounds)) in configs.into_iter().enumerate() {
+        let port = (19250 + i).to_string();
+        let common = args(&["-d", &dev, "-x", &gid, "-p", &port]);
+        let mut server = common.clone();
+        server.extend(args(&["--size", "128K"]));
+        let mut client = common;
+        client.extend(args(&[
+            "--chunk",
+            chunk,
+            "--iovs",
+            iovs,
+            "--depth",
+            depth,
+            "-n",
+            rounds,
+            "127.0.0.1",
+        ]));
+        let (s, c) = pair(
+            (ONE_SIDED, server),
+            Some("waiting on TCP port"),
+            (ONE_SIDED, client),
+        );
+        s.assert_ok(&c);
+        c.assert_ok(&s);
+        s.assert_has("server checked its buffer (131072 bytes");
+        s.assert_has("data verified");
+        c.assert_has("read-back verified");
+        c.assert_has("server verified its buffer (131072 bytes)");
+        c.assert_has("data verified");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn devices_shows_the_device_and_its_gids() {
+    let dev = device();
+    let p = spawn("devices", DEVICES, &args(&["-d", &dev, "-v"]));
+    let f = p.finish(Instant::now() + TIMEOUT);
+    assert!(f.status.is_some_and(|s| s.success()), "{}", f.output);
+    f.assert_has(&format!("hca_id:\t{dev}\n"));
+    f.assert_has("PORT_ACTIVE");
+    f.assert_has(&format!("GID[{:>3}]:", gid_index()));
+    f.assert_has("RoCE v2");
+    let l = spawn("devices -l", DEVICES, &args(&["-l"]));
+    let f = l.finish(Instant::now() + TIMEOUT);
+    assert!(f.status.is_some_and(|s| s.success()), "{}", f.output);
+    f.assert_has(&dev);
+}
