@@ -625,3 +625,94 @@ fn full_send_queue_is_a_post_error() {
     assert_unusable(&mut a, &pd);
     assert_quiescent(&a, "a");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn region_of_another_protection_domain_is_rejected_by_the_nic() {
+    let pd = pd();
+    let other_pd = rdma_safe::ProtectionDomain::new(pd.context()).expect("second PD");
+    let (mut a, b) = pair(&pd);
+    let mut target = vec![FILL; 128];
+    // SAFETY: `target` outlives `target_mr`; Rust reads it only after the
+    // (failed) write completed.
+    let target_mr = unsafe { shared_mr(&pd, &mut target) };
+    let mut src = pattern(seed("other pd", 128), 128);
+    // A checked element: the slice is inside its region, but the region
+    // belongs to a domain the channel is not in.
+    let foreign_mr = local_mr(&other_pd, &mut src);
+    let result = a.write(WriteWorkRequest::new(
+        &[foreign_mr.gather_element_checked(&src).unwrap()],
+        target_mr.remote(),
+    ));
+    // Protection error by the spec; rxe (Linux 6.1) reports a local QP
+    // operation error for an lkey of another domain.
+    assert_failed_with(
+        &result,
+        Operation::Write,
+        &[
+            WcStatus::LocalProtectionError,
+            WcStatus::LocalQpOperationError,
+        ],
+        false,
+    );
+    drop(target_mr);
+    assert_untouched(&target, "nothing written");
+    assert_unusable(&mut a, &pd);
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn forced_inline_larger_than_allowed_is_a_post_error() {
+    let pd = pd();
+    let (mut a, b) = pair_with(&pd, |c| c.max_inline_data(64));
+    let limit = a.capabilities().max_inline_data as usize;
+    let mut src = pattern(seed("inline too large", 4096), 4096);
+    let src_mr = local_mr(&pd, &mut src);
+    let mut target = vec![FILL; 4096];
+    // SAFETY: `target` outlives `target_mr`; Rust reads it only after the
+    // write completed.
+    let target_mr = unsafe { shared_mr(&pd, &mut target) };
+    let too_long = [src_mr.gather_element(&src[..limit + 1])];
+    let err = a
+        .write(WriteWorkRequest::new(&too_long, target_mr.remote()).inline(true))
+        .expect_err("inline payload above max_inline_data");
+    assert!(
+        matches!(
+            err,
+            TransportError::Post {
+                operation: Operation::Write,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(a.is_usable());
+    // Forcing inline off for a small payload, and on within the limit, work.
+    a.write(
+        WriteWorkRequest::new(&[src_mr.gather_element(&src[..8])], target_mr.remote())
+            .inline(false),
+    )
+    .expect("non-inline small write");
+    a.write(
+        WriteWorkRequest::new(&[src_mr.gather_element(&src[..limit])], target_mr.remote())
+            .inline(true),
+    )
+    .expect("inline write at the limit");
+    drop(target_mr);
+    assert_bytes(&target[..limit], &src[..limit], "inline write");
+    assert_untouched(&target[limit..], "past the inline write");
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+}
+
+/// Needs no device: opening one that does not exist is an error.
+#[test]
+fn missing_device_and_missing_pd_are_errors() {
+    assert!(rdma_safe::ProtectionDomain::open("no-such-rdma-device").is_err());
+    let err = rdma_safe::Channel::builder()
+        .build()
+        .expect_err("a channel needs a protection domain");
+    assert!(err.to_string().contains("pd"), "{err}");
+}
