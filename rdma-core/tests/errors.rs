@@ -165,7 +165,7 @@ fn an_sge_beyond_its_region_is_a_local_protection_error() {
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
-fn a_wrong_lkey_is_a_local_protection_error() {
+fn a_wrong_lkey_fails_locally() {
     let p = RcPair::new();
     let src = p.buf(64);
     let dst = p.buf(64);
@@ -194,7 +194,7 @@ fn a_wrong_lkey_is_a_local_protection_error() {
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
-fn a_short_receive_buffer_is_a_length_error_on_both_sides() {
+fn a_short_receive_buffer_fails_on_both_sides() {
     let p = RcPair::new();
     let src = p.buf(4096);
     let dst = p.buf(4096);
