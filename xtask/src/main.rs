@@ -1,2 +1,62 @@
-//! `cargo xtask` — placeholder, being written.
-fn main() {}
+//! `cargo xtask` — the workspace's automation, in Rust with no dependencies
+//! (it is what installs the system libraries the other crates need).
+//!
+//! One module per task; [`rxe`] is the runner they share ("run these steps on
+//! a soft-RoCE device, natively or in a VM") and `ci/vm-run.sh` is its
+//! device-side half.
+
+mod artifacts;
+mod bench;
+mod demo;
+mod json;
+mod rxe;
+mod setup;
+mod test_rxe;
+mod util;
+mod vm;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+usage: cargo xtask <TASK> [ARGS...]
+
+tasks:
+  setup      install the apt packages and vng (virtme-ng) this workspace needs
+  test-rxe   build and run every test; device tests on a real soft-RoCE device
+             (natively if the host kernel has rdma_rxe, else in a qemu VM)
+  demo       show a soft-RoCE device and programs talking over it
+  bench      compare our tools with perftest on rxe (not implemented yet)
+  vm         run one command next to rxe0 in the VM: cargo xtask vm -- CMD
+
+`cargo xtask <TASK> --help` describes a task's options.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(task) = args.first() else {
+        println!("{HELP}");
+        return ExitCode::FAILURE;
+    };
+    let rest = &args[1..];
+    let result = match task.as_str() {
+        "setup" => setup::main(rest),
+        "test-rxe" => test_rxe::main(rest),
+        "demo" => demo::main(rest),
+        "bench" => bench::main(rest),
+        "vm" => vm::main(rest),
+        "-h" | "--help" | "help" => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("error: unknown task `{other}`\n\n{HELP}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

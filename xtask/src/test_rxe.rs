@@ -1,0 +1,362 @@
+//! `cargo xtask test-rxe` — builds the workspace's tests and runs all of
+//! them, device tests included, on a real soft-RoCE device.
+//!
+//! 1. `cargo test --workspace --no-run` collects the test executables.
+//! 2. On the host: `cargo test --workspace --doc` (doctests, compile-fail
+//!    ones included) and test targets using trybuild (they need rustc and
+//!    a writable target directory).
+//! 3. On rxe0 (natively or in the VM, see [`crate::rxe`]): every other test
+//!    executable with `--include-ignored --test-threads=1`, so the tests
+//!    marked `#[ignore = "needs an RDMA device ..."]` run too.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::artifacts::{self, Artifact};
+use crate::rxe::{self, Plan, RunOptions};
+use crate::setup;
+use crate::util::{self, heading, Result, Workspace};
+
+const HELP: &str = "\
+usage: cargo xtask test-rxe [OPTIONS] [-- LIBTEST-ARGS...]
+
+Builds every test of the workspace, runs doctests and trybuild tests on the
+host and every other test binary on a soft-RoCE device (rxe0) with
+--include-ignored --test-threads=1 and RDMA_TEST_REQUIRE_DEVICE=1,
+RDMA_TEST_DEVICE=rxe0: natively when the host kernel has rdma_rxe and we are
+root, otherwise in a qemu VM (vng) booting a /boot kernel that has it.
+
+options:
+  --filter SUBSTR       only tests whose name contains SUBSTR (passed to libtest)
+  --smoke               skip the build; only bring up rxe0 and run ibv_devinfo
+                        and a perftest ib_write_bw loop (checks the VM path)
+  --no-host             skip the host part (doctests, trybuild tests)
+  --no-setup            do not check/install prerequisites first
+";
+
+#[derive(Debug, Default)]
+struct Args {
+    run: RunOptions,
+    filter: Option<String>,
+    smoke: bool,
+    no_host: bool,
+    no_setup: bool,
+    libtest: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>> {
+    let mut a = Args::default();
+    let mut i = 0;
+    while i < args.len() {
+        if a.run.parse_arg(args, &mut i)? {
+            continue;
+        }
+        match args[i].as_str() {
+            "-h" | "--help" => {
+                println!("{HELP}{}", RunOptions::HELP);
+                return Ok(None);
+            }
+            "--filter" => {
+                a.filter = Some(args.get(i + 1).ok_or("--filter needs a value")?.clone());
+                i += 1;
+            }
+            "--smoke" => a.smoke = true,
+            "--no-host" => a.no_host = true,
+            "--no-setup" => a.no_setup = true,
+            "--" => {
+                a.libtest = args[i + 1..].to_vec();
+                break;
+            }
+            other => {
+                return Err(format!("test-rxe: unknown argument `{other}` (see --help)").into())
+            }
+        }
+        i += 1;
+    }
+    Ok(Some(a))
+}
+
+/// Sums of the `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub(crate) suites: u32,
+    pub(crate) passed: u32,
+    pub(crate) failed: u32,
+    pub(crate) ignored: u32,
+}
+
+impl Totals {
+    pub(crate) fn add_output(&mut self, output: &str) {
+        for line in output.lines() {
+            let Some(rest) = line.split("test result: ").nth(1) else {
+                continue;
+            };
+            self.suites += 1;
+            for part in rest.split(';') {
+                let mut words = part.split_whitespace().rev();
+                let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let Ok(n) = n.trim_end_matches('.').parse::<u32>() else {
+                    continue;
+                };
+                match what {
+                    "passed" => self.passed += n,
+                    "failed" => self.failed += n,
+                    "ignored" => self.ignored += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// `cargo xtask test-rxe`.
+pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
+    let Some(args) = parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let started = Instant::now();
+    if !args.no_setup {
+        setup::ensure()?;
+    }
+    let ws = Workspace::locate();
+
+    if args.smoke {
+        return smoke(&ws, &args.run);
+    }
+
+    // 1. Build.
+    heading("test-rxe: building tests");
+    let built = artifacts::cargo_executables(
+        &ws,
+        &[
+            "test",
+            "--workspace",
+            "--no-run",
+            "--lib",
+            "--bins",
+            "--tests",
+            "--examples",
+        ],
+    )?;
+    let tests: Vec<&Artifact> = built.iter().filter(|a| a.test).collect();
+    let (host_only, rest): (Vec<&Artifact>, Vec<&Artifact>) =
+        tests.iter().partition(|a| a.needs_host_toolchain());
+    let (skipped, on_device): (Vec<&Artifact>, Vec<&Artifact>) = rest
+        .into_iter()
+        .partition(|a| a.kind == "example" || a.kind == "bench");
+    println!(
+        "test-rxe: {} test executable(s): {} for rxe0, {} host-only (trybuild), {} example/bench harness(es) not run",
+        tests.len(),
+        on_device.len(),
+        host_only.len(),
+        skipped.len()
+    );
+
+    let mut libtest_args: Vec<String> = Vec::new();
+    if let Some(f) = &args.filter {
+        libtest_args.push(f.clone());
+    }
+    libtest_args.extend(args.libtest.iter().cloned());
+
+    let mut totals = Totals::default();
+    let mut host_lines: Vec<String> = Vec::new();
+    let mut ok = true;
+
+    // 2. Host part.
+    if args.no_host {
+        host_lines.push("skipped (--no-host)".into());
+    } else {
+        heading("test-rxe: doctests on the host");
+        let mut doc = util::cargo();
+        doc.args(["test", "--workspace", "--doc"])
+            .current_dir(&ws.root);
+        if !libtest_args.is_empty() {
+            doc.arg("--").args(&libtest_args);
+        }
+        let c = util::run_captured(&mut doc, None)?;
+        totals.add_output(&c.output);
+        ok &= c.success();
+        host_lines.push(format!("doctests: {}", verdict(c.success())));
+        for a in &host_only {
+            heading(&format!(
+                "test-rxe: {} on the host (uses trybuild)",
+                a.label()
+            ));
+            let mut cmd = util::cargo();
+            cmd.args(["test", "-p", &a.package, "--test", &a.name])
+                .current_dir(&ws.root);
+            if !libtest_args.is_empty() {
+                cmd.arg("--").args(&libtest_args);
+            }
+            let c = util::run_captured(&mut cmd, None)?;
+            totals.add_output(&c.output);
+            ok &= c.success();
+            host_lines.push(format!("{}: {}", a.label(), verdict(c.success())));
+        }
+    }
+
+    // 3. Device part.
+    heading("test-rxe: test binaries on rxe0");
+    let mut plan = Plan::new();
+    let mut device_args = vec!["--include-ignored", "--test-threads=1"];
+    device_args.extend(libtest_args.iter().map(String::as_str));
+    for a in &on_device {
+        plan.test_binary(&a.label(), &a.manifest_dir, &a.exe, &device_args);
+    }
+    let route = rxe::choose_route(&ws, "test-rxe", args.run.want)?;
+    let outcome = rxe::run(&ws, "test-rxe", &route, &plan, &args.run)?;
+    totals.add_output(&outcome.captured.output);
+    ok &= outcome.success();
+
+    // 4. Summary.
+    heading("test-rxe summary");
+    println!("route:      {route}");
+    if let Some(k) = outcome.env("KERNEL") {
+        println!(
+            "device:     {} on {} ({}), RoCE v2 GID index {}, kernel {k}",
+            outcome.env("RXE_DEVICE").unwrap_or("?"),
+            outcome.env("RXE_NETDEV").unwrap_or("?"),
+            outcome.env("RXE_IPV4").unwrap_or("?"),
+            outcome.env("RXE_GID_INDEX").unwrap_or("?"),
+        );
+    }
+    for l in &host_lines {
+        println!("host:       {l}");
+    }
+    let passed = outcome.steps.iter().filter(|s| s.passed).count();
+    println!(
+        "on rxe0:    {} of {} binaries run, {passed} passed, {} failed ({:.0} s incl. boot)",
+        outcome.steps.len(),
+        on_device.len(),
+        outcome.steps.len() - passed,
+        outcome.captured.elapsed.as_secs_f64()
+    );
+    for s in &outcome.steps {
+        println!(
+            "            {} {:>4} s  {}",
+            if s.passed { "PASS" } else { "FAIL" },
+            s.seconds,
+            s.label
+        );
+    }
+    println!(
+        "libtest:    {} suites, {} passed, {} failed, {} ignored",
+        totals.suites, totals.passed, totals.failed, totals.ignored
+    );
+    if let Some(why) = outcome.failure_reason() {
+        println!("problem:    {why}");
+    }
+    if outcome.steps.len() != on_device.len() {
+        ok = false;
+        println!(
+            "problem:    only {} of {} binaries ran",
+            outcome.steps.len(),
+            on_device.len()
+        );
+    }
+    println!("total:      {:.0} s", started.elapsed().as_secs_f64());
+    println!("result:     {}", if ok { "PASS" } else { "FAIL" });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "FAILED"
+    }
+}
+
+/// `test-rxe --smoke`: no build, just prove the device works.
+fn smoke(ws: &Workspace, opts: &RunOptions) -> Result<ExitCode> {
+    let mut plan = Plan::new();
+    plan.step("ibv_devices lists rxe0", &["ibv_devices"])
+        .sh_step(
+            "rxe0 port 1 is PORT_ACTIVE with a RoCE v2 GID",
+            "ibv_devinfo -v -d \"$RXE_DEVICE\" | grep -E 'state:|link_layer|GID\\['
+             ibv_devinfo -d \"$RXE_DEVICE\" | grep -q PORT_ACTIVE &&
+             ibv_devinfo -v -d \"$RXE_DEVICE\" | grep -q 'RoCE v2'",
+        )
+        .server_client(
+            "perftest ib_write_bw over rxe0 (loopback)",
+            18515,
+            "ib_write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -n 2000",
+            "ib_write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -n 2000 127.0.0.1",
+        );
+    let route = rxe::choose_route(ws, "test-rxe", opts.want)?;
+    let outcome = rxe::run(ws, "test-rxe-smoke", &route, &plan, opts)?;
+    heading("test-rxe --smoke summary");
+    println!("route:   {route}");
+    for s in &outcome.steps {
+        println!(
+            "         {} {:>4} s  {}",
+            if s.passed { "PASS" } else { "FAIL" },
+            s.seconds,
+            s.label
+        );
+    }
+    if let Some(why) = outcome.failure_reason() {
+        println!("problem: {why}");
+    }
+    println!(
+        "result:  {}",
+        if outcome.success() { "PASS" } else { "FAIL" }
+    );
+    Ok(if outcome.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_from_libtest_lines() {
+        let mut t = Totals::default();
+        t.add_output(
+            "running 3 tests\n\
+             test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s\n\
+             [client] noise\n\
+             test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; finished in 1.00s\n",
+        );
+        assert_eq!(
+            t,
+            Totals {
+                suites: 2,
+                passed: 4,
+                failed: 2,
+                ignored: 1
+            }
+        );
+    }
+
+    #[test]
+    fn args() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&[
+            "--filter",
+            "qp",
+            "--vm",
+            "--timeout",
+            "60",
+            "--",
+            "--nocapture",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.filter.as_deref(), Some("qp"));
+        assert_eq!(a.run.want, rxe::Want::Vm);
+        assert_eq!(a.run.timeout.as_secs(), 60);
+        assert_eq!(a.libtest, ["--nocapture"]);
+        assert!(parse(&v(&["--bogus"])).is_err());
+    }
+}
