@@ -299,7 +299,10 @@ pub struct RtsParams {
     pub sq_psn: u32,
     /// Local ACK timeout, 4.096 µs · 2^timeout (RC; 14 ≈ 67 ms).
     pub timeout: u8,
-    /// Transport retries before `RETRY_EXC_ERR` (RC, at most 7).
+    /// Transport retries before `RETRY_EXC_ERR` (RC, at most 7). Note that
+    /// Linux's soft-RoCE (rxe) treats 7 as "retry forever", unlike the IB
+    /// specification: a vanished peer is then only noticed by a caller's own
+    /// timeout.
     pub retry_cnt: u8,
     /// RNR retries before `RNR_RETRY_EXC_ERR` (RC; 7 = forever).
     pub rnr_retry: u8,

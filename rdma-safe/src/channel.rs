@@ -276,10 +276,19 @@ impl Channel {
         (p, c)
     }
 
-    /// The underlying queue pair (for inspection; posting through it bypasses
-    /// this channel's bookkeeping and is `unsafe` anyway).
-    pub fn queue_pair(&self) -> &QueuePair {
-        &self.shared.qp
+    /// The QP number of the channel's queue pair.
+    pub fn qp_num(&self) -> u32 {
+        self.shared.qp.qp_num()
+    }
+
+    /// `ibv_query_qp`—The current state of the channel's queue pair
+    /// (`ReadyToSend` once connected, `Error` after a failure or timeout).
+    ///
+    /// The queue pair itself is not exposed: moving it to another state or
+    /// polling its completion queue behind the channel's back would break
+    /// the bookkeeping that decides when borrowed memory is released.
+    pub fn qp_state(&self) -> IbvResult<rdma_core::QpState> {
+        self.shared.qp.state()
     }
 
     /// Connects to the peer `remote` (RTR then RTS, with a GRH on RoCE).

@@ -102,3 +102,25 @@ pub enum ScopeError<E> {
     #[error("automatic polling at the end of the scope failed: {0}")]
     AutoPollError(TransportError),
 }
+
+impl<E> ScopeError<E> {
+    /// Collapses both variants into one error type, e.g. `TransportError`
+    /// when the closure's error is a `TransportError` too.
+    pub fn flatten(self) -> E
+    where
+        E: From<TransportError>,
+    {
+        match self {
+            ScopeError::ClosureError(e) => e,
+            ScopeError::AutoPollError(e) => E::from(e),
+        }
+    }
+}
+
+/// Lets `channel.scope(..)?` be used in a function returning
+/// [`TransportResult`] when the closure's error is a [`TransportError`].
+impl From<ScopeError<TransportError>> for TransportError {
+    fn from(e: ScopeError<TransportError>) -> Self {
+        e.flatten()
+    }
+}

@@ -31,6 +31,7 @@ use std::time::Duration;
 pub struct PollingScope<'scope, 'env: 'scope, C> {
     target: &'scope C,
     posted: Vec<u64>,
+    compact_at: usize,
     timeout: Duration,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
@@ -51,6 +52,7 @@ where
     let mut scope = PollingScope {
         target: channel,
         posted: Vec::new(),
+        compact_at: 256,
         timeout,
         _scope: PhantomData,
         _env: PhantomData,
@@ -71,6 +73,13 @@ where
 
 impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
     fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
+        if self.posted.len() >= self.compact_at {
+            // Forget the ids already claimed, so a long-lived scope (a
+            // benchmark loop, a server) does not grow without bound.
+            let shared = self.target.shared();
+            self.posted.retain(|&id| shared.is_tracked(id));
+            self.compact_at = (self.posted.len() * 2).max(256);
+        }
         self.posted.push(id);
         ScopedPendingWork {
             shared: self.target.shared(),

@@ -146,8 +146,10 @@ pub struct WorkSuccess {
 }
 
 impl WorkSuccess {
-    /// Bytes transferred: received bytes for a receive, the request's length
-    /// for sends, writes and reads.
+    /// Bytes transferred: for a receive, the bytes of the incoming message
+    /// (for an RDMA write with immediate, the bytes the peer wrote to its
+    /// remote region — none land in the receive's scatter list); for sends,
+    /// writes and reads, the request's length.
     pub fn bytes(&self) -> usize {
         self.bytes
     }

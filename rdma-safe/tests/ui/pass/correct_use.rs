@@ -45,7 +45,20 @@ fn forget_is_fine(channel: &mut Channel, mr: &MemoryRegion, buf: &[u8]) {
     });
 }
 
+// Scatter elements built before the scope can be moved into it and posted
+// (their data lifetime outlives the scope), and `?` flattens the scope's
+// error into a `TransportError`.
+fn elements_built_outside(channel: &mut Channel, mr: &MemoryRegion, rx: &mut [u8]) -> Result<usize, TransportError> {
+    let element = mr.scatter_element(rx);
+    let got = channel.scope(move |s| {
+        let mut scatter = [element];
+        s.post_receive(ReceiveWorkRequest::new(&mut scatter))?.wait()
+    })?;
+    Ok(got.bytes())
+}
+
 fn main() {
+    let _ = elements_built_outside;
     let _ = send_then_reuse;
     let _ = forget_is_fine;
 }
