@@ -94,25 +94,15 @@ fn spawn(label: &str, program: &str, args: &[String]) -> Proc {
         });
     let output = Arc::new(Mutex::new(String::new()));
     let (tx, lines) = mpsc::channel();
-    let mut readers = Vec::new();
     let stdout = child.stdout.take().expect("piped stdout");
-    let out = output.clone();
-    readers.push(thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            out.lock().unwrap().push_str(&format!("{line}\n"));
-            let _ = tx.send(line);
-        }
-    }));
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = output.clone();
-    readers.push(thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        if !text.is_empty() {
-            out.lock().unwrap().push_str(&format!("[stderr]\n{text}"));
-        }
-    }));
+    let stderr = child.stderr.take().expect("piped stderr");
+    // Both streams are collected line by line into one text (stderr lines
+    // marked) and offered to `wait_for_line`: with `--json` the programs
+    // announce themselves on stderr.
+    let readers = vec![
+        reader(stdout, "", output.clone(), tx.clone()),
+        reader(stderr, "[stderr] ", output.clone(), tx),
+    ];
     Proc {
         label: format!("{label} (`{program} {}`)", args.join(" ")),
         child,
@@ -122,8 +112,23 @@ fn spawn(label: &str, program: &str, args: &[String]) -> Proc {
     }
 }
 
+fn reader(
+    stream: impl Read + Send + 'static,
+    mark: &'static str,
+    output: Arc<Mutex<String>>,
+    lines: mpsc::Sender<String>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            output.lock().unwrap().push_str(&format!("{mark}{line}\n"));
+            let _ = lines.send(line);
+        }
+    })
+}
+
 impl Proc {
-    /// Waits until a line of stdout contains `needle`; false after `limit`
+    /// Waits until a line of output contains `needle`; false after `limit`
     /// or if the program ended first.
     fn wait_for_line(&self, needle: &str, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;

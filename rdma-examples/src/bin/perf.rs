@@ -119,6 +119,11 @@ const OPTS: &[Opt] = &[
         "bytes",
         "path MTU (default: the port's active MTU)",
     ),
+    Opt::flag(
+        Some('e'),
+        "events",
+        "sleep on completion events while waiting (default: busy polling)",
+    ),
     Opt::value(
         Some('p'),
         "port",
@@ -145,7 +150,7 @@ Usage:
   perf [options] --test <test> [<host>]
 
 Tests: write_bw read_bw send_bw write_lat read_lat send_lat
-The client's -s/-a/-n/-t/-r/-I are sent to the server; both check the data.";
+The client's -s/-a/-n/-t/-r/-I/-e are sent to the server; both check the data.";
 
 /// Largest size of `-a`.
 const MAX_ALL: usize = 8 << 20;
@@ -219,18 +224,20 @@ struct Params {
     tx_depth: usize,
     rx_depth: usize,
     inline: u32,
+    events: bool,
 }
 
 impl Params {
     fn to_line(&self) -> String {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
         format!(
-            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} sizes={}",
+            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} sizes={}",
             self.test.name(),
             self.iters,
             self.tx_depth,
             self.rx_depth,
             self.inline,
+            u8::from(self.events),
             sizes.join(",")
         )
     }
@@ -242,6 +249,7 @@ impl Params {
         }
         let (mut test, mut sizes) = (None, Vec::new());
         let (mut iters, mut tx_depth, mut rx_depth, mut inline) = (0, 0, 0, 0);
+        let mut events = false;
         for w in words {
             let (k, v) = w.split_once('=').ok_or("malformed parameter")?;
             let num = || v.parse::<usize>().map_err(|_| format!("bad {k}={v}"));
@@ -251,6 +259,7 @@ impl Params {
                 "tx_depth" => tx_depth = num()?,
                 "rx_depth" => rx_depth = num()?,
                 "inline" => inline = num()? as u32,
+                "events" => events = num()? != 0,
                 "sizes" => {
                     for s in v.split(',') {
                         sizes.push(s.parse().map_err(|_| format!("bad size {s}"))?);
@@ -270,6 +279,7 @@ impl Params {
             tx_depth,
             rx_depth,
             inline,
+            events,
         })
     }
 
@@ -334,6 +344,7 @@ fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
             },
             rx_depth: m.uint_in("rx-depth", 512, 1, 16384)? as usize,
             inline: m.uint_in("inline-size", 0, 0, 4096)? as u32,
+            events: m.flag("events"),
         },
         server,
         ib_dev: m.value("ib-dev").map(str::to_owned),
@@ -434,7 +445,8 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         })
         .max_send_sge(1)
         .max_recv_sge(1)
-        .max_inline_data(p.inline);
+        .max_inline_data(p.inline)
+        .completion_events(p.events);
     if let Some(g) = o.gid_index {
         b = b.gid_index(g);
     }
@@ -456,7 +468,7 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         local_ep.mtu.min(remote.mtu).bytes()
     ));
     out.say(&format!(
-        " Iterations: {}  TX depth: {}  RX depth: {}  Inline: {}",
+        " Iterations: {}  TX depth: {}  RX depth: {}  Inline: {}  Completions: {}",
         p.iters,
         p.tx_depth,
         if p.test.uses_receives() {
@@ -464,7 +476,8 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         } else {
             0
         },
-        channel.capabilities().max_inline_data
+        channel.capabilities().max_inline_data,
+        if p.events { "events" } else { "polling" }
     ));
     out.say(&format!(
         " local address:  QPN {:#08x} PSN {:#08x}\n remote address: QPN {:#08x} PSN {:#08x}",
@@ -832,6 +845,9 @@ fn client(o: &Options, host: &str) -> Result<()> {
         None
     };
 
+    if o.verbose {
+        out.say(&clock_cost());
+    }
     if p.test.is_bw() {
         out.say(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
     } else {
@@ -844,7 +860,7 @@ fn client(o: &Options, host: &str) -> Result<()> {
         }
         let report = match p.test {
             Test::WriteBw | Test::ReadBw | Test::SendBw => {
-                let r = run_bw(p, size, &mut side, server_region)?;
+                let r = run_bw(p, o.verbose, size, &mut side, server_region)?;
                 Report::Bw(r)
             }
             Test::WriteLat | Test::ReadLat | Test::SendLat => {
@@ -889,6 +905,23 @@ fn client(o: &Options, host: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a timestamp costs here (on a VM without a TSC clocksource,
+/// `Instant::now` is a system call).
+fn clock_cost() -> String {
+    let n = 10_000;
+    let start = Instant::now();
+    let mut last = start;
+    for _ in 0..n {
+        last = Instant::now();
+    }
+    let each = (last - start).as_secs_f64() * 1e9 / n as f64;
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into());
+    format!(" (clock: Instant::now() takes {each:.0} ns; clocksource {source})")
+}
+
 enum Report {
     Bw(BwRun),
     Lat(Latency),
@@ -919,7 +952,7 @@ fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbose: bool) {
                 " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
                 size, p.iters, b.bw.peak_mb, b.bw.avg_mb, b.bw.mpps
             ));
-            if verbose {
+            if verbose && b.post_ns_avg.is_finite() {
                 out.say(&format!(
                     "   (safe API: {:.0} ns per post on average; scope ended {:.1} us after the last completion)",
                     b.post_ns_avg, b.scope_exit_us
@@ -960,6 +993,7 @@ struct BwRun {
 /// Bandwidth, client side: `tx_depth` operations in flight in one scope.
 fn run_bw(
     p: &Params,
+    verbose: bool,
     size: usize,
     side: &mut Side,
     remote: Option<RemoteMemoryRegion>,
@@ -979,20 +1013,20 @@ fn run_bw(
             Test::WriteBw => {
                 let remote = remote.ok_or("no remote region")?;
                 let g = [mr.gather_element(buf)];
-                pump(tl_ref, origin, iters, depth, size, &mut |_| {
+                pump(verbose, tl_ref, origin, iters, depth, size, &mut |_| {
                     s.post_write(WriteWorkRequest::new(&g, remote))
                 })?;
             }
             Test::ReadBw => {
                 let remote = remote.ok_or("no remote region")?;
                 let mut sc = [mr.scatter_element(buf)];
-                pump(tl_ref, origin, iters, depth, size, &mut |_| {
+                pump(verbose, tl_ref, origin, iters, depth, size, &mut |_| {
                     s.post_read(ReadWorkRequest::new(&mut sc, remote))
                 })?;
             }
             _ => {
                 let g = [mr.gather_element(buf)];
-                pump(tl_ref, origin, iters, depth, size, &mut |i| {
+                pump(verbose, tl_ref, origin, iters, depth, size, &mut |i| {
                     s.post_send(SendWorkRequest::new(&g).with_immediate(i as u32))
                 })?;
             }
@@ -1003,7 +1037,11 @@ fn run_bw(
     let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed).ok_or("no operations")?;
     Ok(BwRun {
         bw,
-        post_ns_avg: tl.post_time.as_secs_f64() * 1e9 / iters as f64,
+        post_ns_avg: if verbose {
+            tl.post_time.as_secs_f64() * 1e9 / iters as f64
+        } else {
+            f64::NAN
+        },
         scope_exit_us,
     })
 }
@@ -1026,8 +1064,11 @@ impl Timeline {
 }
 
 /// The bandwidth loop: keeps up to `depth` operations in flight, waiting
-/// for the oldest when full; checks every completion's length.
+/// for the oldest when full; checks every completion's length. Takes one
+/// timestamp per post and one per completion (as perftest), plus one more
+/// per post with `measure_posts`.
 fn pump<'scope>(
+    measure_posts: bool,
     tl: &mut Timeline,
     origin: Instant,
     iters: usize,
@@ -1041,8 +1082,9 @@ fn pump<'scope>(
         while next < iters && inflight.len() < depth {
             let t0 = Instant::now();
             inflight.push_back(post(next)?);
-            let t1 = Instant::now();
-            tl.post_time += t1 - t0;
+            if measure_posts {
+                tl.post_time += t0.elapsed();
+            }
             tl.posted.push((t0 - origin).as_secs_f64());
             next += 1;
         }
