@@ -119,10 +119,15 @@ else
             diagnose
             NETDEV=lo
         fi
+        # While the NIC is up, udhcpc may still be at work: wait up to 20 s.
+        # A NIC that is down (renamed by udev) will not get a lease at all.
         t0=$SECONDS
-        until has_ipv4 "$NETDEV" || [ $((SECONDS - t0)) -ge 20 ]; do sleep 0.5; done
+        until has_ipv4 "$NETDEV" || [ $((SECONDS - t0)) -ge 20 ]; do
+            ip -o link show dev "$NETDEV" 2>/dev/null | grep -q '[<,]UP[,>]' || break
+            sleep 0.5
+        done
         if ! has_ipv4 "$NETDEV"; then
-            echo "vm-run: $NETDEV has no address from DHCP after 20 s; configuring slirp's 10.0.2.15/24"
+            echo "vm-run: $NETDEV has no address from DHCP; configuring slirp's 10.0.2.15/24"
             diagnose
             ip link set "$NETDEV" up
             ip addr add 10.0.2.15/24 dev "$NETDEV"

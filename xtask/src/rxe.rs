@@ -609,6 +609,12 @@ pub(crate) fn run(
         out.display()
     );
     let captured = util::run_captured(&mut cmd, Some(opts.timeout))?;
+    if let (Route::Vm { .. }, Some(t)) = (route, captured.first_output) {
+        println!(
+            "{task}: the guest started the script {:.0} s after vng was launched",
+            t.as_secs_f64()
+        );
+    }
     let log = dir.join("output.log");
     let _ = fs::write(&log, &captured.output);
     println!(

@@ -107,6 +107,8 @@ pub(crate) struct Captured {
     pub(crate) output: String,
     /// Wall-clock time the process ran.
     pub(crate) elapsed: Duration,
+    /// When the first line of output arrived (for a VM: roughly the boot time).
+    pub(crate) first_output: Option<Duration>,
 }
 
 impl Captured {
@@ -159,6 +161,7 @@ fn captured(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Ca
     ];
 
     let mut output = String::new();
+    let mut first_output = None;
     let mut timed_out = false;
     let mut drained = true;
     let deadline = limit.map(|l| start + l);
@@ -168,6 +171,7 @@ fn captured(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Ca
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok((is_err, line)) => {
+                first_output.get_or_insert_with(|| start.elapsed());
                 if !live {
                 } else if is_err {
                     eprint!("{line}");
@@ -190,6 +194,8 @@ fn captured(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Ca
                     limit.unwrap_or_default().as_secs()
                 );
             }
+            // vng runs qemu as a grandchild: kill the whole tree, not just vng.
+            kill_tree(child.id());
             let _ = child.kill();
             give_up = Some(now + Duration::from_secs(10));
         }
@@ -208,7 +214,84 @@ fn captured(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Ca
         status: (!timed_out).then_some(status),
         output,
         elapsed: start.elapsed(),
+        first_output,
     })
+}
+
+/// The processes whose parent chain leads to `root` (read from /proc).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+extern "C" {
+    /// kill(2) from the C library std already links (no new dependency).
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Running (not gone, not a zombie waiting to be reaped).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+/// Sends `sig` to `pid`; errors (already gone) are ignored.
+fn signal(pid: u32, sig: i32) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours;
+    // `pid` is positive, so it never addresses a process group.
+    unsafe {
+        kill(pid, sig);
+    }
+}
+
+/// Terminates `root` and every process below it: SIGTERM first (qemu exits
+/// cleanly), SIGKILL after 5 s for whatever is left.
+pub(crate) fn kill_tree(root: u32) {
+    const SIGTERM: i32 = 15;
+    const SIGKILL: i32 = 9;
+    let mut all = descendants(root);
+    all.push(root);
+    for &p in &all {
+        signal(p, SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if !all.iter().any(|&p| alive(p)) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    for p in all {
+        signal(p, SIGKILL);
+    }
 }
 
 fn pump(
@@ -376,11 +459,13 @@ mod tests {
         assert_eq!(c.status.and_then(|s| s.code()), Some(3));
         assert!(c.output.contains("out\n") && c.output.contains("err\n"));
         let c = run_captured(
-            Command::new("sleep").arg("30"),
+            Command::new("sh").args(["-c", "sleep 30; echo never"]),
             Some(Duration::from_millis(300)),
         )
         .unwrap();
+        // The grandchild holding the pipes open died too: the tree is killed.
         assert!(c.status.is_none() && !c.success());
-        assert!(c.elapsed < Duration::from_secs(10));
+        assert!(!c.output.contains("never"));
+        assert!(c.elapsed < Duration::from_secs(4), "{:?}", c.elapsed);
     }
 }
