@@ -208,8 +208,8 @@ impl RunOptions {
     }
 
     /// Help text for the options [`RunOptions::parse_arg`] understands.
-    pub(crate) const HELP: &'static str = "\
-  --vm                  use the qemu VM even if the host kernel has rdma_rxe
+    pub(crate) const HELP: &'static str =
+        "  --vm                  use the qemu VM even if the host kernel has rdma_rxe
   --native              use the host's rdma_rxe or fail (needs root)
   --timeout SECS        kill the whole run after SECS (default 1200)
   --step-timeout SECS   kill one step after SECS (default 600)
