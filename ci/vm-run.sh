@@ -2,12 +2,14 @@
 # ci/vm-run.sh — bring up a soft-RoCE (rxe) device, then run a plan on it.
 #
 # `cargo xtask test-rxe | demo | bench | vm` write a plan (a bash fragment
-# calling the step functions below) to target/xtask/<task>/plan.sh and run
-# this script either inside the qemu guest booted by vng (VM path) or
-# directly on a host whose kernel has rdma_rxe (native path, as root).
+# calling the step functions below; built in Rust with xtask's `rxe::Plan`)
+# to target/xtask/<task>/<pid>/plan.sh and run this script either inside the
+# qemu guest booted by vng (VM path) or directly on a host whose kernel has
+# rdma_rxe (native path, as root). `target/xtask/<task>/last` names the
+# newest run; its output.log holds everything the run printed.
 #
-# usage: vm-run.sh --plan FILE --out DIR [--netdev IF|auto] [--device NAME]
-#                  [--step-timeout SECS] [--cleanup]
+# usage: vm-run.sh --plan FILE --out DIR [--netdev IF|auto|virtio]
+#                  [--device NAME] [--step-timeout SECS] [--cleanup]
 #
 #   --plan FILE         bash fragment to source once the device is up
 #   --out DIR           writable directory for results:

@@ -4,8 +4,22 @@
 //!
 //! The steps are a [`Plan`]: a bash fragment calling the step functions of
 //! `ci/vm-run.sh` (`step`, `sh_step`, `test_binary`, `server_client`, `say`).
-//! xtask writes it to `target/xtask/<task>/plan.sh`; `ci/vm-run.sh` brings up
-//! `rxe0`, sources the plan and writes its results to `target/xtask/<task>/out/`.
+//! xtask writes it to `target/xtask/<task>/<pid>/plan.sh`; `ci/vm-run.sh`
+//! brings up `rxe0`, sources the plan and writes its results to
+//! `target/xtask/<task>/<pid>/out/` (`steps.tsv`, `rxe.env`, `status`);
+//! everything printed is also kept in `target/xtask/<task>/<pid>/output.log`,
+//! and `target/xtask/<task>/last` points at the newest run.
+//!
+//! Adding work to a task means adding steps to its plan, e.g.
+//! `plan.server_client("rc_pingpong", 18515, server_cmd, client_cmd)`; the
+//! commands are bash and see `$RXE_DEVICE`, `$RXE_GID_INDEX`, `$RXE_IPV4`.
+//!
+//! VM path: `vng -r /boot/vmlinuz-<ver> [--disable-kvm] --network user
+//! --cpus N --memory 2G --cwd <root> --rwdir <out> --exec "bash
+//! <root>/ci/vm-run.sh ..."`. The guest sees the host's root filesystem
+//! read-only (9p), so built binaries run in place; only `<out>` is writable.
+//! vng passes the guest command's exit status through, and the script also
+//! writes it to `<out>/status`, which is what xtask trusts.
 
 use std::fmt;
 use std::fs;
