@@ -290,6 +290,15 @@ fn rc_pingpong_buffer_validation_interoperates() {
     pingpong(THEIRS, OURS, 19171, 65536, &["-c"]);
 }
 
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rc_pingpong_service_level_and_mtu_flags_interoperate() {
+    // `-l` (service level) and `-m` (path MTU) set the same connection
+    // attributes on both implementations.
+    pingpong(OURS, THEIRS, 19172, 4096, &["-l", "1", "-m", "512"]);
+    pingpong(THEIRS, OURS, 19173, 4096, &["-l", "1", "-m", "512"]);
+}
+
 /// Runs `perf <test>` server and client with `client_extra` (and
 /// `--json` for both if the client has it); returns both.
 fn perf(test: &str, port: u16, client_extra: &[&str]) -> (Finished, Finished) {

@@ -25,6 +25,50 @@ use std::time::Duration;
 /// Default bound on every blocking wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connection attributes of a reliable connection (the RTR and RTS
+/// attributes of `ibv_modify_qp(3)`). The defaults suit most uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Service level (default 0).
+    pub service_level: u8,
+    /// GRH hop limit (default 64).
+    pub hop_limit: u8,
+    /// GRH traffic class (default 0).
+    pub traffic_class: u8,
+    /// Path MTU (default: the smaller of the two ports' active MTUs).
+    pub path_mtu: Option<Mtu>,
+    /// RDMA reads/atomics this side may have outstanding (default 16).
+    pub max_rd_atomic: u8,
+    /// RDMA reads/atomics the peer may have outstanding here (default 16).
+    pub max_dest_rd_atomic: u8,
+    /// Local ACK timeout exponent: 4.096 µs · 2^timeout (default 14 ≈ 67 ms).
+    pub timeout: u8,
+    /// Transport retries (default 7; rxe treats 7 as unlimited).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (default 7 = unlimited; the channel's
+    /// timeout still bounds every wait).
+    pub rnr_retry: u8,
+    /// Minimum RNR NAK timer code (default 12 ≈ 0.64 ms).
+    pub min_rnr_timer: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            service_level: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+            path_mtu: None,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            timeout: 14,
+            retry_count: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
 /// Builder for a [`Channel`]; from [`Channel::builder`] or
 /// [`ProtectionDomain::channel_builder`].
 #[derive(Debug, Clone)]
@@ -151,7 +195,11 @@ impl<'f1> ChannelBuilder<'f1> {
             mtu,
         };
         let caps = qp.capabilities();
+        // Providers may grant more inline space than asked for (rxe raises 0
+        // to 16); inline only what the caller asked for.
+        let inline_limit = caps.max_inline_data.min(self.caps.max_inline_data);
         Ok(Channel {
+            inline_limit,
             shared: Arc::new(Shared::new(qp, cq, self.completion_events)),
             pd: pd.clone(),
             local,
@@ -193,6 +241,7 @@ fn random_psn(seed: u32) -> u32 {
 /// registered in it.
 pub struct Channel {
     shared: Arc<Shared>,
+    inline_limit: u32,
     pd: ProtectionDomain,
     local: Endpoint,
     gid: GidEntry,
@@ -291,21 +340,45 @@ impl Channel {
         self.shared.qp.state()
     }
 
-    /// Connects to the peer `remote` (RTR then RTS, with a GRH on RoCE).
-    /// The peer must connect to [`local_endpoint`](Self::local_endpoint) too
-    /// before data flows; see [`handshake`](Self::handshake).
+    /// Connects to the peer `remote` (RTR then RTS, with a GRH on RoCE)
+    /// with [`ConnectOptions::default`]. The peer must connect to
+    /// [`local_endpoint`](Self::local_endpoint) too before data flows; see
+    /// [`handshake`](Self::handshake).
     pub fn connect(&mut self, remote: &Endpoint) -> IbvResult<()> {
+        self.connect_with(remote, &ConnectOptions::default())
+    }
+
+    /// Connects to the peer `remote` with explicit connection attributes.
+    ///
+    /// Of `remote`, the QP number, PSN, LID, GID and MTU are used; its `port`
+    /// and `gid_index` describe the peer's side and are informational here
+    /// (the local port and GID index are the channel's own).
+    pub fn connect_with(&mut self, remote: &Endpoint, opts: &ConnectOptions) -> IbvResult<()> {
         let qp = &self.shared.qp;
         let port_attr = self.pd.context().query_port(self.local.port)?;
-        let av = if port_attr.needs_grh() || !remote.gid.is_zero() {
+        let mut av = if port_attr.needs_grh() || !remote.gid.is_zero() {
             AddressVector::global(self.local.port, remote.gid, self.local.gid_index)
         } else {
             AddressVector::local(self.local.port, remote.lid)
         };
+        av.sl = opts.service_level;
+        if let Some(grh) = av.grh.as_mut() {
+            grh.hop_limit = opts.hop_limit;
+            grh.traffic_class = opts.traffic_class;
+        }
         let mut rtr = RtrParams::new(remote.qp_num, remote.psn, av);
-        rtr.path_mtu = self.local.mtu.min(remote.mtu);
+        rtr.path_mtu = opts
+            .path_mtu
+            .unwrap_or_else(|| self.local.mtu.min(remote.mtu));
+        rtr.max_dest_rd_atomic = opts.max_dest_rd_atomic;
+        rtr.min_rnr_timer = opts.min_rnr_timer;
         qp.to_rtr(&rtr)?;
-        qp.to_rts(&RtsParams::new(self.local.psn))?;
+        let mut rts = RtsParams::new(self.local.psn);
+        rts.timeout = opts.timeout;
+        rts.retry_cnt = opts.retry_count;
+        rts.rnr_retry = opts.rnr_retry;
+        rts.max_rd_atomic = opts.max_rd_atomic;
+        qp.to_rts(&rts)?;
         self.remote = Some(*remote);
         Ok(())
     }
@@ -339,7 +412,7 @@ impl Channel {
     // ----- posting -----------------------------------------------------------
 
     fn inline_for(&self, len: usize, forced: Option<bool>) -> bool {
-        forced.unwrap_or(len > 0 && len <= self.caps.max_inline_data as usize)
+        forced.unwrap_or(len > 0 && len <= self.inline_limit as usize)
     }
 
     fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {

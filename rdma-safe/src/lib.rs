@@ -67,7 +67,7 @@ pub mod scope;
 mod sge;
 mod work;
 
-pub use channel::{Channel, ChannelBuilder, HandshakeError, DEFAULT_TIMEOUT};
+pub use channel::{Channel, ChannelBuilder, ConnectOptions, HandshakeError, DEFAULT_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{IbvError, IbvResult, Operation, ScopeError, TransportError, TransportResult};
 pub use memory::{AccessFlags, MemoryRegion};

@@ -35,7 +35,7 @@ use rdma_core::{LinkLayer, Mtu};
 use rdma_examples::args::{self, Opt};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::{flatten_scope, net, open_pd, BoxError, Result};
-use rdma_safe::{Endpoint, Gid, MemoryRegion, ReceiveWorkRequest, SendWorkRequest};
+use rdma_safe::{ConnectOptions, Endpoint, Gid, MemoryRegion, ReceiveWorkRequest, SendWorkRequest};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -80,12 +80,7 @@ const OPTS: &[Opt] = &[
         "iters",
         "number of exchanges (default 1000)",
     ),
-    Opt::value(
-        Some('l'),
-        "sl",
-        "sl",
-        "service level value (only 0: rdma-safe sets no SL)",
-    ),
+    Opt::value(Some('l'), "sl", "sl", "service level value (default 0)"),
     Opt::flag(Some('e'), "events", "sleep on CQ events (default poll)"),
     Opt::value(
         Some('g'),
@@ -112,6 +107,7 @@ struct Options {
     mtu: Mtu,
     rx_depth: usize,
     iters: usize,
+    sl: u8,
     events: bool,
     gid_idx: Option<u32>,
     chk: bool,
@@ -122,16 +118,12 @@ fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
     let mtu_bytes = m.uint_in("mtu", 1024, 256, 4096)?;
     let mtu = Mtu::from_bytes(mtu_bytes as u32)
         .ok_or_else(|| args::ArgError(format!("--mtu: {mtu_bytes} is not an IB MTU")))?;
-    if m.uint_in("sl", 0, 0, 15)? != 0 {
-        return Err(args::ArgError(
-            "--sl: only 0 is supported (rdma_safe::Channel::connect sets no service level)".into(),
-        ));
-    }
     if m.positionals.len() > 1 {
         return Err(args::ArgError("more than one server name given".into()));
     }
     Ok(Options {
         port: m.uint_in("port", 18515, 1, 65535)? as u16,
+        sl: m.uint_in("sl", 0, 0, 15)? as u8,
         ib_dev: m.value("ib-dev").map(str::to_owned),
         ib_port: m.uint_in("ib-port", 1, 1, 255)? as u8,
         size: m.uint_in("size", 4096, 0, 1 << 30)? as usize,
@@ -256,16 +248,29 @@ fn run(o: &Options) -> Result<()> {
             (Some(s), Dest::from_wire(&msg)?)
         }
     };
+    // The C program's connection attributes: SL from -l, hop limit 1, one
+    // outstanding RDMA read each way, timeout 14, 7 retries, RNR timer 12.
+    let attrs = ConnectOptions {
+        service_level: o.sl,
+        hop_limit: 1,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        path_mtu: Some(o.mtu),
+        ..ConnectOptions::default()
+    };
     channel
-        .connect(&Endpoint {
-            qp_num: remote.qpn,
-            psn: remote.psn,
-            port: o.ib_port,
-            lid: remote.lid,
-            gid: remote.gid,
-            gid_index: 0, // the peer's index; not needed to reach it
-            mtu: o.mtu,
-        })
+        .connect_with(
+            &Endpoint {
+                qp_num: remote.qpn,
+                psn: remote.psn,
+                port: o.ib_port,
+                lid: remote.lid,
+                gid: remote.gid,
+                gid_index: 0, // the peer's index; not needed to reach it
+                mtu: o.mtu,
+            },
+            &attrs,
+        )
         .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
 
     let is_client = o.server.is_some();
