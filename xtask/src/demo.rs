@@ -1,28 +1,56 @@
 //! `cargo xtask demo` — shows a newcomer a working RDMA stack: the soft-RoCE
-//! device, its port and GIDs, and two programs talking over it.
+//! device, its port and GIDs, our `rc_pingpong` against itself and against
+//! rdma-core's `ibv_rc_pingpong` (both directions), and a short RDMA-write
+//! bandwidth and latency measurement with our `perf`.
 //!
-//! Everything runs through [`crate::rxe`] (natively or in the VM). To show
-//! another program, add a step to [`plan`]: `step` for one command,
-//! `server_client` for a server/client pair.
+//! The example programs are built in release mode on the host first; the
+//! steps then run through [`crate::rxe`] (natively or in the VM, in one
+//! boot). To show another program, add a step to [`plan`]: `step` for one
+//! command, `server_client` for a server/client pair, each preceded by a
+//! `say` telling the reader what to look at.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use crate::rxe::{self, Plan, RunOptions};
 use crate::setup;
-use crate::util::{heading, Result, Workspace};
+use crate::util::{self, heading, shell_quote, Result, Workspace};
 
 const HELP: &str = "\
 usage: cargo xtask demo [OPTIONS]
 
-Brings up a soft-RoCE device (rxe0) - natively or in a qemu VM - and walks
-through it: ibv_devices, ibv_devinfo, the GID table, and rdma-core's
-ibv_rc_pingpong server + client exchanging messages over RC queue pairs.
+Builds the example programs (cargo build --release -p rdma-examples), brings
+up a soft-RoCE device (rxe0) - natively or in a qemu VM - and walks through
+it, explaining each step:
+  1. the device: our `devices` and rdma-core's `ibv_devinfo`
+  2. our rc_pingpong server + client
+  3. our rc_pingpong server + rdma-core's ibv_rc_pingpong client, and the
+     other way round (the two are wire-compatible)
+  4. RDMA-write bandwidth (perf write_bw, 4 KiB / 64 KiB / 1 MiB) and
+     latency (perf write_lat, 64 B)
+Exits non-zero if any step fails. Takes a few minutes under CPU emulation.
 
 options:
+  --no-setup            do not check/install prerequisites first
 ";
 
-/// The demo's steps.
-fn plan() -> Plan {
+/// Ping-pong round trips per rc_pingpong run (small: TCG is slow).
+const PINGPONG_ITERS: u32 = 200;
+/// RDMA writes per bandwidth size.
+const BW_ITERS: u32 = 300;
+/// Bandwidth message sizes.
+const BW_SIZES: [u32; 3] = [4096, 65536, 1 << 20];
+/// Round trips of the latency test.
+const LAT_ITERS: u32 = 300;
+
+/// The demo's steps; `bin` is the directory holding the release binaries.
+fn plan(bin: &Path) -> Plan {
+    let exe = |name: &str| shell_quote(&bin.join(name).to_string_lossy());
+    let (pingpong, perf) = (exe("rc_pingpong"), exe("perf"));
+    let dev = "-d \"$RXE_DEVICE\"";
+    let gid = "-g \"$RXE_GID_INDEX\"";
+    let n = PINGPONG_ITERS;
+
     let mut p = Plan::new();
     p.say(
         "== cargo xtask demo ==\n\
@@ -32,51 +60,124 @@ fn plan() -> Plan {
          like a hardware RDMA NIC. Above, vm-run.sh loaded the rdma_rxe module and\n\
          ran `rdma link add rxe0 type rxe netdev $RXE_NETDEV`.",
     );
+
     p.say(
-        "1. ibv_devices: the RDMA devices libibverbs can open. On a machine with a\n\
-         Mellanox card you would see mlx5_0; here it is the software device rxe0.",
+        "1a. Our `devices` program (rdma-examples, on the rdma-core crate): the device,\n\
+         its port and its GID table. Look for `state: ACTIVE` (link up), `link_layer:\n\
+         Ethernet` (RoCE), and the GID rows: each IP address of the netdev is a GID;\n\
+         the RoCE v2 row with ::ffff:a.b.c.d is the index passed as -g/-x below.",
     );
-    p.step("ibv_devices", &["ibv_devices"]);
-    p.say(
-        "2. ibv_devinfo: the device's port. Look for `state: PORT_ACTIVE` (the link\n\
-         is up) and `link_layer: Ethernet` (RoCE). port_lid is 0: Ethernet has no\n\
-         InfiniBand LIDs, so peers are addressed by GID (an IPv6-format address).",
+    let devices_raw = bin.join("devices");
+    p.step(
+        "devices (ours)",
+        &[&devices_raw.to_string_lossy(), "-d", rxe::DEVICE],
     );
-    p.step("ibv_devinfo -d rxe0", &["ibv_devinfo", "-d", rxe::DEVICE]);
     p.say(
-        "3. The GID table. Each IP address of the network interface becomes a GID;\n\
-         ::ffff:a.b.c.d is the IPv4 one. Connecting a queue pair on RoCE needs the\n\
-         *index* of a RoCE v2 GID: vm-run.sh found it and exported RXE_GID_INDEX.",
+        "1b. The same device through rdma-core's ibv_devinfo, for comparison: the\n\
+         port fields should match ours. port_lid is 0 - Ethernet has no InfiniBand\n\
+         LIDs, so peers are addressed by GID. vm-run.sh exported RXE_GID_INDEX.",
     );
     p.sh_step(
-        "GID table of rxe0",
-        "ibv_devinfo -v -d \"$RXE_DEVICE\" | grep -E 'GID\\['; echo \"RXE_GID_INDEX=$RXE_GID_INDEX\"",
+        "ibv_devinfo (rdma-core)",
+        "ibv_devinfo -d \"$RXE_DEVICE\"; echo \"RXE_GID_INDEX=$RXE_GID_INDEX\"",
     );
+
+    p.say(&format!(
+        "2. Our rc_pingpong, server and client on this machine (127.0.0.1). They swap\n\
+         LID:QPN:PSN:GID over TCP port 18515, connect their RC queue pairs and bounce\n\
+         {n} messages of 4096 B with SEND/RECV. Each side prints its own two summary\n\
+         lines; they nearly agree because the exchange is lock-step: both clocks time\n\
+         the same {n} round trips (bytes count both directions)."
+    ));
+    p.server_client(
+        "rc_pingpong: ours <-> ours",
+        18515,
+        &format!("{pingpong} {dev} {gid} -n {n} -p 18515"),
+        &format!("{pingpong} {dev} {gid} -n {n} -p 18515 127.0.0.1"),
+    );
+
     p.say(
-        "4. ibv_rc_pingpong (rdma-core's example program). The server waits on TCP\n\
-         port 18515; the client connects, both swap LID:QPN:PSN:GID over that TCP\n\
-         connection, move their RC (reliable connected) queue pairs to RTR/RTS, and\n\
-         bounce 1000 messages of 4096 bytes back and forth with SEND/RECV verbs.\n\
-         Both sides print what they moved and how fast. Under CPU emulation the\n\
-         numbers are small; on a real kernel they are much larger.",
+        "3a. Interoperability: our rc_pingpong as the server, rdma-core's C\n\
+         ibv_rc_pingpong as the client. Same wire format (the 52-byte address\n\
+         message, then plain SENDs), so the C client cannot tell the difference.",
     );
     p.server_client(
-        "ibv_rc_pingpong server + client over rxe0",
-        18515,
-        "ibv_rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\"",
-        "ibv_rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" 127.0.0.1",
+        "rc_pingpong: ours (server) <-> ibv_rc_pingpong (client)",
+        18516,
+        &format!("{pingpong} {dev} {gid} -n {n} -p 18516"),
+        &format!("ibv_rc_pingpong {dev} {gid} -n {n} -p 18516 127.0.0.1"),
+    );
+    p.say(
+        "3b. And the other way round: ibv_rc_pingpong serves, ours connects.\n\
+         Both directions passing means the handshake and the data path match the C\n\
+         reference implementation byte for byte.",
+    );
+    p.server_client(
+        "rc_pingpong: ibv_rc_pingpong (server) <-> ours (client)",
+        18517,
+        &format!("ibv_rc_pingpong {dev} {gid} -n {n} -p 18517"),
+        &format!("{pingpong} {dev} {gid} -n {n} -p 18517 127.0.0.1"),
+    );
+
+    let xgid = "-x \"$RXE_GID_INDEX\"";
+    p.say(&format!(
+        "4a. RDMA-write bandwidth with our `perf write_bw` ({BW_ITERS} writes per size, 128\n\
+         in flight). One-sided: the client writes straight into the server's\n\
+         registered memory; the server's CPU is idle until it checks the data at the\n\
+         end. Read `BW average[MB/sec]` in the client's table; bigger messages amortise\n\
+         per-operation cost. Under CPU emulation the absolute numbers are small."
+    ));
+    for (k, size) in BW_SIZES.iter().enumerate() {
+        let port = 18520 + k as u32;
+        p.server_client(
+            &format!("perf write_bw {size} B"),
+            port as u16,
+            &format!("{perf} write_bw {dev} {xgid} -p {port}"),
+            &format!(
+                "{perf} write_bw {dev} {xgid} -s {size} -n {BW_ITERS} -t 128 -p {port} 127.0.0.1"
+            ),
+        );
+    }
+    p.say(&format!(
+        "4b. RDMA-write latency with `perf write_lat` (64 B, {LAT_ITERS} ping-pongs, one write in\n\
+         flight): each side polls its memory for the other's write. Times are half a\n\
+         round trip; t_typical is the median - under emulation it is dominated by\n\
+         the guest's timer, on real hardware it is a few microseconds."
+    ));
+    p.server_client(
+        "perf write_lat 64 B",
+        18530,
+        &format!("{perf} write_lat {dev} {xgid} -p 18530"),
+        &format!("{perf} write_lat {dev} {xgid} -s 64 -n {LAT_ITERS} -p 18530 127.0.0.1"),
     );
     p.say(
         "That was a real RDMA data path: the NIC (here: the rxe driver) moved the\n\
          bytes between registered memory regions; the programs only posted work\n\
-         requests and polled completions.",
+         requests and polled completions. Both perf sides end with `data verified`.",
     );
     p
+}
+
+/// Builds the example programs in release mode (echoing the command) and
+/// returns the directory holding them.
+pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
+    let mut cmd = util::cargo();
+    cmd.args(["build", "--release", "-p", "rdma-examples"])
+        .current_dir(&ws.root);
+    util::run(&mut cmd)?;
+    let bin = ws.target.join("release");
+    for name in ["devices", "rc_pingpong", "perf"] {
+        if !bin.join(name).is_file() {
+            return Err(format!("{} was not built", bin.join(name).display()).into());
+        }
+    }
+    Ok(bin)
 }
 
 /// `cargo xtask demo`.
 pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let mut opts = RunOptions::default();
+    let mut no_setup = false;
     let mut i = 0;
     while i < args.len() {
         if opts.parse_arg(args, &mut i)? {
@@ -87,13 +188,18 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
                 println!("{HELP}{}", RunOptions::HELP);
                 return Ok(ExitCode::SUCCESS);
             }
+            "--no-setup" => no_setup = true,
             other => return Err(format!("demo: unknown argument `{other}` (see --help)").into()),
         }
+        i += 1;
     }
-    setup::ensure()?;
+    if !no_setup {
+        setup::ensure()?;
+    }
     let ws = Workspace::locate();
+    let bin = build_examples(&ws)?;
     let route = rxe::choose_route(&ws, "demo", opts.want)?;
-    let outcome = rxe::run(&ws, "demo", &route, &plan(), &opts)?;
+    let outcome = rxe::run(&ws, "demo", &route, &plan(&bin), &opts)?;
     heading("demo summary");
     println!("route:   {route}");
     for s in &outcome.steps {
