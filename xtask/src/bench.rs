@@ -1,13 +1,609 @@
-//! `cargo xtask bench` — will compare the workspace's bandwidth/latency
-//! tools with perftest on the same rxe device (through [`crate::rxe`], in
-//! the same boot, since only ratios mean something under emulation).
+//! `cargo xtask bench` — compares our `perf` with perftest on the same rxe
+//! device, in the same boot (only ratios mean something under emulation).
+//!
+//! For every test (write_bw, read_bw, send_bw, write_lat, send_lat), size
+//! and repetition the plan runs perftest's server + client, then ours, with
+//! the same size, iterations and (bandwidth) tx depth 128, each pair on its
+//! own TCP port, alternating so that slow drifts of the guest hit both
+//! tools alike. Each run's raw output goes to `<out>/raw/` (the run's
+//! results directory, the only place the guest may write); the host parses
+//! it afterwards: perftest's text table, our `perf --json` lines. The
+//! medians over the repetitions go into a table and `target/bench.json`.
 
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use crate::util::Result;
+use crate::demo::build_examples;
+use crate::json::Json;
+use crate::rxe::{self, Plan, RunOptions};
+use crate::setup;
+use crate::util::{heading, shell_quote, Result, Workspace};
+
+const HELP: &str = "\
+usage: cargo xtask bench [OPTIONS]
+
+Runs perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
+ib_send_lat) and our perf (write_bw, read_bw, send_bw, write_lat, send_lat)
+on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
+iterations and tx depth (128 for bandwidth), alternating perftest and ours,
+and prints the medians: bandwidth as average MB/sec (higher is better),
+latency as t_typical usec (lower is better), and the ratio ours/perftest.
+Writes the table to target/bench.json; raw outputs stay in
+target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed.
+
+options:
+  --reps N              repetitions of every test and size (default 3)
+  --iters N             operations per run (default 100; perftest needs >= 5)
+  --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
+                        (default 64,4K,64K,1M)
+  --tests T,...         only these tests (default write_bw,read_bw,send_bw,
+                        write_lat,send_lat)
+  --no-setup            do not check/install prerequisites first
+";
+
+/// Bandwidth tests keep this many operations in flight (both tools).
+const TX_DEPTH: u32 = 128;
+/// First TCP port; run k uses `BASE_PORT + k`.
+const BASE_PORT: u32 = 19000;
+
+/// One test: our name, perftest's program, bandwidth or latency.
+#[derive(Debug, Clone, Copy)]
+struct Test {
+    name: &'static str,
+    perftest: &'static str,
+    bw: bool,
+}
+
+const TESTS: [Test; 5] = [
+    Test {
+        name: "write_bw",
+        perftest: "ib_write_bw",
+        bw: true,
+    },
+    Test {
+        name: "read_bw",
+        perftest: "ib_read_bw",
+        bw: true,
+    },
+    Test {
+        name: "send_bw",
+        perftest: "ib_send_bw",
+        bw: true,
+    },
+    Test {
+        name: "write_lat",
+        perftest: "ib_write_lat",
+        bw: false,
+    },
+    Test {
+        name: "send_lat",
+        perftest: "ib_send_lat",
+        bw: false,
+    },
+];
+
+impl Test {
+    fn metric(self) -> &'static str {
+        if self.bw {
+            "BW average [MB/sec]"
+        } else {
+            "t_typical [usec]"
+        }
+    }
+}
+
+/// Which program produced a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Perftest,
+    Ours,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Perftest => "perftest",
+            Tool::Ours => "ours",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    run: RunOptions,
+    reps: usize,
+    iters: u32,
+    sizes: Vec<u64>,
+    tests: Vec<Test>,
+    no_setup: bool,
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .map(|n| n * mul)
+        .filter(|&n| n > 0 && n <= 8 << 20)
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>> {
+    let mut a = Args {
+        run: RunOptions {
+            // ~120 server/client runs under emulation: more than the default.
+            timeout: Duration::from_secs(60 * 60),
+            ..RunOptions::default()
+        },
+        reps: 3,
+        iters: 100,
+        sizes: vec![64, 4096, 65536, 1 << 20],
+        tests: TESTS.to_vec(),
+        no_setup: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        if a.run.parse_arg(args, &mut i)? {
+            continue;
+        }
+        let value = |name: &str| -> Result<&String> {
+            args.get(i + 1)
+                .ok_or_else(|| format!("bench: {name} needs a value").into())
+        };
+        match args[i].as_str() {
+            "-h" | "--help" => {
+                println!("{HELP}{}", RunOptions::HELP);
+                return Ok(None);
+            }
+            "--no-setup" => a.no_setup = true,
+            "--reps" => {
+                a.reps = value("--reps")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or("bench: --reps needs a positive number")?;
+                i += 1;
+            }
+            "--iters" => {
+                a.iters = value("--iters")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 5)
+                    .ok_or("bench: --iters needs a number >= 5 (perftest's minimum)")?;
+                i += 1;
+            }
+            "--sizes" => {
+                let v = value("--sizes")?;
+                a.sizes = v
+                    .split(',')
+                    .map(|s| {
+                        parse_size(s).ok_or_else(|| format!("bench: bad size `{s}` in --sizes"))
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+                i += 1;
+            }
+            "--tests" => {
+                let v = value("--tests")?;
+                a.tests = v
+                    .split(',')
+                    .map(|s| {
+                        TESTS
+                            .iter()
+                            .copied()
+                            .find(|t| t.name == s.trim())
+                            .ok_or_else(|| format!("bench: unknown test `{s}` in --tests"))
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+                i += 1;
+            }
+            other => return Err(format!("bench: unknown argument `{other}` (see --help)").into()),
+        }
+        i += 1;
+    }
+    Ok(Some(a))
+}
+
+/// One server/client run in the plan.
+#[derive(Debug, Clone)]
+struct Run {
+    test: Test,
+    tool: Tool,
+    size: u64,
+    rep: usize,
+}
+
+impl Run {
+    /// File name stem under `raw/`.
+    fn stem(&self) -> String {
+        format!(
+            "{}-{}-{}-r{}",
+            self.tool.name(),
+            self.test.name,
+            self.size,
+            self.rep
+        )
+    }
+}
+
+/// Every run in plan order: per test and size, perftest and ours alternate.
+fn runs(a: &Args) -> Vec<Run> {
+    let mut v = Vec::new();
+    for &test in &a.tests {
+        for &size in &a.sizes {
+            for rep in 1..=a.reps {
+                for tool in [Tool::Perftest, Tool::Ours] {
+                    v.push(Run {
+                        test,
+                        tool,
+                        size,
+                        rep,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The plan; `raw` is where the guest writes the raw outputs.
+fn plan(a: &Args, runs: &[Run], perf: &Path, raw: &Path) -> Plan {
+    let perf = shell_quote(&perf.to_string_lossy());
+    // `$XTASK_OUT`, should the runner ever export its results directory.
+    let raw = format!(
+        "R=\"${{XTASK_OUT:-{}}}/raw\"; mkdir -p \"$R\"",
+        shell_quote(&raw.parent().unwrap_or(raw).to_string_lossy())
+    );
+    let mut p = Plan::new();
+    p.say(&format!(
+        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each ==\n\
+         perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth);\n\
+         each run prints its result line; raw outputs go to the results directory's raw/.",
+        runs.len(),
+        a.tests.len(),
+        a.sizes.len(),
+        a.reps,
+        a.iters
+    ));
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    for (k, r) in runs.iter().enumerate() {
+        let port = BASE_PORT + k as u32;
+        let (size, n) = (r.size, a.iters);
+        let depth = if r.test.bw {
+            format!(" -t {TX_DEPTH}")
+        } else {
+            String::new()
+        };
+        let f = format!("f=\"$R/{}\"", r.stem());
+        // On success show only the result (the line after the table
+        // header, or our JSON line); on failure everything.
+        let (server, client) = match r.tool {
+            Tool::Perftest => {
+                let cmd = format!(
+                    "{} {dev} -s {size} -n {n}{depth} -F -p {port}",
+                    r.test.perftest
+                );
+                (
+                    format!(
+                        "{raw}; {f}; {cmd} >\"$f.server.txt\" 2>&1; rc=$?; \
+                         [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
+                    ),
+                    format!(
+                        "{raw}; {f}; {cmd} 127.0.0.1 >\"$f.client.txt\" 2>&1; rc=$?; \
+                         if [ $rc = 0 ]; then grep -A1 -e '#bytes' \"$f.client.txt\"; \
+                         else cat \"$f.client.txt\"; fi; exit $rc"
+                    ),
+                )
+            }
+            Tool::Ours => {
+                let name = r.test.name;
+                (
+                    format!(
+                        "{raw}; {f}; {perf} {name} {dev} -p {port} --json \
+                         >\"$f.server.json\" 2>\"$f.server.txt\"; rc=$?; \
+                         [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
+                    ),
+                    format!(
+                        "{raw}; {f}; {perf} {name} {dev} -s {size} -n {n}{depth} -p {port} --json 127.0.0.1 \
+                         >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
+                         if [ $rc = 0 ]; then cat \"$f.client.json\"; \
+                         else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
+                    ),
+                )
+            }
+        };
+        let label = format!(
+            "[{}/{}] {} {} {} B rep {}",
+            k + 1,
+            runs.len(),
+            r.tool.name(),
+            r.test.name,
+            size,
+            r.rep
+        );
+        p.server_client(&label, port as u16, &server, &client);
+    }
+    p
+}
+
+/// perftest's result: the line after the `#bytes` header; field 3 (BW
+/// average) for bandwidth, field 4 (t_typical) for latency.
+fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
+    let mut lines = text.lines();
+    lines.find(|l| l.trim_start().starts_with("#bytes"))?;
+    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    if fields.first()?.parse::<u64>().ok()? != size {
+        return None;
+    }
+    fields
+        .get(if test.bw { 3 } else { 4 })?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+}
+
+/// Our result: the client's JSON line for `size` (no `role` member).
+fn parse_ours(text: &str, test: Test, size: u64) -> Option<f64> {
+    let key = if test.bw {
+        "bw_avg_mb_s"
+    } else {
+        "t_typical_us"
+    };
+    text.lines()
+        .filter_map(|l| Json::parse(l.trim()).ok())
+        .filter(|j| j.get("role").is_none() && j.str_at("test") == Some(test.name))
+        .filter(|j| matches!(j.get("bytes"), Some(Json::Number(b)) if *b == size as f64))
+        .find_map(|j| match j.get(key) {
+            Some(Json::Number(v)) if v.is_finite() => Some(*v),
+            _ => None,
+        })
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    })
+}
+
+/// The values of one tool for one test and size.
+#[derive(Debug, Default)]
+struct Cell {
+    values: Vec<f64>,
+    failed: usize,
+}
+
+impl Cell {
+    fn show(&self, reps: usize) -> String {
+        match median(&self.values) {
+            None => "fail".to_string(),
+            Some(m) if self.failed > 0 => format!("{m:.2} ({}/{reps} ok)", self.values.len()),
+            Some(m) => format!("{m:.2}"),
+        }
+    }
+
+    fn json(&self) -> String {
+        let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
+        let values: Vec<String> = self.values.iter().map(|&v| num(Some(v))).collect();
+        format!(
+            "{{\"median\":{},\"runs\":[{}],\"failed\":{}}}",
+            num(median(&self.values)),
+            values.join(","),
+            self.failed
+        )
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn size_name(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
 
 /// `cargo xtask bench`.
-pub(crate) fn main(_args: &[String]) -> Result<ExitCode> {
-    eprintln!("bench: not implemented yet");
-    Ok(ExitCode::FAILURE)
+pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
+    let Some(a) = parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !a.no_setup {
+        setup::ensure()?;
+    }
+    let ws = Workspace::locate();
+    let bin = build_examples(&ws)?;
+    let route = rxe::choose_route(&ws, "bench", a.run.want)?;
+    // rxe::run puts the results of this process's run here.
+    let out: PathBuf = ws
+        .target
+        .join("xtask")
+        .join("bench")
+        .join(std::process::id().to_string())
+        .join("out");
+    let raw = out.join("raw");
+    let runs = runs(&a);
+    let plan = plan(&a, &runs, &bin.join("perf"), &raw);
+    let outcome = rxe::run(&ws, "bench", &route, &plan, &a.run)?;
+
+    // Parse on the host.
+    let mut cells: Vec<(Test, u64, Cell, Cell)> = Vec::new();
+    for &test in &a.tests {
+        for &size in &a.sizes {
+            cells.push((test, size, Cell::default(), Cell::default()));
+        }
+    }
+    for r in &runs {
+        let value = match r.tool {
+            Tool::Perftest => fs::read_to_string(raw.join(format!("{}.client.txt", r.stem())))
+                .ok()
+                .and_then(|t| parse_perftest(&t, r.test, r.size)),
+            Tool::Ours => fs::read_to_string(raw.join(format!("{}.client.json", r.stem())))
+                .ok()
+                .and_then(|t| parse_ours(&t, r.test, r.size)),
+        };
+        // A run counts only if its step passed (both sides exited 0).
+        let label_tail = format!(
+            "{} {} {} B rep {}",
+            r.tool.name(),
+            r.test.name,
+            r.size,
+            r.rep
+        );
+        let passed = outcome
+            .steps
+            .iter()
+            .any(|s| s.passed && s.label.ends_with(&label_tail));
+        let (_, _, pt, ours) = cells
+            .iter_mut()
+            .find(|(t, s, _, _)| t.name == r.test.name && *s == r.size)
+            .expect("every run has a cell");
+        let cell = if r.tool == Tool::Perftest { pt } else { ours };
+        match value.filter(|_| passed) {
+            Some(v) => cell.values.push(v),
+            None => cell.failed += 1,
+        }
+    }
+
+    heading("bench results");
+    println!("route: {route}");
+    println!(
+        "{} iterations per run, tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
+        a.iters, a.reps
+    );
+    println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
+    println!("latency:   t_typical usec (median of the run), lower is better\n");
+    println!(
+        "{:<10} {:>8}  {:>18}  {:>18}  {:>13}",
+        "test", "size", "perftest", "ours", "ours/perftest"
+    );
+    let mut any_fail = false;
+    let mut rows = Vec::new();
+    for (test, size, pt, ours) in &cells {
+        let ratio = match (median(&ours.values), median(&pt.values)) {
+            (Some(o), Some(p)) if p > 0.0 => Some(o / p),
+            _ => None,
+        };
+        any_fail |= pt.failed > 0 || ours.failed > 0;
+        println!(
+            "{:<10} {:>8}  {:>18}  {:>18}  {:>13}",
+            test.name,
+            size_name(*size),
+            pt.show(a.reps),
+            ours.show(a.reps),
+            ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+        );
+        rows.push(format!(
+            "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{}}}",
+            json_string(test.name),
+            json_string(test.perftest),
+            json_string(test.metric()),
+            json_string(if test.bw { "higher" } else { "lower" }),
+            pt.json(),
+            ours.json(),
+            ratio.map_or("null".to_string(), |r| format!("{r:.3}"))
+        ));
+    }
+    let kernel = outcome.env("KERNEL").unwrap_or("unknown");
+    let doc = format!(
+        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
+        json_string(&route.to_string()),
+        json_string(kernel),
+        a.iters,
+        a.reps,
+        json_string(&raw.to_string_lossy()),
+        rows.join(",\n")
+    );
+    let json_path = ws.target.join("bench.json");
+    fs::write(&json_path, &doc)
+        .map_err(|e| format!("cannot write {}: {e}", json_path.display()))?;
+    println!(
+        "\nwritten to {} (raw outputs in {})",
+        json_path.display(),
+        raw.display()
+    );
+    if let Some(why) = outcome.failure_reason() {
+        println!("problem: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if any_fail {
+        println!("problem: some runs produced no result (\"fail\" above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PT_BW: &str = "\
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      200              23.27              20.17  \t\t   0.000323
+---------------------------------------------------------------------------------------
+";
+    const PT_LAT: &str = "\
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 4096    200          90.79          1309.18      101.94   \t       132.84      \t84.11  \t\t705.15  \t\t1309.18
+";
+
+    #[test]
+    fn parses_perftest_tables() {
+        assert_eq!(parse_perftest(PT_BW, TESTS[0], 65536), Some(20.17));
+        assert_eq!(parse_perftest(PT_BW, TESTS[0], 64), None);
+        assert_eq!(parse_perftest(PT_LAT, TESTS[4], 4096), Some(101.94));
+        assert_eq!(parse_perftest("error", TESTS[4], 4096), None);
+    }
+
+    #[test]
+    fn parses_our_json() {
+        let text = "{\"test\":\"send_lat\",\"role\":\"server\",\"bytes\":4096,\"iterations\":200,\"verified\":true}\n\
+            {\"test\":\"send_lat\",\"bytes\":4096,\"iterations\":200,\"t_min_us\":97.165,\"t_typical_us\":116.765,\"verified\":true}\n";
+        assert_eq!(parse_ours(text, TESTS[4], 4096), Some(116.765));
+        assert_eq!(parse_ours(text, TESTS[3], 4096), None);
+        let bw = "{\"test\":\"write_bw\",\"bytes\":1048576,\"iterations\":100,\"tx_depth\":128,\"bw_peak_mb_s\":40.668,\"bw_avg_mb_s\":37.263}";
+        assert_eq!(parse_ours(bw, TESTS[0], 1 << 20), Some(37.263));
+    }
+
+    #[test]
+    fn medians_and_sizes() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("0"), None);
+        assert_eq!(size_name(1 << 20), "1 MiB");
+        assert_eq!(size_name(64), "64 B");
+    }
 }
