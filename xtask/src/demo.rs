@@ -141,8 +141,8 @@ fn plan(bin: &Path) -> Plan {
     p.say(&format!(
         "4b. RDMA-write latency with `perf write_lat` (64 B, {LAT_ITERS} ping-pongs, one write in\n\
          flight): each side polls its memory for the other's write. Times are half a\n\
-         round trip; t_typical is the median - under emulation it is dominated by\n\
-         the guest's timer, on real hardware it is a few microseconds."
+         round trip; t_typical is the median, the tail (t_max, 99.9%) shows scheduling\n\
+         hiccups. Under emulation expect tens of usec and a long tail; hardware: ~1-3."
     ));
     p.server_client(
         "perf write_lat 64 B",
