@@ -39,6 +39,7 @@
 //! end, which is the safe API's own overhead.
 
 use rdma_examples::args::{self, Opt};
+use rdma_examples::clock::{self, Stamp};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
@@ -1005,7 +1006,8 @@ fn run_bw(
     }
     let mr = &side.local_mr;
     let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
-    let origin = Instant::now();
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
     let mut tl = Timeline::with_capacity(iters);
     let tl_ref = &mut tl;
     let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
@@ -1070,7 +1072,7 @@ impl Timeline {
 fn pump<'scope>(
     measure_posts: bool,
     tl: &mut Timeline,
-    origin: Instant,
+    origin: Stamp,
     iters: usize,
     depth: usize,
     size: usize,
@@ -1080,7 +1082,7 @@ fn pump<'scope>(
     let mut next = 0;
     while tl.completed.len() < iters {
         while next < iters && inflight.len() < depth {
-            let t0 = Instant::now();
+            let t0 = Stamp::now();
             inflight.push_back(post(next)?);
             if measure_posts {
                 tl.post_time += t0.elapsed();
@@ -1090,7 +1092,7 @@ fn pump<'scope>(
         }
         let oldest = inflight.pop_front().expect("an operation is in flight");
         let done = oldest.wait()?;
-        tl.completed.push(origin.elapsed().as_secs_f64());
+        tl.completed.push((Stamp::now() - origin).as_secs_f64());
         if done.bytes() != size {
             return Err(format!(
                 "operation {} completed with {} bytes, expected {size}",
@@ -1117,8 +1119,9 @@ fn run_lat(
         Test::ReadLat => {
             let remote = remote.ok_or("no remote region")?;
             side.local[..size].fill(0);
+            let _ = clock::ticks_per_sec();
             for _ in 0..iters {
-                let t0 = Instant::now();
+                let t0 = Stamp::now();
                 side.channel.read(ReadWorkRequest::new(
                     &mut [side.local_mr.scatter_element(&mut side.local[..size])],
                     remote,
@@ -1130,12 +1133,13 @@ fn run_lat(
             let remote = remote.ok_or("no remote region")?;
             let timeout = side.channel.timeout();
             pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+            let _ = clock::ticks_per_sec();
             // SAFETY: the server writes our buffer only in answer to our
             // writes of this size, none of which has been posted yet.
             unsafe { exposed.slice_mut(0..size) }.fill(0);
             for i in 0..iters {
                 side.local[size - 1] = mark(i);
-                let t0 = Instant::now();
+                let t0 = Stamp::now();
                 side.channel.write(WriteWorkRequest::new(
                     &[side.local_mr.gather_element(&side.local[..size])],
                     remote,
@@ -1146,6 +1150,7 @@ fn run_lat(
         }
         Test::SendLat => {
             pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+            let _ = clock::ticks_per_sec();
             side.rx[..size].fill(0);
             let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
             let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
@@ -1155,7 +1160,7 @@ fn run_lat(
                 let gather = [local_mr.gather_element(local)];
                 for i in 0..iters {
                     let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-                    let t0 = Instant::now();
+                    let t0 = Stamp::now();
                     s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?
                         .wait()?;
                     let got = recv.wait()?;
