@@ -15,11 +15,20 @@ const POLL_BATCH: usize = 32;
 /// conclude the device is broken. Flush completions normally arrive at once.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 
+/// Tag of the `wr_id` of every request of a batch but the last: their
+/// completions (only ever errors or flushes, as they are unsignaled) are
+/// recorded in the batch's slot but do not end it.
+pub(crate) const BATCH_MEMBER: u64 = 1 << 63;
+
 #[derive(Debug)]
 enum Slot {
+    /// In flight: `sq` send-queue entries; the first error reported by an
+    /// earlier member of a batch.
     Posted {
         op: Operation,
         len: usize,
+        sq: u32,
+        first_err: Option<WorkCompletion>,
     },
     Done {
         op: Operation,
@@ -84,6 +93,9 @@ pub(crate) struct PollState {
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
     /// Posted and not yet seen on the CQ.
     in_flight: usize,
+    /// Send-queue entries in use, and the send queue's size.
+    sq_in_flight: usize,
+    sq_capacity: usize,
     posted_total: u64,
     completed_total: u64,
     unusable: Option<String>,
@@ -104,6 +116,7 @@ pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
 
 impl Shared {
     pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool) -> Self {
+        let sq_capacity = qp.capabilities().max_send_wr as usize;
         Shared {
             qp,
             cq,
@@ -113,6 +126,8 @@ impl Shared {
                 slots: Slots::default(),
                 wcs: Box::new([WorkCompletion::default(); POLL_BATCH]),
                 in_flight: 0,
+                sq_in_flight: 0,
+                sq_capacity,
                 posted_total: 0,
                 completed_total: 0,
                 unusable: None,
@@ -126,11 +141,30 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Posts one work request through `post`, which receives the id to use.
-    pub(crate) fn post(&self, op: Operation, len: usize, post: PostFn<'_>) -> TransportResult<u64> {
+    /// Posts work through `post`, which receives the id to use: one request,
+    /// or a batch of `sq` send-queue requests of which only the last is
+    /// signaled (and carries the id; the others carry `id | BATCH_MEMBER`).
+    /// `sq` is 0 for receives. A batch that would overflow the send queue is
+    /// refused before anything is posted.
+    pub(crate) fn post(
+        &self,
+        op: Operation,
+        len: usize,
+        sq: u32,
+        post: PostFn<'_>,
+    ) -> TransportResult<u64> {
         let mut st = self.lock();
         if let Some(why) = &st.unusable {
             return Err(TransportError::Unusable(why.clone()));
+        }
+        if sq > 1 && st.sq_in_flight + sq as usize > st.sq_capacity {
+            return Err(TransportError::Post {
+                operation: op,
+                source: rdma_core::Error::InvalidArgument(format!(
+                    "a batch of {sq} requests does not fit the send queue ({} of {} entries in use)",
+                    st.sq_in_flight, st.sq_capacity
+                )),
+            });
         }
         let id = st.next_wr_id;
         post(id).map_err(|source| TransportError::Post {
@@ -138,9 +172,18 @@ impl Shared {
             source,
         })?;
         st.next_wr_id += 1;
-        st.slots.insert(id, Slot::Posted { op, len });
+        st.slots.insert(
+            id,
+            Slot::Posted {
+                op,
+                len,
+                sq,
+                first_err: None,
+            },
+        );
         st.in_flight += 1;
-        st.posted_total += 1;
+        st.sq_in_flight += sq as usize;
+        st.posted_total += u64::from(sq.max(1));
         Ok(id)
     }
 
@@ -150,6 +193,7 @@ impl Shared {
             wcs,
             slots,
             in_flight,
+            sq_in_flight,
             completed_total,
             unusable,
             posted_total,
@@ -158,22 +202,51 @@ impl Shared {
         let got = self.cq.poll(&mut wcs[..]).map_err(TransportError::Poll)?;
         let n = got.len();
         for wc in got.iter() {
-            *completed_total += 1;
-            match slots.get_mut(wc.wr_id()) {
+            // Counts requests: a batch's last completion completes all of its
+            // members (their own error completions are not counted again);
+            // completions nobody posted are counted, so that tests asserting
+            // "never more completions than posts" catch them.
+            let raw_id = wc.wr_id();
+            if raw_id & BATCH_MEMBER != 0 {
+                // An earlier member of a batch reports an error or a flush:
+                // remember the first, wait for the batch's last request.
+                if let Some(Slot::Posted { first_err, .. }) = slots.get_mut(raw_id & !BATCH_MEMBER)
+                {
+                    if !wc.is_success() && first_err.is_none() {
+                        *first_err = Some(*wc);
+                    }
+                } else {
+                    *completed_total += 1;
+                    log::error!("unexpected batch completion {wc:?} (posted {posted_total})");
+                }
+                continue;
+            }
+            match slots.get_mut(raw_id) {
                 Some(slot @ Slot::Posted { .. }) => {
-                    let (op, len) = match *slot {
-                        Slot::Posted { op, len } => (op, len),
+                    let (op, len, sq, first_err) = match *slot {
+                        Slot::Posted {
+                            op,
+                            len,
+                            sq,
+                            first_err,
+                        } => (op, len, sq, first_err),
                         Slot::Done { .. } => unreachable!(),
                     };
-                    *slot = Slot::Done { op, len, wc: *wc };
+                    let wc = first_err.unwrap_or(*wc);
+                    *slot = Slot::Done { op, len, wc };
                     *in_flight -= 1;
+                    *sq_in_flight -= sq as usize;
+                    *completed_total += u64::from(sq.max(1));
                     if !wc.is_success() && unusable.is_none() {
                         *unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
                     }
                 }
                 // A completion nobody posted (or a second one for an id):
-                // never expected; recorded so tests can assert on it.
-                _ => log::error!("unexpected completion {wc:?} (posted {})", posted_total),
+                // never expected; counted so tests can assert on it.
+                _ => {
+                    *completed_total += 1;
+                    log::error!("unexpected completion {wc:?} (posted {posted_total})");
+                }
             }
         }
         Ok(n)
@@ -359,6 +432,8 @@ mod tests {
         Slot::Posted {
             op: Operation::Send,
             len: 1,
+            sq: 1,
+            first_err: None,
         }
     }
 

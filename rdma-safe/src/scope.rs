@@ -117,6 +117,28 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         Ok(self.handle(id))
     }
 
+    /// Posts a batch of sends with one `ibv_post_send` call (one doorbell),
+    /// only the last one signaled; one handle covers the batch. Their data
+    /// stays borrowed until the scope ends.
+    pub fn post_send_batch<'d: 'scope>(
+        &mut self,
+        wrs: &[SendWorkRequest<'_, 'd>],
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_send_batch_wr(wrs)?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
+    /// last one signaled; one handle covers the batch. Their data stays
+    /// borrowed until the scope ends.
+    pub fn post_write_batch<'d: 'scope>(
+        &mut self,
+        wrs: &[WriteWorkRequest<'_, 'd>],
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_write_batch_wr(wrs)?;
+        Ok(self.handle(id))
+    }
+
     /// Posts an RDMA read; its buffers stay exclusively borrowed until the
     /// scope ends.
     pub fn post_read(

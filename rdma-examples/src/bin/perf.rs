@@ -1015,22 +1015,50 @@ fn run_bw(
             Test::WriteBw => {
                 let remote = remote.ok_or("no remote region")?;
                 let g = [mr.gather_element(buf)];
-                pump(verbose, tl_ref, origin, iters, depth, size, &mut |_| {
-                    s.post_write(WriteWorkRequest::new(&g, remote))
-                })?;
+                let batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    batch.len(),
+                    &mut |_, n| s.post_write_batch(&batch[..n]),
+                )?;
             }
             Test::ReadBw => {
                 let remote = remote.ok_or("no remote region")?;
                 let mut sc = [mr.scatter_element(buf)];
-                pump(verbose, tl_ref, origin, iters, depth, size, &mut |_| {
-                    s.post_read(ReadWorkRequest::new(&mut sc, remote))
-                })?;
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    1,
+                    &mut |_, _| s.post_read(ReadWorkRequest::new(&mut sc, remote)),
+                )?;
             }
             _ => {
                 let g = [mr.gather_element(buf)];
-                pump(verbose, tl_ref, origin, iters, depth, size, &mut |i| {
-                    s.post_send(SendWorkRequest::new(&g).with_immediate(i as u32))
-                })?;
+                let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    batch.len(),
+                    &mut |first, n| {
+                        for (k, wr) in batch[..n].iter_mut().enumerate() {
+                            *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
+                        }
+                        s.post_send_batch(&batch[..n])
+                    },
+                )?;
             }
         }
         Ok(Instant::now())
@@ -1065,10 +1093,19 @@ impl Timeline {
     }
 }
 
-/// The bandwidth loop: keeps up to `depth` operations in flight, waiting
-/// for the oldest when full; checks every completion's length. Takes one
-/// timestamp per post and one per completion (as perftest), plus one more
-/// per post with `measure_posts`.
+/// Requests per batch in the bandwidth loop: one `ibv_post_send` call and
+/// one completion per batch (perftest signals every 100th request by
+/// default), with at least four batches in flight to keep the pipe full.
+fn batch_size(depth: usize) -> usize {
+    (depth / 4).clamp(1, 32)
+}
+
+/// The bandwidth loop: keeps up to `depth` operations in flight, posted in
+/// batches of up to `batch` (`post(first, n)` posts operations
+/// `first..first + n` with one handle), waiting for the oldest batch when
+/// full; checks every completion's length. Timestamps are taken per batch
+/// (cheap TSC reads, as perftest).
+#[allow(clippy::too_many_arguments)]
 fn pump<'scope>(
     measure_posts: bool,
     tl: &mut Timeline,
@@ -1076,28 +1113,36 @@ fn pump<'scope>(
     iters: usize,
     depth: usize,
     size: usize,
-    post: &mut dyn FnMut(usize) -> TransportResult<ScopedPendingWork<'scope>>,
+    batch: usize,
+    post: &mut dyn FnMut(usize, usize) -> TransportResult<ScopedPendingWork<'scope>>,
 ) -> Result<()> {
-    let mut inflight: VecDeque<ScopedPendingWork<'scope>> = VecDeque::with_capacity(depth);
-    let mut next = 0;
+    let mut inflight: VecDeque<(ScopedPendingWork<'scope>, usize)> = VecDeque::with_capacity(depth);
+    let (mut next, mut outstanding) = (0, 0);
     while tl.completed.len() < iters {
-        while next < iters && inflight.len() < depth {
+        while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
+            let n = batch.min(iters - next);
             let t0 = Stamp::now();
-            inflight.push_back(post(next)?);
+            inflight.push_back((post(next, n)?, n));
             if measure_posts {
                 tl.post_time += t0.elapsed();
             }
-            tl.posted.push((t0 - origin).as_secs_f64());
-            next += 1;
+            let at = (t0 - origin).as_secs_f64();
+            tl.posted.extend(std::iter::repeat_n(at, n));
+            next += n;
+            outstanding += n;
         }
-        let oldest = inflight.pop_front().expect("an operation is in flight");
+        let (oldest, n) = inflight.pop_front().expect("an operation is in flight");
         let done = oldest.wait()?;
-        tl.completed.push((Stamp::now() - origin).as_secs_f64());
-        if done.bytes() != size {
+        let at = (Stamp::now() - origin).as_secs_f64();
+        tl.completed.extend(std::iter::repeat_n(at, n));
+        outstanding -= n;
+        if done.bytes() != size * n {
             return Err(format!(
-                "operation {} completed with {} bytes, expected {size}",
-                tl.completed.len() - 1,
-                done.bytes()
+                "operations {}..{} completed with {} bytes, expected {}",
+                tl.completed.len() - n,
+                tl.completed.len(),
+                done.bytes(),
+                size * n
             )
             .into());
         }

@@ -1,0 +1,169 @@
+//! Batched posting: several sends or RDMA writes in one `ibv_post_send`
+//! call with only the last one signaled, completed as one unit.
+
+mod common;
+
+use common::*;
+use rdma_safe::{
+    Operation, ReceiveWorkRequest, SendWorkRequest, TransportError, WcStatus, WriteWorkRequest,
+};
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn write_batch_lands_every_piece() {
+    let pd = pd();
+    let (mut a, b) = pair(&pd);
+    let n = 24;
+    let piece = 1000;
+    let mut src = pattern(seed("write-batch", n), n * piece);
+    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = vec![FILL; n * piece + CANARY];
+    // SAFETY: `dst` outlives the region (dropped below, before `dst` is
+    // read) and is not touched from Rust while the peer may write it.
+    let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
+    let remote = dst_mr.remote();
+    // Written in reverse piece order, so each request's target differs.
+    let gathers: Vec<_> = (0..n)
+        .map(|i| [src_mr.gather_element(&src[i * piece..(i + 1) * piece])])
+        .collect();
+    let wrs: Vec<_> = (0..n)
+        .rev()
+        .map(|i| {
+            WriteWorkRequest::new(
+                &gathers[i],
+                remote.slice((i * piece) as u64, piece as u64).unwrap(),
+            )
+        })
+        .collect();
+    let done = a
+        .scope(|s| s.post_write_batch(&wrs)?.wait())
+        .expect("batch of writes");
+    assert_eq!(done.bytes(), n * piece);
+    // Blocking form (rewrites the same bytes).
+    let done = a.write_batch(&wrs[..3]).expect("blocking batch");
+    assert_eq!(done.bytes(), 3 * piece);
+    drop(dst_mr);
+    assert_bytes(&dst[..n * piece], &src, "written pieces");
+    assert_untouched(&dst[n * piece..], "bytes after the target");
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+    assert_eq!(a.totals().0, n as u64 + 3, "a batch counts as its requests");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn send_batch_delivers_messages_in_order() {
+    let pd = pd();
+    let (mut a, mut b) = pair(&pd);
+    let n = 16;
+    let size = 333;
+    let mut src = pattern(seed("send-batch", n), n * size);
+    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = vec![FILL; n * size];
+    let dst_mr = local_mr(&pd, &mut dst);
+    b.scope(|sb| {
+        let mut recvs = Vec::new();
+        for chunk in dst.chunks_mut(size) {
+            let mut sc = [dst_mr.scatter_element(chunk)];
+            recvs.push(sb.post_receive(ReceiveWorkRequest::new(&mut sc))?);
+        }
+        let gathers: Vec<_> = (0..n)
+            .map(|i| [src_mr.gather_element(&src[i * size..(i + 1) * size])])
+            .collect();
+        let wrs: Vec<_> = (0..n)
+            .map(|i| SendWorkRequest::new(&gathers[i]).with_immediate(i as u32))
+            .collect();
+        let sent = a.send_batch(&wrs)?;
+        assert_eq!(sent.bytes(), n * size);
+        for (i, r) in recvs.into_iter().enumerate() {
+            let got = r.wait()?;
+            assert_eq!(got.bytes(), size);
+            assert_eq!(
+                got.immediate(),
+                Some(i as u32),
+                "message {i} arrives in order"
+            );
+        }
+        Ok::<_, TransportError>(())
+    })
+    .expect("batch of sends");
+    assert_bytes(&dst, &src, "received messages");
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn error_in_the_middle_of_a_batch_fails_the_batch() {
+    let pd = pd();
+    let (mut a, b) = pair(&pd);
+    let mut src = pattern(seed("batch-error", 1), 4096);
+    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = vec![FILL; 4096];
+    // SAFETY: as in `write_batch_lands_every_piece`.
+    let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
+    let good = dst_mr.remote();
+    let bad = rdma_safe::RemoteMemoryRegion::new(
+        good.address(),
+        good.length(),
+        good.rkey() ^ 0x5a5a_0000,
+    );
+    let g = [src_mr.gather_element(&src)];
+    let wrs = [
+        WriteWorkRequest::new(&g, good),
+        WriteWorkRequest::new(&g, bad),
+        WriteWorkRequest::new(&g, good),
+        WriteWorkRequest::new(&g, good),
+    ];
+    match a.write_batch(&wrs) {
+        Err(TransportError::WorkCompletion {
+            operation: Operation::Write,
+            status,
+            ..
+        }) => {
+            assert_eq!(
+                status,
+                WcStatus::RemoteAccessError,
+                "the batch reports its first failure"
+            )
+        }
+        other => panic!("expected the batch to fail with a remote access error, got {other:?}"),
+    }
+    assert!(!a.is_usable());
+    assert_eq!(a.outstanding(), 0);
+    let (posted, completed) = a.totals();
+    assert!(
+        completed <= posted,
+        "{completed} completions for {posted} posts"
+    );
+    drop(dst_mr);
+    drop(b);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn batch_larger_than_the_send_queue_is_refused_before_posting() {
+    let pd = pd();
+    let (mut a, b) = pair_with(&pd, |c| c.send_depth(8));
+    let mut src = vec![1u8; 64];
+    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = vec![0u8; 64];
+    // SAFETY: as in `write_batch_lands_every_piece`.
+    let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
+    let g = [src_mr.gather_element(&src)];
+    let too_many =
+        vec![WriteWorkRequest::new(&g, dst_mr.remote()); a.capabilities().max_send_wr as usize + 1];
+    match a.write_batch(&too_many) {
+        Err(TransportError::Post {
+            operation: Operation::Write,
+            ..
+        }) => {}
+        other => panic!("expected a post error, got {other:?}"),
+    }
+    assert!(a.is_usable(), "a refused batch leaves the channel usable");
+    assert!(a.write_batch(&[]).is_err(), "an empty batch is refused");
+    a.write_batch(&too_many[..4]).expect("a batch that fits");
+    assert_quiescent(&a, "a");
+    drop(dst_mr);
+    drop(b);
+}
