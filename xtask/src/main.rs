@@ -25,7 +25,7 @@ tasks:
   test-rxe   build and run every test; device tests on a real soft-RoCE device
              (natively if the host kernel has rdma_rxe, else in a qemu VM)
   demo       show a soft-RoCE device and programs talking over it
-  bench      compare our tools with perftest on rxe (not implemented yet)
+  bench      perftest vs our perf on rxe, same boot: medians and ratios (target/bench.json)
   vm         run one command next to rxe0 in the VM: cargo xtask vm -- CMD
 
 `cargo xtask <TASK> --help` describes a task's options.";
