@@ -20,6 +20,10 @@
 //!   before the scope returns, even if handles were `mem::forget`-ed or the
 //!   closure panicked (see the [`scope`] module). The `*_unpolled` methods
 //!   rely on `Drop` and are therefore `unsafe`.
+//! * **Batches**. [`Channel::send_batch`], [`Channel::write_batch`] and their
+//!   scoped forms post many requests with one doorbell and signal only the
+//!   last: a reliable connection completes its send queue in order, so the
+//!   last completion (success, error or flush) covers the whole batch.
 //! * **Bounded waits**. Every wait has a timeout. When it expires the queue
 //!   pair is moved to the error state, which makes the NIC flush all
 //!   outstanding work; the flush completions are drained before the call
