@@ -317,17 +317,23 @@ impl Shared {
         if let Some(outcome) = self.try_take(id) {
             return outcome;
         }
-        let start = Instant::now();
+        // The clock is read lazily and rarely: once a wait has spun a while
+        // (every 1024 polls when busy polling — well under a millisecond —,
+        // every 64 when sleeping on events). On virtualised clock sources a
+        // read costs microseconds, as much as a small message's round trip.
+        let mut start: Option<Instant> = None;
+        let check_every: u32 = if self.events { 64 } else { 1024 };
         let mut spins: u32 = 0;
         loop {
             if let Some(outcome) = self.try_take(id) {
                 return outcome;
             }
             spins = spins.wrapping_add(1);
-            if spins % 64 != 0 {
+            if spins % check_every != 0 {
                 std::hint::spin_loop();
                 continue;
             }
+            let start = *start.get_or_insert_with(Instant::now);
             let elapsed = start.elapsed();
             if elapsed >= timeout {
                 let op = match self.lock().slots.get(id) {
@@ -353,7 +359,7 @@ impl Shared {
                     let slice = (timeout - elapsed).min(Duration::from_millis(50));
                     let _ = self.cq.wait_event(Some(slice));
                 }
-            } else if spins % 4096 == 0 {
+            } else if spins % (4 * check_every) == 0 {
                 std::thread::yield_now();
             }
         }
