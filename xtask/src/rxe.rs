@@ -358,8 +358,12 @@ fn check_vm_tools() -> Result<()> {
         ("qemu-system-x86_64", "apt package qemu-system-x86"),
         ("busybox", "apt package busybox-static"),
     ] {
-        if util::which(tool).is_none() && !(tool == "busybox" && Path::new("/bin/busybox").exists())
-        {
+        let found = match tool {
+            "vng" => util::vng().is_absolute(),
+            "busybox" => util::which(tool).is_some() || Path::new("/bin/busybox").exists(),
+            _ => util::which(tool).is_some(),
+        };
+        if !found {
             return Err(format!(
                 "the VM path needs `{tool}` ({pkg}), which is not installed; run `cargo xtask setup`"
             )
@@ -594,7 +598,7 @@ pub(crate) fn run(
                 shell_join(&script_args)
             );
             let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4));
-            cmd = Command::new("vng");
+            cmd = Command::new(util::vng());
             cmd.arg("-r").arg(&kernel.image);
             if !kvm {
                 cmd.arg("--disable-kvm");

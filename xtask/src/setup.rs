@@ -60,7 +60,7 @@ fn missing_packages<'a>(packages: &[&'a str]) -> Option<Vec<&'a str>> {
 
 /// `vng --version`, if vng runs.
 fn vng_version() -> Option<String> {
-    quiet_output(Command::new("vng").arg("--version")).map(|s| s.trim().to_string())
+    quiet_output(Command::new(util::vng()).arg("--version")).map(|s| s.trim().to_string())
 }
 
 fn pip_works() -> bool {

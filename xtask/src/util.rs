@@ -345,6 +345,28 @@ where
         .join(" ")
 }
 
+/// The `vng` (virtme-ng) executable: on `PATH`, or else in the scripts
+/// directory of `python3` — where `python3 -m pip install` puts it, and which
+/// is not on `PATH` under pyenv until a rehash.
+pub(crate) fn vng() -> PathBuf {
+    if let Some(p) = which("vng") {
+        return p;
+    }
+    let scripts = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    match scripts.map(|d| d.join("vng")) {
+        Some(p) if p.is_file() => p,
+        _ => PathBuf::from("vng"),
+    }
+}
+
 /// The first executable called `name` on `PATH`.
 pub(crate) fn which(name: impl AsRef<OsStr>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
