@@ -118,11 +118,11 @@ pub mod shared {
         /// If `i` is out of bounds.
         pub fn load(&self, i: usize) -> u8 {
             assert!(i < self.len, "index {i} out of bounds ({} bytes)", self.len);
-            // SAFETY: in bounds of our allocation (checked above), aligned (a
-            // byte), valid for the lifetime of `&self`. Rust code only makes
-            // non-atomic accesses through `slice`/`slice_mut`, whose callers
-            // promise that nothing else (this load included: same thread,
-            // sequenced) touches the range meanwhile.
+            // Rust code makes non-atomic accesses only through `slice` /
+            // `slice_mut`, whose callers promise nothing else (this load
+            // included: same thread, sequenced) touches the range meanwhile.
+            // SAFETY: in bounds (checked above), byte-aligned, valid for the
+            // lifetime of `&self`; no concurrent non-atomic access (above).
             unsafe { AtomicU8::from_ptr(self.as_ptr().add(i)) }.load(Ordering::Acquire)
         }
 

@@ -532,11 +532,10 @@ impl Channel {
         self.shared.post(op, len, n as u32, &mut |id| {
             if n == 1 {
                 let mut wr = items[0].raw(id, true);
-                // SAFETY: every SGE comes from a `GatherElement`, i.e. a live
-                // `&[u8]` that the caller keeps borrowed (and so unmodified)
-                // until this request's completion is claimed: blocking calls
-                // wait for it, scopes drain it before returning, and
-                // `PendingWork` is `unsafe` to create and waits on drop.
+                // Every SGE comes from a `GatherElement`: a live `&[u8]` kept
+                // borrowed (so unmodified) until the completion is claimed.
+                // SAFETY: blocking calls wait for the completion, scopes drain
+                // it before returning, and `PendingWork` waits on drop.
                 return unsafe { qp.post_send(&mut wr) };
             }
             let mut wrs: Vec<sys::ibv_send_wr> = items

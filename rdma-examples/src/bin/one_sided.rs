@@ -188,11 +188,11 @@ fn server(m: &args::Matches) -> Result<()> {
     let mut buffer = SharedBuffer::new(size);
     // SAFETY: no peer knows the buffer yet.
     pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
-    // SAFETY: `region` is dropped before `buffer` (declared after it, and
-    // dropped explicitly below). The client writes and reads the buffer
-    // only between receiving the region and sending DONE, after its last
-    // operation completed; this side creates no reference to the buffer in
-    // that window.
+    // `region` is dropped before `buffer` (declared after it, and dropped
+    // explicitly below). The client writes and reads the buffer only between
+    // receiving the region and sending DONE, after its last operation.
+    // SAFETY: lifetime as just described; this side creates no reference to
+    // the buffer in the client's window.
     let region = unsafe { buffer.register(channel.pd()) }?;
     stream.write_all(&region.remote().to_bytes())?;
     println!(

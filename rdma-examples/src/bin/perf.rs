@@ -559,12 +559,13 @@ fn server(o: &Options) -> Result<()> {
     // that the region is dropped first.
     let mut exposed = SharedBuffer::new(p.max_size());
     let exposed_mr = if p.test.server_exposes() {
-        // SAFETY: `exposed_mr` is dropped before `exposed` (declared after
-        // it). The client accesses the buffer only between our `GO` and its
-        // `DONE` (which it sends once its last operation has completed);
-        // this side creates Rust references to the buffer only outside those
-        // windows (in `prepare_exposed` and `verify_exposed`), and reads it
-        // inside them only with atomic single-byte loads (write_lat).
+        // `exposed_mr` is dropped before `exposed` (declared after it). The
+        // client accesses the buffer only between our `GO` and its `DONE`
+        // (sent once its last operation has completed); this side creates
+        // Rust references to the buffer only outside those windows (in
+        // `prepare_exposed` and `verify_exposed`).
+        // SAFETY: lifetime and aliasing as just described; inside the windows
+        // this side reads the buffer only with atomic single-byte loads.
         let mr = unsafe { exposed.register(side.channel.pd()) }?;
         send_region(&mut stream, &mr.remote())?;
         Some(mr)
@@ -836,11 +837,12 @@ fn client(o: &Options, host: &str) -> Result<()> {
     // so that the region is dropped first).
     let mut exposed = SharedBuffer::new(p.max_size());
     let exposed_mr = if p.test == Test::WriteLat {
-        // SAFETY: `exposed_mr` is dropped before `exposed`. The server writes
-        // the buffer only in answer to our writes, within a size's run; we
-        // create references to it only before our first write of a size and
-        // after the server's OK for it, and otherwise read it with atomic
-        // single-byte loads.
+        // `exposed_mr` is dropped before `exposed`. The server writes the
+        // buffer only in answer to our writes, within a size's run; we create
+        // references to it only before our first write of a size and after
+        // the server's OK for it.
+        // SAFETY: lifetime and aliasing as just described; otherwise we read
+        // the buffer only with atomic single-byte loads.
         let mr = unsafe { exposed.register(side.channel.pd()) }?;
         send_region(&mut stream, &mr.remote())?;
         Some(mr)
