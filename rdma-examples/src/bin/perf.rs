@@ -782,13 +782,25 @@ fn serve_write_lat(
     remote: RemoteMemoryRegion,
 ) -> Result<()> {
     let timeout = side.channel.timeout();
+    if p.iters > 0 {
+        wait_for_byte(exposed, size - 1, mark(0), timeout)?;
+    }
     for i in 0..p.iters {
-        wait_for_byte(exposed, size - 1, mark(i), timeout)?;
         side.local[size - 1] = mark(i);
-        side.channel.write(WriteWorkRequest::new(
-            &[side.local_mr.gather_element(&side.local[..size])],
-            remote,
-        ))?;
+        let (local, local_mr) = (&side.local[..size], &side.local_mr);
+        // Answer, then wait for the client's next write before our own
+        // write's completion (which has arrived by then), as perftest does.
+        flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+            let write = s.post_write(WriteWorkRequest::new(
+                &[local_mr.gather_element(local)],
+                remote,
+            ))?;
+            if i + 1 < p.iters {
+                wait_for_byte(exposed, size - 1, mark(i + 1), timeout)?;
+            }
+            write.wait()?;
+            Ok(())
+        }))?;
     }
     Ok(())
 }
@@ -1188,12 +1200,19 @@ fn run_lat(
             unsafe { exposed.slice_mut(0..size) }.fill(0);
             for i in 0..iters {
                 side.local[size - 1] = mark(i);
+                let (local, local_mr) = (&side.local[..size], &side.local_mr);
                 let t0 = Stamp::now();
-                side.channel.write(WriteWorkRequest::new(
-                    &[side.local_mr.gather_element(&side.local[..size])],
-                    remote,
-                ))?;
-                wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+                // As perftest: wait for the peer's answer first, and only
+                // then for our own write's completion (by then it is in).
+                flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+                    let write = s.post_write(WriteWorkRequest::new(
+                        &[local_mr.gather_element(local)],
+                        remote,
+                    ))?;
+                    wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+                    write.wait()?;
+                    Ok(())
+                }))?;
                 samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
             }
         }
