@@ -520,28 +520,42 @@ impl Channel {
     /// so the last request's completion — success, error or flush — means
     /// every earlier one is finished too.
     fn post_gather(&self, op: Operation, items: &[GatherItem<'_, '_>]) -> TransportResult<u64> {
-        let n = items.len();
+        let len = items.iter().map(|it| it.len).sum();
+        self.post_list(op, len, items.len(), &mut |k, wr_id, signaled| {
+            items[k].raw(wr_id, signaled)
+        })
+    }
+
+    /// Posts `n` send-queue requests built by `build(index, wr_id, signaled)`
+    /// as described at [`post_gather`](Self::post_gather). Every SGE the
+    /// built requests name must come from a `GatherElement` or
+    /// `ScatterElement` of the caller's request(s).
+    fn post_list(
+        &self,
+        op: Operation,
+        len: usize,
+        n: usize,
+        build: &mut dyn FnMut(usize, u64, bool) -> sys::ibv_send_wr,
+    ) -> TransportResult<u64> {
         if n == 0 {
             return Err(TransportError::Post {
                 operation: op,
                 source: IbvError::InvalidArgument("empty batch".into()),
             });
         }
-        let len = items.iter().map(|it| it.len).sum();
         let qp = &self.shared.qp;
         self.shared.post(op, len, n as u32, &mut |id| {
             if n == 1 {
-                let mut wr = items[0].raw(id, true);
-                // Every SGE comes from a `GatherElement`: a live `&[u8]` kept
-                // borrowed (so unmodified) until the completion is claimed.
+                let mut wr = build(0, id, true);
+                // Every SGE comes from a `GatherElement` (a live `&[u8]`) or a
+                // `ScatterElement` (a live `&mut [u8]`), borrowed until the
+                // completion is claimed.
                 // SAFETY: blocking calls wait for the completion, scopes drain
                 // it before returning, and `PendingWork` waits on drop.
                 return unsafe { qp.post_send(&mut wr) };
             }
-            let mut wrs: Vec<sys::ibv_send_wr> = items
-                .iter()
-                .enumerate()
-                .map(|(i, it)| if i + 1 == n { it.raw(id, true) } else { it.raw(id | BATCH_MEMBER, false) })
+            let mut wrs: Vec<sys::ibv_send_wr> = (0..n)
+                .map(|k| if k + 1 == n { build(k, id, true) } else { build(k, id | BATCH_MEMBER, false) })
                 .collect();
             let base = wrs.as_mut_ptr();
             for i in 0..n - 1 {
@@ -550,9 +564,8 @@ impl Channel {
                 unsafe { (*base.add(i)).next = base.add(i + 1) };
             }
             let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-            // SAFETY: as for a single request: every SGE of every request
-            // borrows its memory until the batch's completion is claimed, and
-            // the batch completes only with its last request (see above).
+            // SAFETY: as for a single request; the batch completes only with
+            // its last request, after every earlier one (see above).
             let rc = unsafe { sys::ibv_post_send(qp.as_ptr(), base, &mut bad) };
             if rc == 0 {
                 return Ok(());
@@ -560,9 +573,9 @@ impl Channel {
             if bad != base {
                 // Part of the list was posted without a signaled request at
                 // its end: its completion could never be observed. The checks
-                // above (SGE counts, inline sizes, send-queue room) rule this
-                // out; if a provider does it anyway, returning would let the
-                // borrows end while the NIC may use the memory.
+                // before posting (SGE counts, inline sizes, send-queue room)
+                // rule this out; if a provider does it anyway, returning would
+                // let the borrows end while the NIC may use the memory.
                 eprintln!(
                     "rdma-safe: fatal: ibv_post_send posted part of a batch and failed ({}); aborting",
                     std::io::Error::from_raw_os_error(rc)
@@ -593,25 +606,49 @@ impl Channel {
     }
 
     pub(crate) fn post_read_wr(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
-        self.check_sges(Operation::Read, wr.scatter.len(), self.caps.max_send_sge)?;
-        let len = wr.len();
-        check_remote_len(Operation::Read, len, &wr.remote)?;
-        let (list, n) = scatter_list(wr.scatter);
-        let (remote_addr, rkey) = (wr.remote.address(), wr.remote.rkey());
-        let qp = &self.shared.qp;
-        self.shared.post(Operation::Read, len, 1, &mut |id| {
+        self.post_read_batch_wr(std::slice::from_mut(wr))
+    }
+
+    pub(crate) fn post_read_batch_wr(
+        &self,
+        wrs: &mut [ReadWorkRequest<'_, '_>],
+    ) -> TransportResult<u64> {
+        let mut len = 0;
+        for wr in wrs.iter() {
+            self.check_sges(Operation::Read, wr.scatter.len(), self.caps.max_send_sge)?;
+            check_remote_len(Operation::Read, wr.len(), &wr.remote)?;
+            len += wr.len();
+        }
+        let count = wrs.len();
+        let describe = |wr: &mut ReadWorkRequest<'_, '_>| -> ReadRaw {
+            let (list, n) = scatter_list(wr.scatter);
+            (list, n, wr.remote.address(), wr.remote.rkey())
+        };
+        // One read (the latency path) needs no allocation.
+        let (single, many): ([ReadRaw; 1], Vec<ReadRaw>) = match wrs {
+            [one] => ([describe(one)], Vec::new()),
+            _ => (
+                [(std::ptr::null_mut(), 0, 0, 0)],
+                wrs.iter_mut().map(describe).collect(),
+            ),
+        };
+        let lists: &[ReadRaw] = if many.is_empty() { &single } else { &many };
+        self.post_list(Operation::Read, len, count, &mut |k, wr_id, signaled| {
+            let (sg_list, num_sge, remote_addr, rkey) = lists[k];
             let mut raw = sys::ibv_send_wr {
-                wr_id: id,
-                sg_list: list,
-                num_sge: n,
+                wr_id,
+                sg_list,
+                num_sge,
                 opcode: sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                send_flags: sys::ibv_send_flags::IBV_SEND_SIGNALED.0,
+                send_flags: if signaled {
+                    sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-            // SAFETY: as in `post_recv_wr`: the scatter memory is exclusively
-            // borrowed until the completion is claimed.
-            unsafe { qp.post_send(&mut raw) }
+            raw
         })
     }
 
@@ -678,6 +715,18 @@ impl Channel {
         wrs: &[WriteWorkRequest<'op, 'op>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.post_write_batch_wr(wrs)?;
+        self.shared.wait(id, self.timeout)
+    }
+
+    /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
+    /// last one signaled, and blocks until all completed (bounded by the
+    /// timeout). Each read has its own exclusive scatter list. See
+    /// [`send_batch`](Self::send_batch).
+    pub fn read_batch<'op>(
+        &'op mut self,
+        wrs: &mut [ReadWorkRequest<'op, 'op>],
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.post_read_batch_wr(wrs)?;
         self.shared.wait(id, self.timeout)
     }
 
@@ -806,6 +855,9 @@ impl Channel {
         }
     }
 }
+
+/// A read's scatter list, its length, remote address and rkey.
+type ReadRaw = (*mut sys::ibv_sge, i32, u64, u32);
 
 /// A validated send or RDMA write, ready to become an `ibv_send_wr`.
 struct GatherItem<'a, 'd> {

@@ -139,6 +139,17 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         Ok(self.handle(id))
     }
 
+    /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
+    /// last one signaled; one handle covers the batch. Each read's buffers
+    /// stay exclusively borrowed until the scope ends.
+    pub fn post_read_batch<'d: 'scope>(
+        &mut self,
+        wrs: &mut [ReadWorkRequest<'_, 'd>],
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.target.post_read_batch_wr(wrs)?;
+        Ok(self.handle(id))
+    }
+
     /// Posts an RDMA read; its buffers stay exclusively borrowed until the
     /// scope ends.
     pub fn post_read(

@@ -167,3 +167,51 @@ fn batch_larger_than_the_send_queue_is_refused_before_posting() {
     drop(dst_mr);
     drop(b);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn read_batch_fills_every_chunk() {
+    let pd = pd();
+    let (mut a, b) = pair(&pd);
+    let n = 20;
+    let piece = 777;
+    let mut exposed = pattern(seed("read-batch", n), n * piece);
+    let expected = exposed.clone();
+    // SAFETY: `exposed` outlives the region (dropped below) and is not
+    // written from Rust while the peer may read it.
+    let exposed_mr = unsafe { shared_mr(&pd, &mut exposed) };
+    let remote = exposed_mr.remote();
+    let mut dst = vec![FILL; n * piece + CANARY];
+    let dst_mr = local_mr(&pd, &mut dst);
+    {
+        let (body, _canary) = dst.split_at_mut(n * piece);
+        let mut elems: Vec<[rdma_safe::ScatterElement<'_>; 1]> = body
+            .chunks_mut(piece)
+            .map(|c| [dst_mr.scatter_element(c)])
+            .collect();
+        // Chunk i reads remote piece n-1-i.
+        let mut reqs: Vec<rdma_safe::ReadWorkRequest<'_, '_>> = elems
+            .iter_mut()
+            .enumerate()
+            .map(|(i, e)| {
+                let from = ((n - 1 - i) * piece) as u64;
+                rdma_safe::ReadWorkRequest::new(e, remote.slice(from, piece as u64).unwrap())
+            })
+            .collect();
+        let done = a.read_batch(&mut reqs).expect("batch of reads");
+        assert_eq!(done.bytes(), n * piece);
+    }
+    for i in 0..n {
+        let from = (n - 1 - i) * piece;
+        assert_bytes(
+            &dst[i * piece..(i + 1) * piece],
+            &expected[from..from + piece],
+            "read chunk",
+        );
+    }
+    assert_untouched(&dst[n * piece..], "bytes after the chunks");
+    assert!(a.read_batch(&mut []).is_err(), "an empty batch is refused");
+    assert_quiescent(&a, "a");
+    drop(exposed_mr);
+    drop(b);
+}

@@ -45,7 +45,7 @@ use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
 use rdma_safe::{
     Channel, MemoryRegion, Mtu, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
-    ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
+    ScatterElement, ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
     REMOTE_REGION_ENCODED_LEN,
 };
 use std::collections::VecDeque;
@@ -487,7 +487,13 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
     out.say(RULE);
 
     let max = p.max_size();
-    let mut local = vec![0u8; max];
+    // read_bw reads each batch into separate chunks (every in-flight read
+    // needs its own exclusively borrowed buffer).
+    let local_len = match p.test {
+        Test::ReadBw => max * read_chunks(usize::MAX, max, p.tx_depth),
+        _ => max,
+    };
+    let mut local = vec![0u8; local_len];
     let local_mr = MemoryRegion::register_local_mr(&pd, local.as_mut_ptr(), local.len())?;
     // Receive slots: send_bw rotates over up to rx_depth of them (at most
     // 64 MiB in all); send_lat receives into one.
@@ -893,8 +899,18 @@ fn client(o: &Options, host: &str) -> Result<()> {
         // Our own checks, now that the server is idle.
         let mine = match p.test {
             Test::ReadBw | Test::ReadLat => {
-                pattern::check(&side.local[..size], seed(size, BY_SERVER), 0)
-                    .map_err(|m| format!("data read from the server: {m}"))
+                // Every chunk a read landed in (read_bw spreads a batch).
+                let chunks = match p.test {
+                    Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth).min(p.iters),
+                    _ => 1,
+                };
+                side.local[..size * chunks]
+                    .chunks(size)
+                    .enumerate()
+                    .try_for_each(|(c, chunk)| {
+                        pattern::check(chunk, seed(size, BY_SERVER), 0)
+                            .map_err(|m| format!("data read from the server (chunk {c}): {m}"))
+                    })
             }
             Test::SendLat => pattern::check(&side.rx[..size], seed(size, BY_SERVER), 0)
                 .map_err(|m| format!("replies received from the server: {m}")),
@@ -1015,7 +1031,11 @@ fn run_bw(
     side: &mut Side,
     remote: Option<RemoteMemoryRegion>,
 ) -> Result<BwRun> {
-    let buf = &mut side.local[..size];
+    let chunks = match p.test {
+        Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth),
+        _ => 1,
+    };
+    let buf = &mut side.local[..size * chunks];
     match p.test {
         Test::ReadBw => buf.fill(0),
         _ => pattern::fill(buf, seed(size, BY_CLIENT), 0),
@@ -1045,7 +1065,11 @@ fn run_bw(
             }
             Test::ReadBw => {
                 let remote = remote.ok_or("no remote region")?;
-                let mut sc = [mr.scatter_element(buf)];
+                // One exclusive chunk per read of a batch.
+                let mut elems: Vec<[ScatterElement<'_>; 1]> = buf
+                    .chunks_mut(size)
+                    .map(|c| [mr.scatter_element(c)])
+                    .collect();
                 pump(
                     verbose,
                     tl_ref,
@@ -1053,8 +1077,14 @@ fn run_bw(
                     iters,
                     depth,
                     size,
-                    1,
-                    &mut |_, _| s.post_read(ReadWorkRequest::new(&mut sc, remote)),
+                    elems.len(),
+                    &mut |_, n| {
+                        let mut reqs: Vec<ReadWorkRequest<'_, '_>> = elems[..n]
+                            .iter_mut()
+                            .map(|e| ReadWorkRequest::new(e, remote))
+                            .collect();
+                        s.post_read_batch(&mut reqs)
+                    },
                 )?;
             }
             _ => {
@@ -1107,6 +1137,16 @@ impl Timeline {
             post_time: Duration::ZERO,
         }
     }
+}
+
+/// Chunks of `size` bytes read_bw reads a batch into: a batch's worth, at
+/// most what `local_len` bytes hold, at most 64 MiB in all.
+fn read_chunks(local_len: usize, size: usize, depth: usize) -> usize {
+    let size = size.max(1);
+    batch_size(depth)
+        .min(local_len / size)
+        .min((64 << 20) / size)
+        .max(1)
 }
 
 /// Requests per batch in the bandwidth loop: one `ibv_post_send` call and
