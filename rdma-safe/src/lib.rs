@@ -20,8 +20,9 @@
 //!   before the scope returns, even if handles were `mem::forget`-ed or the
 //!   closure panicked (see the [`scope`] module). The `*_unpolled` methods
 //!   rely on `Drop` and are therefore `unsafe`.
-//! * **Batches**. [`Channel::send_batch`], [`Channel::write_batch`] and their
-//!   scoped forms post many requests with one doorbell and signal only the
+//! * **Batches**. [`Channel::send_batch`], [`Channel::write_batch`],
+//!   [`Channel::read_batch`] and their scoped forms post many requests with
+//!   one doorbell and signal only the
 //!   last: a reliable connection completes its send queue in order, so the
 //!   last completion (success, error or flush) covers the whole batch.
 //! * **Bounded waits**. Every wait has a timeout. When it expires the queue
