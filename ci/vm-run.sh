@@ -37,7 +37,8 @@
 #                                        run `bash -c CLIENT`; both must exit 0
 #
 # Every step sees RXE_DEVICE, RXE_NETDEV, RXE_PORT, RXE_GID_INDEX (the RoCE v2
-# IPv4 GID) and RXE_IPV4, runs with `ulimit -l unlimited`, stdout+stderr merged.
+# IPv4 GID), RXE_IPV4 and XTASK_OUT (the run's writable results directory),
+# runs with `ulimit -l unlimited`, stdout+stderr merged.
 
 set -uo pipefail
 exec 2>&1
@@ -201,6 +202,8 @@ IPV4=$(ip -o -4 addr show dev "$NETDEV" | awk '{sub(/\/.*/, "", $4); print $4; e
 ulimit -l unlimited || echo "vm-run: warning: cannot raise RLIMIT_MEMLOCK (not root?)"
 
 export RXE_DEVICE=$DEV RXE_NETDEV=$NETDEV RXE_PORT=1 RXE_GID_INDEX=$GID_INDEX RXE_IPV4=$IPV4
+# The run's writable results directory, for steps that keep files.
+export XTASK_OUT=$OUT
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 export TMPDIR=${TMPDIR:-/tmp}
 echo "vm-run: $DEV on $NETDEV ($IPV4) port 1 ACTIVE, RoCE v2 GID index $GID_INDEX, memlock $(ulimit -l)"

@@ -199,6 +199,7 @@ impl<'f1> ChannelBuilder<'f1> {
         // to 16); inline only what the caller asked for.
         let inline_limit = caps.max_inline_data.min(self.caps.max_inline_data);
         Ok(Channel {
+            needs_grh: port_attr.needs_grh(),
             inline_limit,
             shared: Arc::new(Shared::new(qp, cq, self.completion_events)),
             pd: pd.clone(),
@@ -241,6 +242,8 @@ fn random_psn(seed: u32) -> u32 {
 /// registered in it.
 pub struct Channel {
     shared: Arc<Shared>,
+    /// The port's link layer needs a GRH (RoCE), queried once at build.
+    needs_grh: bool,
     inline_limit: u32,
     pd: ProtectionDomain,
     local: Endpoint,
@@ -356,8 +359,7 @@ impl Channel {
     /// (the local port and GID index are the channel's own).
     pub fn connect_with(&mut self, remote: &Endpoint, opts: &ConnectOptions) -> IbvResult<()> {
         let qp = &self.shared.qp;
-        let port_attr = self.pd.context().query_port(self.local.port)?;
-        let mut av = if port_attr.needs_grh() || !remote.gid.is_zero() {
+        let mut av = if self.needs_grh || !remote.gid.is_zero() {
             AddressVector::global(self.local.port, remote.gid, self.local.gid_index)
         } else {
             AddressVector::local(self.local.port, remote.lid)

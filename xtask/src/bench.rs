@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -251,14 +251,10 @@ fn runs(a: &Args) -> Vec<Run> {
     v
 }
 
-/// The plan; `raw` is where the guest writes the raw outputs.
-fn plan(a: &Args, runs: &[Run], perf: &Path, raw: &Path) -> Plan {
+/// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`.
+fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let perf = shell_quote(&perf.to_string_lossy());
-    // `$XTASK_OUT`, should the runner ever export its results directory.
-    let raw = format!(
-        "R=\"${{XTASK_OUT:-{}}}/raw\"; mkdir -p \"$R\"",
-        shell_quote(&raw.parent().unwrap_or(raw).to_string_lossy())
-    );
+    let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
     p.say(&format!(
         "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each ==\n\
@@ -443,17 +439,10 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let ws = Workspace::locate();
     let bin = build_examples(&ws)?;
     let route = rxe::choose_route(&ws, "bench", a.run.want)?;
-    // rxe::run puts the results of this process's run here.
-    let out: PathBuf = ws
-        .target
-        .join("xtask")
-        .join("bench")
-        .join(std::process::id().to_string())
-        .join("out");
-    let raw = out.join("raw");
     let runs = runs(&a);
-    let plan = plan(&a, &runs, &bin.join("perf"), &raw);
+    let plan = plan(&a, &runs, &bin.join("perf"));
     let outcome = rxe::run(&ws, "bench", &route, &plan, &a.run)?;
+    let raw = outcome.out.join("raw");
 
     // Parse on the host.
     let mut cells: Vec<(Test, u64, Cell, Cell)> = Vec::new();

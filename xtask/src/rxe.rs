@@ -256,6 +256,8 @@ pub(crate) struct Outcome {
     pub(crate) steps: Vec<StepResult>,
     /// `KEY=value` lines of `rxe.env` (device, netdev, GID index, kernel).
     pub(crate) rxe_env: Vec<(String, String)>,
+    /// The run's results directory (`$XTASK_OUT` for the steps).
+    pub(crate) out: PathBuf,
 }
 
 impl Outcome {
@@ -670,6 +672,7 @@ pub(crate) fn run(
         status,
         steps,
         rxe_env,
+        out,
     })
 }
 
