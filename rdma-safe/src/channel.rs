@@ -208,6 +208,7 @@ impl<'f1> ChannelBuilder<'f1> {
             caps,
             timeout: self.timeout,
             remote: None,
+            scope_ids: Vec::new(),
         })
     }
 }
@@ -251,6 +252,9 @@ pub struct Channel {
     caps: QpCapabilities,
     timeout: Duration,
     remote: Option<Endpoint>,
+    /// The id list of the last scope, kept so that a loop of short scopes
+    /// does not allocate one per iteration.
+    pub(crate) scope_ids: Vec<u64>,
 }
 
 impl Channel {

@@ -302,6 +302,18 @@ impl Shared {
         }
     }
 
+    /// How many of `ids` are still outstanding or unclaimed (one lock).
+    pub(crate) fn count_tracked(&self, ids: &[u64]) -> usize {
+        let st = self.lock();
+        ids.iter().filter(|&&id| st.slots.contains_key(id)).count()
+    }
+
+    /// Removes from `ids` those no longer outstanding or unclaimed (one lock).
+    pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
+        let st = self.lock();
+        ids.retain(|&id| st.slots.contains_key(id));
+    }
+
     /// Whether `id` is still outstanding or unclaimed.
     pub(crate) fn is_tracked(&self, id: u64) -> bool {
         self.lock().slots.contains_key(id)

@@ -48,36 +48,49 @@ where
     F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env, Channel>) -> Result<T, E>,
 {
     let timeout = channel.timeout();
-    let channel: &Channel = channel;
+    let mut ids = std::mem::take(&mut channel.scope_ids);
+    ids.clear();
+    let target: &Channel = channel;
     let mut scope = PollingScope {
-        target: channel,
-        posted: Vec::new(),
+        target,
+        posted: ids,
         compact_at: 256,
         timeout,
         _scope: PhantomData,
         _env: PhantomData,
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
-    let shared = channel.shared();
-    let unclaimed = scope
-        .posted
-        .iter()
-        .filter(|&&id| shared.is_tracked(id))
-        .count();
-    let errors = shared.drain_ids(&scope.posted, timeout);
+    let shared = target.shared();
+    // One lock for the common case: everything was claimed in the closure.
+    let unclaimed = shared.count_tracked(&scope.posted);
+    let errors = if unclaimed == 0 {
+        Vec::new()
+    } else {
+        shared.drain_ids(&scope.posted, timeout)
+    };
+    let ids = scope.posted;
     match outcome {
-        Ok(result) => (result, errors, unclaimed),
+        Ok(result) => {
+            // Keep a modest allocation for the next scope; give back one
+            // that a long-lived scope grew large.
+            if ids.capacity() <= MAX_KEPT_IDS {
+                channel.scope_ids = ids;
+            }
+            (result, errors, unclaimed)
+        }
         Err(panic) => resume_unwind(panic),
     }
 }
+
+/// Capacity of the id list a channel keeps between scopes.
+const MAX_KEPT_IDS: usize = 4096;
 
 impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
     fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a
             // benchmark loop, a server) does not grow without bound.
-            let shared = self.target.shared();
-            self.posted.retain(|&id| shared.is_tracked(id));
+            self.target.shared().retain_tracked(&mut self.posted);
             self.compact_at = (self.posted.len() * 2).max(256);
         }
         self.posted.push(id);
@@ -168,11 +181,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
     /// Requests posted through this scope whose completion has not been
     /// taken yet.
     pub fn outstanding(&self) -> usize {
-        let shared = self.target.shared();
-        self.posted
-            .iter()
-            .filter(|&&id| shared.is_tracked(id))
-            .count()
+        self.target.shared().count_tracked(&self.posted)
     }
 }
 

@@ -788,27 +788,28 @@ fn serve_write_lat(
     remote: RemoteMemoryRegion,
 ) -> Result<()> {
     let timeout = side.channel.timeout();
-    if p.iters > 0 {
-        wait_for_byte(exposed, size - 1, mark(0), timeout)?;
-    }
     for i in 0..p.iters {
+        wait_for_byte(exposed, size - 1, mark(i), timeout)?;
         side.local[size - 1] = mark(i);
-        let (local, local_mr) = (&side.local[..size], &side.local_mr);
-        // Answer, then wait for the client's next write before our own
-        // write's completion (which has arrived by then), as perftest does.
-        flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
-            let write = s.post_write(WriteWorkRequest::new(
-                &[local_mr.gather_element(local)],
-                remote,
-            ))?;
-            if i + 1 < p.iters {
-                wait_for_byte(exposed, size - 1, mark(i + 1), timeout)?;
-            }
-            write.wait()?;
-            Ok(())
-        }))?;
+        write_and_claim(side, size, remote)?;
     }
     Ok(())
+}
+
+/// One write of `side.local[..size]` to `remote` in its own scope, claiming
+/// its completion before returning. perftest's latency loop has the same
+/// order — answer at once, then poll the send completion while the peer is
+/// busy with the answer — which keeps the completion off the critical path.
+fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> Result<()> {
+    let (local, local_mr) = (&side.local[..size], &side.local_mr);
+    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+        s.post_write(WriteWorkRequest::new(
+            &[local_mr.gather_element(local)],
+            remote,
+        ))?
+        .wait()?;
+        Ok(())
+    }))
 }
 
 /// Spins until byte `i` of `buf` (written by the peer) equals `want`.
@@ -1240,19 +1241,9 @@ fn run_lat(
             unsafe { exposed.slice_mut(0..size) }.fill(0);
             for i in 0..iters {
                 side.local[size - 1] = mark(i);
-                let (local, local_mr) = (&side.local[..size], &side.local_mr);
                 let t0 = Stamp::now();
-                // As perftest: wait for the peer's answer first, and only
-                // then for our own write's completion (by then it is in).
-                flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
-                    let write = s.post_write(WriteWorkRequest::new(
-                        &[local_mr.gather_element(local)],
-                        remote,
-                    ))?;
-                    wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-                    write.wait()?;
-                    Ok(())
-                }))?;
+                write_and_claim(side, size, remote)?;
+                wait_for_byte(exposed, size - 1, mark(i), timeout)?;
                 samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
             }
         }
