@@ -36,7 +36,8 @@ target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed.
 
 options:
   --reps N              repetitions of every test and size (default 3)
-  --iters N             operations per run (default 100; perftest needs >= 5)
+  --iters N             operations per run (default 2000; perftest needs >= 5),
+                        capped so that a run moves at most 64 MiB (1 MiB: 64)
   --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
                         (default 64,4K,64K,1M)
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
@@ -46,6 +47,17 @@ options:
 
 /// Bandwidth tests keep this many operations in flight (both tools).
 const TX_DEPTH: u32 = 128;
+/// A run moves at most this many bytes: large sizes get fewer iterations
+/// (both tools alike), so that a bench stays minutes long under emulation.
+const MAX_RUN_BYTES: u64 = 64 << 20;
+
+/// Iterations of a run at `size`: `--iters`, capped by [`MAX_RUN_BYTES`],
+/// never below perftest's minimum of 5.
+fn iters_for(iters: u32, size: u64) -> u32 {
+    let cap = (MAX_RUN_BYTES / size.max(1)).max(5);
+    u64::from(iters).min(cap) as u32
+}
+
 /// First TCP port; run k uses `BASE_PORT + k`.
 const BASE_PORT: u32 = 19000;
 
@@ -142,7 +154,7 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
             ..RunOptions::default()
         },
         reps: 3,
-        iters: 100,
+        iters: 2000,
         sizes: vec![64, 4096, 65536, 1 << 20],
         tests: TESTS.to_vec(),
         no_setup: false,
@@ -257,7 +269,8 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
     p.say(&format!(
-        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each ==\n\
+        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each \
+         (at most 64 MiB per run) ==\n\
          perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth);\n\
          each run prints its result line; raw outputs go to the results directory's raw/.",
         runs.len(),
@@ -269,7 +282,7 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
-        let (size, n) = (r.size, a.iters);
+        let (size, n) = (r.size, iters_for(a.iters, r.size));
         let depth = if r.test.bw {
             format!(" -t {TX_DEPTH}")
         } else {
@@ -486,7 +499,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     heading("bench results");
     println!("route: {route}");
     println!(
-        "{} iterations per run, tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
+        "{} iterations per run (at most 64 MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
         a.iters, a.reps
     );
     println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
@@ -512,9 +525,10 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
         );
         rows.push(format!(
-            "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{}}}",
+            "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"iters\":{},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{}}}",
             json_string(test.name),
             json_string(test.perftest),
+            iters_for(a.iters, *size),
             json_string(test.metric()),
             json_string(if test.bw { "higher" } else { "lower" }),
             pt.json(),
@@ -582,6 +596,20 @@ mod tests {
         assert_eq!(parse_ours(text, TESTS[3], 4096), None);
         let bw = "{\"test\":\"write_bw\",\"bytes\":1048576,\"iterations\":100,\"tx_depth\":128,\"bw_peak_mb_s\":40.668,\"bw_avg_mb_s\":37.263}";
         assert_eq!(parse_ours(bw, TESTS[0], 1 << 20), Some(37.263));
+    }
+
+    #[test]
+    fn large_sizes_get_fewer_iterations() {
+        assert_eq!(iters_for(2000, 64), 2000);
+        assert_eq!(iters_for(2000, 4096), 2000);
+        assert_eq!(iters_for(2000, 65536), 1024);
+        assert_eq!(iters_for(2000, 1 << 20), 64);
+        assert_eq!(
+            iters_for(2000, 64 << 20),
+            5,
+            "never below perftest's minimum"
+        );
+        assert_eq!(iters_for(10, 1 << 20), 10);
     }
 
     #[test]
