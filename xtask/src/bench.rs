@@ -270,14 +270,15 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let mut p = Plan::new();
     p.say(&format!(
         "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each \
-         (at most 64 MiB per run) ==\n\
+         (at most {} MiB per run) ==\n\
          perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth);\n\
          each run prints its result line; raw outputs go to the results directory's raw/.",
         runs.len(),
         a.tests.len(),
         a.sizes.len(),
         a.reps,
-        a.iters
+        a.iters,
+        MAX_RUN_BYTES >> 20
     ));
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
@@ -499,8 +500,10 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     heading("bench results");
     println!("route: {route}");
     println!(
-        "{} iterations per run (at most 64 MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
-        a.iters, a.reps
+        "{} iterations per run (at most {} MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
+        a.iters,
+        MAX_RUN_BYTES >> 20,
+        a.reps
     );
     println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
     println!("latency:   t_typical usec (median of the run), lower is better\n");
