@@ -52,10 +52,102 @@ pub fn flatten_scope<T>(r: std::result::Result<T, ScopeError<BoxError>>) -> Resu
     }
 }
 
+pub mod pages {
+    //! [`PageBuf`]: page-aligned, zeroed heap memory for registered buffers.
+    //!
+    //! perftest and rdma-core's examples register page-aligned buffers; a
+    //! plain `Vec<u8>` starts wherever the allocator puts it, so a small
+    //! message may straddle two pages and the device (or rxe's software path)
+    //! walks both. Same alignment, same work per message.
+
+    use std::alloc::{self, Layout};
+    use std::ops::{Deref, DerefMut};
+    use std::ptr::NonNull;
+
+    /// Alignment of every buffer here (the page size of the platforms rxe
+    /// runs on).
+    pub const PAGE: usize = 4096;
+
+    /// Allocates `len` zeroed bytes (at least one) aligned to [`PAGE`].
+    /// Aborts (as `Vec` does) if memory is exhausted.
+    pub(crate) fn alloc_pages(len: usize) -> (NonNull<u8>, Layout) {
+        let layout = Layout::from_size_align(len.max(1), PAGE).expect("buffer size overflows");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
+        match NonNull::new(ptr) {
+            Some(p) => (p, layout),
+            None => alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// A zeroed, page-aligned heap buffer; derefs to `[u8]`.
+    #[derive(Debug)]
+    pub struct PageBuf {
+        ptr: NonNull<u8>,
+        layout: Layout,
+        len: usize,
+    }
+
+    impl PageBuf {
+        /// `len` zeroed bytes starting on a page boundary.
+        pub fn zeroed(len: usize) -> Self {
+            let (ptr, layout) = alloc_pages(len);
+            PageBuf { ptr, layout, len }
+        }
+    }
+
+    impl Deref for PageBuf {
+        type Target = [u8];
+        fn deref(&self) -> &[u8] {
+            // SAFETY: `ptr` is a live allocation of at least `len` bytes,
+            // initialised (zeroed), owned by `self`.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    impl DerefMut for PageBuf {
+        fn deref_mut(&mut self) -> &mut [u8] {
+            // SAFETY: as in `deref`, and `&mut self` makes the view exclusive.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    impl Drop for PageBuf {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `zeroed` with this layout, freed once.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        }
+    }
+
+    // SAFETY: `PageBuf` owns its allocation like a `Box<[u8]>`, which is
+    // `Send` and `Sync`.
+    unsafe impl Send for PageBuf {}
+    // SAFETY: as above; shared access only reads through `&[u8]`.
+    unsafe impl Sync for PageBuf {}
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn page_aligned_zeroed_and_writable() {
+            for len in [0, 1, 64, PAGE + 1, 3 * PAGE] {
+                let mut b = PageBuf::zeroed(len);
+                assert_eq!(b.as_ptr() as usize % PAGE, 0, "{len} bytes");
+                assert_eq!(b.len(), len);
+                assert!(b.iter().all(|&x| x == 0));
+                b.fill(7);
+                assert!(b.iter().all(|&x| x == 7));
+            }
+        }
+    }
+}
+
 pub mod shared {
     //! [`SharedBuffer`]: memory a peer may read and write through RDMA.
 
     use rdma_safe::{IbvResult, MemoryRegion, ProtectionDomain};
+    use std::alloc::Layout;
     use std::ops::Range;
     use std::ptr::NonNull;
     use std::sync::atomic::{AtomicU8, Ordering};
@@ -73,15 +165,19 @@ pub mod shared {
     pub struct SharedBuffer {
         ptr: NonNull<u8>,
         len: usize,
+        layout: Layout,
     }
 
     impl SharedBuffer {
         /// A zeroed buffer of `len` bytes (at least one byte is allocated).
+        /// Page-aligned, like the buffers perftest exposes.
         pub fn new(len: usize) -> Self {
-            let boxed: Box<[u8]> = vec![0u8; len.max(1)].into_boxed_slice();
-            let len = boxed.len();
-            let ptr = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("Box is non-null");
-            SharedBuffer { ptr, len }
+            let (ptr, layout) = crate::pages::alloc_pages(len);
+            SharedBuffer {
+                ptr,
+                len: layout.size(),
+                layout,
+            }
         }
 
         /// Start of the buffer.
@@ -158,10 +254,8 @@ pub mod shared {
 
     impl Drop for SharedBuffer {
         fn drop(&mut self) {
-            let raw = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
-            // SAFETY: `raw` is exactly the allocation `new` leaked from a
-            // `Box<[u8]>`, freed once, here.
-            drop(unsafe { Box::from_raw(raw) });
+            // SAFETY: allocated by `new` with this layout, freed once, here.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
         }
     }
 }

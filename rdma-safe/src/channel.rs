@@ -19,6 +19,7 @@ use rdma_core::{
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -608,6 +609,85 @@ impl Channel {
             // `&mut [u8]` that stays exclusively borrowed until this request's
             // completion is claimed (see `post_gather`).
             unsafe { qp.post_recv(&mut raw) }
+        })
+    }
+
+    /// Posts receives as one list with one `ibv_post_recv` call. Receives
+    /// complete one by one, in order, each with its own completion; the
+    /// returned range names the posted ones, which are tracked even when the
+    /// call fails part-way (the error is returned beside them).
+    pub(crate) fn post_recv_batch_wr(
+        &self,
+        wrs: &mut [ReceiveWorkRequest<'_, '_>],
+    ) -> (Range<u64>, TransportResult<()>) {
+        if wrs.is_empty() {
+            return (
+                0..0,
+                Err(TransportError::Post {
+                    operation: Operation::Receive,
+                    source: IbvError::InvalidArgument("empty batch".into()),
+                }),
+            );
+        }
+        for wr in wrs.iter() {
+            if let Err(e) =
+                self.check_sges(Operation::Receive, wr.scatter.len(), self.caps.max_recv_sge)
+            {
+                return (0..0, Err(e));
+            }
+        }
+        let lens: Vec<usize> = wrs.iter().map(|wr| wr.len()).collect();
+        let mut raws: Vec<sys::ibv_recv_wr> = wrs
+            .iter_mut()
+            .map(|wr| {
+                let (sg_list, num_sge) = scatter_list(wr.scatter);
+                sys::ibv_recv_wr {
+                    wr_id: 0,
+                    sg_list,
+                    num_sge,
+                    next: std::ptr::null_mut(),
+                }
+            })
+            .collect();
+        let qp = &self.shared.qp;
+        self.shared.post_receives(&lens, &mut |first| {
+            let n = raws.len();
+            let base = raws.as_mut_ptr();
+            for k in 0..n {
+                // SAFETY: `k < n`, and `k + 1 < n` where it is linked: all are
+                // elements of `raws`, which is not moved or resized while the
+                // list is in use.
+                unsafe {
+                    (*base.add(k)).wr_id = first + k as u64;
+                    if k + 1 < n {
+                        (*base.add(k)).next = base.add(k + 1);
+                    }
+                }
+            }
+            let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: every SGE comes from a `ScatterElement`, i.e. a live
+            // `&mut [u8]` that stays exclusively borrowed until the receive's
+            // completion is claimed (see `post_gather`).
+            let rc = unsafe { sys::ibv_post_recv(qp.as_ptr(), base, &mut bad) };
+            if rc == 0 {
+                return (n, Ok(()));
+            }
+            // The provider names the first receive it did not post; those
+            // before it are on the queue and must be tracked.
+            let posted = (0..n).find(|&k| std::ptr::eq(base.wrapping_add(k), bad));
+            match posted {
+                Some(k) => (k, Err(IbvError::verb("ibv_post_recv", rc))),
+                None => {
+                    // Without knowing which receives were posted, returning
+                    // could let the borrows end while the NIC may still write
+                    // into the buffers.
+                    eprintln!(
+                        "rdma-safe: fatal: ibv_post_recv failed ({}) without naming the receive it stopped at; aborting",
+                        std::io::Error::from_raw_os_error(rc)
+                    );
+                    std::process::abort();
+                }
+            }
         })
     }
 

@@ -25,6 +25,9 @@
 //!   one doorbell and signal only the
 //!   last: a reliable connection completes its send queue in order, so the
 //!   last completion (success, error or flush) covers the whole batch.
+//!   [`PollingScope::post_receive_batch`] posts many receives with one
+//!   `ibv_post_recv` call; receives complete one by one, so each keeps its
+//!   own handle.
 //! * **Bounded waits**. Every wait has a timeout. When it expires the queue
 //!   pair is moved to the error state, which makes the NIC flush all
 //!   outstanding work; the flush completions are drained before the call

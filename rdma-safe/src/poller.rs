@@ -6,6 +6,7 @@ use crate::error::{Operation, TransportError, TransportResult};
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, QueuePair, WcOpcode, WorkCompletion};
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -185,6 +186,45 @@ impl Shared {
         st.sq_in_flight += sq as usize;
         st.posted_total += u64::from(sq.max(1));
         Ok(id)
+    }
+
+    /// Posts receives as one list through `post`, which is given the id of
+    /// the first (the others follow it, one apart) and returns how many it
+    /// posted and, if not all of `lens`, why it stopped. Every receive that
+    /// was posted is tracked, whether or not the list was posted whole; the
+    /// returned range names them.
+    pub(crate) fn post_receives(
+        &self,
+        lens: &[usize],
+        post: &mut dyn FnMut(u64) -> (usize, rdma_core::Result<()>),
+    ) -> (Range<u64>, TransportResult<()>) {
+        let mut st = self.lock();
+        if let Some(why) = &st.unusable {
+            return (0..0, Err(TransportError::Unusable(why.clone())));
+        }
+        let first = st.next_wr_id;
+        let (posted, rc) = post(first);
+        let posted = posted.min(lens.len());
+        for (k, &len) in lens[..posted].iter().enumerate() {
+            st.slots.insert(
+                first + k as u64,
+                Slot::Posted {
+                    op: Operation::Receive,
+                    len,
+                    sq: 0,
+                    first_err: None,
+                },
+            );
+        }
+        st.next_wr_id += posted as u64;
+        st.in_flight += posted;
+        st.posted_total += posted as u64;
+        let end = first + posted as u64;
+        let rc = rc.map_err(|source| TransportError::Post {
+            operation: Operation::Receive,
+            source,
+        });
+        (first..end, rc)
     }
 
     /// Moves available completions from the CQ into their slots.

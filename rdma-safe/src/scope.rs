@@ -121,6 +121,24 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         Ok(self.handle(id))
     }
 
+    /// Posts several receives with one `ibv_post_recv` call (one lock, one
+    /// list), for servers that keep a ring of receives posted. Unlike send
+    /// batches, each receive completes on its own — in order, with its own
+    /// byte count and immediate data — so each gets its own handle. Their
+    /// buffers stay exclusively borrowed until the scope ends.
+    ///
+    /// If the device refuses part of the list (a full receive queue, say),
+    /// the receives it took stay posted and are waited for when the scope
+    /// ends; the error is returned and their handles are not.
+    pub fn post_receive_batch<'d: 'scope>(
+        &mut self,
+        wrs: &mut [ReceiveWorkRequest<'_, 'd>],
+    ) -> TransportResult<Vec<ScopedPendingWork<'scope>>> {
+        let (ids, outcome) = self.target.post_recv_batch_wr(wrs);
+        let handles: Vec<_> = ids.map(|id| self.handle(id)).collect();
+        outcome.map(|()| handles)
+    }
+
     /// Posts an RDMA write; its data stays borrowed until the scope ends.
     pub fn post_write(
         &mut self,

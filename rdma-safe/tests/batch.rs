@@ -215,3 +215,123 @@ fn read_batch_fills_every_chunk() {
     drop(exposed_mr);
     drop(b);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn receive_batch_completes_each_receive_in_order() {
+    let pd = pd();
+    let (mut a, mut b) = pair(&pd);
+    // Messages of different sizes, so each handle's byte count tells which
+    // receive took which message.
+    let sizes: Vec<usize> = (0..12).map(|i| 100 + 37 * i).collect();
+    let total: usize = sizes.iter().sum();
+    let mut src = pattern(seed("recv-batch", sizes.len()), total);
+    let src_mr = local_mr(&pd, &mut src);
+    let slot = *sizes.iter().max().unwrap();
+    let mut dst = vec![FILL; slot * sizes.len()];
+    let dst_mr = local_mr(&pd, &mut dst);
+    let starts: Vec<usize> = sizes
+        .iter()
+        .scan(0, |at, &n| {
+            let start = *at;
+            *at += n;
+            Some(start)
+        })
+        .collect();
+    b.scope(|sb| {
+        let mut lists: Vec<_> = dst
+            .chunks_mut(slot)
+            .map(|c| [dst_mr.scatter_element(c)])
+            .collect();
+        let mut wrs: Vec<_> = lists
+            .iter_mut()
+            .map(|l| ReceiveWorkRequest::new(l))
+            .collect();
+        let recvs = sb.post_receive_batch(&mut wrs)?;
+        assert_eq!(recvs.len(), sizes.len(), "one handle per receive");
+        let gathers: Vec<_> = sizes
+            .iter()
+            .zip(&starts)
+            .map(|(&n, &at)| [src_mr.gather_element(&src[at..at + n])])
+            .collect();
+        let sends: Vec<_> = gathers
+            .iter()
+            .enumerate()
+            .map(|(i, g)| SendWorkRequest::new(g).with_immediate(1000 + i as u32))
+            .collect();
+        a.send_batch(&sends)?;
+        for (i, r) in recvs.into_iter().enumerate() {
+            let got = r.wait()?;
+            assert_eq!(got.bytes(), sizes[i], "receive {i} took message {i}");
+            assert_eq!(got.immediate(), Some(1000 + i as u32));
+        }
+        Ok::<_, TransportError>(())
+    })
+    .expect("batch of receives");
+    for (i, (&n, &at)) in sizes.iter().zip(&starts).enumerate() {
+        let chunk = &dst[i * slot..(i + 1) * slot];
+        assert_bytes(&chunk[..n], &src[at..at + n], &format!("message {i}"));
+        assert_untouched(&chunk[n..], &format!("after message {i}"));
+    }
+    assert!(
+        b.scope(|s| s.post_receive_batch(&mut []).map(|h| h.len()))
+            .is_err(),
+        "an empty batch is refused"
+    );
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+    assert_eq!(b.totals(), (12, 12), "each receive counts once");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
+    let pd = pd();
+    let (mut a, mut b) = pair_with(&pd, |c| c.recv_depth(8));
+    let room = b.capabilities().max_recv_wr as usize;
+    let size = 64;
+    let n = room + 3;
+    let mut src = pattern(seed("recv-batch-full", room), room * size);
+    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = vec![FILL; n * size];
+    let dst_mr = local_mr(&pd, &mut dst);
+    let refused = b.scope(|sb| {
+        let mut lists: Vec<_> = dst
+            .chunks_mut(size)
+            .map(|c| [dst_mr.scatter_element(c)])
+            .collect();
+        let mut wrs: Vec<_> = lists
+            .iter_mut()
+            .map(|l| ReceiveWorkRequest::new(l))
+            .collect();
+        let err = match sb.post_receive_batch(&mut wrs) {
+            Err(e) => e,
+            Ok(h) => panic!("{n} receives fit a queue of {room}: {} handles", h.len()),
+        };
+        // The receives that fit are posted, without handles: the scope must
+        // still wait for them. Fill them from the peer.
+        assert_eq!(sb.outstanding(), room, "the receives that fit are tracked");
+        let gathers: Vec<_> = src
+            .chunks(size)
+            .map(|c| [src_mr.gather_element(c)])
+            .collect();
+        let sends: Vec<_> = gathers.iter().map(|g| SendWorkRequest::new(g)).collect();
+        a.send_batch(&sends)?;
+        Ok::<_, TransportError>(err)
+    });
+    match refused {
+        Ok(TransportError::Post {
+            operation: Operation::Receive,
+            ..
+        }) => {}
+        other => panic!("expected a receive post error, got {other:?}"),
+    }
+    assert_bytes(&dst[..room * size], &src, "messages in the posted receives");
+    assert_untouched(&dst[room * size..], "buffers of the refused receives");
+    assert!(
+        b.is_usable(),
+        "a full receive queue leaves the channel usable"
+    );
+    assert_quiescent(&a, "a");
+    assert_quiescent(&b, "b");
+}

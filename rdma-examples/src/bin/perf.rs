@@ -40,13 +40,14 @@
 
 use rdma_examples::args::{self, Opt};
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::pages::PageBuf;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, MemoryRegion, Mtu, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
-    ScatterElement, ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
-    REMOTE_REGION_ENCODED_LEN,
+    Channel, MemoryRegion, Mtu, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    RemoteMemoryRegion, ScatterElement, ScopedPendingWork, SendWorkRequest, TransportResult,
+    WriteWorkRequest, REMOTE_REGION_ENCODED_LEN,
 };
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -425,10 +426,10 @@ fn mark(i: usize) -> u8 {
 struct Side {
     channel: Channel,
     /// Local source/target of the side's own operations.
-    local: Vec<u8>,
+    local: PageBuf,
     local_mr: MemoryRegion,
     /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
-    rx: Vec<u8>,
+    rx: PageBuf,
     rx_mr: Option<MemoryRegion>,
     slots: usize,
 }
@@ -493,7 +494,7 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         Test::ReadBw => max * read_chunks(usize::MAX, max, p.tx_depth),
         _ => max,
     };
-    let mut local = vec![0u8; local_len];
+    let mut local = PageBuf::zeroed(local_len);
     let local_mr = MemoryRegion::register_local_mr(&pd, local.as_mut_ptr(), local.len())?;
     // Receive slots: send_bw rotates over up to rx_depth of them (at most
     // 64 MiB in all); send_lat receives into one.
@@ -502,7 +503,7 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         Test::SendLat => 1,
         _ => 0,
     };
-    let mut rx = vec![0u8; (slots * max).max(1)];
+    let mut rx = PageBuf::zeroed((slots * max).max(1));
     let rx_mr = if slots > 0 {
         Some(MemoryRegion::register_local_mr(
             &pd,
@@ -713,11 +714,13 @@ fn server_size(
 }
 
 /// send_bw, server side: receives posted in a ring of slots, `GO`, then
-/// every message is checked for order (immediate data) and length.
+/// every message is checked for order (immediate data) and length. Used
+/// receives are re-posted in batches (one `ibv_post_recv` call each).
 fn serve_send_bw(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
     let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
     let rx = &mut side.rx;
+    let refill = batch_size(p.rx_depth);
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
             .chunks_mut(stride)
@@ -727,22 +730,43 @@ fn serve_send_bw(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStrea
         let mut recvs = VecDeque::with_capacity(p.rx_depth);
         let mut posted = 0;
         while posted < p.rx_depth.min(iters) {
-            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[posted % slots]))?);
-            posted += 1;
+            let n = p.rx_depth.min(iters) - posted;
+            posted += post_ring(s, &mut lists, posted, n.min(iters - posted), &mut recvs)?;
         }
         net::write_line(stream, &format!("GO {size}"))?;
+        let mut used = 0;
         for i in 0..iters {
             let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
             check_message(i, size, got.bytes(), got.immediate())?;
-            if posted < iters {
-                recvs.push_back(
-                    s.post_receive(ReceiveWorkRequest::new(&mut lists[posted % slots]))?,
-                );
-                posted += 1;
+            used += 1;
+            if used >= refill && posted < iters {
+                let n = post_ring(s, &mut lists, posted, used.min(iters - posted), &mut recvs)?;
+                posted += n;
+                used -= n;
             }
         }
         Ok(())
     }))
+}
+
+/// Posts up to `n` receives, as one batch, into the ring `lists` from slot
+/// `posted % lists.len()` on (fewer where the ring wraps); their handles go
+/// to the back of `recvs`. Returns how many were posted.
+fn post_ring<'scope, 'd: 'scope>(
+    s: &mut PollingScope<'scope, '_, Channel>,
+    lists: &mut [[ScatterElement<'d>; 1]],
+    posted: usize,
+    n: usize,
+    recvs: &mut VecDeque<ScopedPendingWork<'scope>>,
+) -> Result<usize> {
+    let at = posted % lists.len();
+    let n = n.min(lists.len() - at);
+    let mut wrs: Vec<ReceiveWorkRequest<'_, 'd>> = lists[at..at + n]
+        .iter_mut()
+        .map(|l| ReceiveWorkRequest::new(l))
+        .collect();
+    recvs.extend(s.post_receive_batch(&mut wrs)?);
+    Ok(n)
 }
 
 fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Result<()> {
@@ -756,6 +780,11 @@ fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Resul
 }
 
 /// send_lat, server side: answer every ping with a pong.
+///
+/// A few receives stay posted ahead (all into the one slot: one message is
+/// in flight at a time), so each answer is sent as soon as its ping is
+/// claimed and the used receive is re-posted afterwards, while the client
+/// handles the answer.
 fn serve_send_lat(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
     let iters = p.iters;
     let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
@@ -763,20 +792,30 @@ fn serve_send_lat(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStre
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut scatter = [rx_mr.scatter_element(rx)];
         let gather = [local_mr.gather_element(local)];
-        let mut recv = Some(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+        let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
+        let mut posted = 0;
+        while posted < LAT_RECEIVES_AHEAD.min(iters) {
+            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+            posted += 1;
+        }
         net::write_line(stream, &format!("GO {size}"))?;
         for i in 0..iters {
-            let got = recv.take().ok_or("no receive posted")?.wait()?;
+            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
             check_message(i, size, got.bytes(), got.immediate())?;
-            if i + 1 < iters {
-                recv = Some(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+            let sent = s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?;
+            if posted < iters {
+                recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+                posted += 1;
             }
-            s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?
-                .wait()?;
+            sent.wait()?;
         }
         Ok(())
     }))
 }
+
+/// Receives each side of send_lat keeps posted ahead of the message it
+/// waits for (at least 2, so that re-posting can follow the send).
+const LAT_RECEIVES_AHEAD: usize = 4;
 
 /// write_lat, server side: wait for the client's write to land (its last
 /// byte becomes the iteration's mark), then write back.
@@ -1261,12 +1300,24 @@ fn run_lat(
             flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
                 let mut scatter = [rx_mr.scatter_element(rx)];
                 let gather = [local_mr.gather_element(local)];
+                let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
+                let mut posted = 0;
+                while posted < LAT_RECEIVES_AHEAD.min(iters) {
+                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+                    posted += 1;
+                }
                 for i in 0..iters {
-                    let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
                     let t0 = Stamp::now();
-                    s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?
-                        .wait()?;
-                    let got = recv.wait()?;
+                    let sent =
+                        s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?;
+                    // Re-posting the receive used last time overlaps the
+                    // server's work on this ping.
+                    if posted < iters && recvs.len() < LAT_RECEIVES_AHEAD {
+                        recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+                        posted += 1;
+                    }
+                    sent.wait()?;
+                    let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
                     samples_ref.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
                     check_message(i, size, got.bytes(), got.immediate())?;
                 }
