@@ -362,6 +362,22 @@ fn perf_latency_tests_check_their_data() {
         c.assert_has("data verified");
         c.assert_has("t_typical[usec]");
         c.assert_has(" 64     100 ");
+        // perftest's default inline sizes (rxe supports them); reads have
+        // nothing to inline.
+        let inline = ["Inline: 220 ", "Inline: 0 ", "Inline: 236 "][i];
+        c.assert_has(inline);
+        s.assert_has(inline);
+        if i != 1 {
+            // The same 64-byte messages without inline data.
+            let (s, c) = perf(
+                test,
+                19213 + i as u16,
+                &["-s", "64", "-n", "100", "-I", "0"],
+            );
+            s.assert_has("data verified");
+            c.assert_has("data verified");
+            c.assert_has("Inline: 0 ");
+        }
     }
 }
 

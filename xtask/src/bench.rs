@@ -42,6 +42,11 @@ options:
                         (default 64,4K,64K,1M)
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
                         write_lat,send_lat)
+  --inline N            pass -I N to both tools (default: each tool's own;
+                        perftest turns inline off on devices it does not
+                        recognise, rxe among them, while our perf inlines up
+                        to 220/236 B in write/send latency tests): --inline 0
+                        compares without inline data on both sides
   --no-setup            do not check/install prerequisites first
 ";
 
@@ -130,6 +135,7 @@ struct Args {
     iters: u32,
     sizes: Vec<u64>,
     tests: Vec<Test>,
+    inline: Option<u32>,
     no_setup: bool,
 }
 
@@ -157,6 +163,7 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
         iters: 2000,
         sizes: vec![64, 4096, 65536, 1 << 20],
         tests: TESTS.to_vec(),
+        inline: None,
         no_setup: false,
     };
     let mut i = 0;
@@ -198,6 +205,16 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
                         parse_size(s).ok_or_else(|| format!("bench: bad size `{s}` in --sizes"))
                     })
                     .collect::<std::result::Result<_, _>>()?;
+                i += 1;
+            }
+            "--inline" => {
+                a.inline = Some(
+                    value("--inline")?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n <= 4096)
+                        .ok_or("bench: --inline needs a number of bytes (0..=4096)")?,
+                );
                 i += 1;
             }
             "--tests" => {
@@ -271,31 +288,35 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     p.say(&format!(
         "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each \
          (at most {} MiB per run) ==\n\
-         perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth);\n\
+         perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth{});\n\
          each run prints its result line; raw outputs go to the results directory's raw/.",
         runs.len(),
         a.tests.len(),
         a.sizes.len(),
         a.reps,
         a.iters,
-        MAX_RUN_BYTES >> 20
+        MAX_RUN_BYTES >> 20,
+        a.inline.map_or(String::new(), |n| format!(", -I {n}"))
     ));
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
         let (size, n) = (r.size, iters_for(a.iters, r.size));
-        let depth = if r.test.bw {
+        let mut extra = if r.test.bw {
             format!(" -t {TX_DEPTH}")
         } else {
             String::new()
         };
+        if let Some(n) = a.inline {
+            extra += &format!(" -I {n}");
+        }
         let f = format!("f=\"$R/{}\"", r.stem());
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
             Tool::Perftest => {
                 let cmd = format!(
-                    "{} {dev} -s {size} -n {n}{depth} -F -p {port}",
+                    "{} {dev} -s {size} -n {n}{extra} -F -p {port}",
                     r.test.perftest
                 );
                 (
@@ -319,7 +340,7 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                          [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
                     ),
                     format!(
-                        "{raw}; {f}; {perf} {name} {dev} -s {size} -n {n}{depth} -p {port} --json 127.0.0.1 \
+                        "{raw}; {f}; {perf} {name} {dev} -s {size} -n {n}{extra} -p {port} --json 127.0.0.1 \
                          >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
                          if [ $rc = 0 ]; then cat \"$f.client.json\"; \
                          else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
@@ -505,6 +526,12 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         MAX_RUN_BYTES >> 20,
         a.reps
     );
+    match a.inline {
+        Some(n) => println!("inline: -I {n} for both tools"),
+        None => println!(
+            "inline: each tool's default (perftest: none on rxe; ours: up to 220/236 B in write/send latency)"
+        ),
+    }
     println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
     println!("latency:   t_typical usec (median of the run), lower is better\n");
     println!(
@@ -541,11 +568,12 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     }
     let kernel = outcome.env("KERNEL").unwrap_or("unknown");
     let doc = format!(
-        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
+        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"inline\":{},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
         json_string(&route.to_string()),
         json_string(kernel),
         a.iters,
         a.reps,
+        a.inline.map_or("null".to_string(), |n| n.to_string()),
         json_string(&raw.to_string_lossy()),
         rows.join(",\n")
     );
