@@ -35,10 +35,10 @@
 //! inline by default — perftest's defaults on the devices it recognises; it
 //! turns inline off on devices it does not know, rxe among them, so pass
 //! `-I 0` to compare like with like there. The latency loops answer as soon
-//! as the peer's message is seen and do their bookkeeping afterwards: the
-//! write's completion is claimed after it is posted, and send_lat keeps a
-//! few receives posted ahead so that the used one is re-posted after the
-//! answer.
+//! as the peer's message is seen: write_lat claims its write's completion
+//! after posting it, while the peer works on the answer; send_lat keeps
+//! receives posted ahead and claims its last send and re-posts used
+//! receives while it waits for the answer (`LatRing`).
 //!
 //! One-sided tests hand the exposed region over the TCP connection as
 //! `RemoteMemoryRegion::to_bytes`. The bandwidth loop keeps `-t`
@@ -54,7 +54,7 @@ use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, MemoryRegion, Mtu, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    Channel, GatherElement, MemoryRegion, Mtu, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
     RemoteMemoryRegion, ScatterElement, ScopedPendingWork, SendWorkRequest, TransportResult,
     WriteWorkRequest, REMOTE_REGION_ENCODED_LEN,
 };
@@ -827,42 +827,141 @@ fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Resul
 }
 
 /// send_lat, server side: answer every ping with a pong.
-///
-/// A few receives stay posted ahead (all into the one slot: one message is
-/// in flight at a time), so each answer is sent as soon as its ping is
-/// claimed and the used receive is re-posted afterwards, while the client
-/// handles the answer.
 fn serve_send_lat(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
-    let iters = p.iters;
     let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
     let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut scatter = [rx_mr.scatter_element(rx)];
         let gather = [local_mr.gather_element(local)];
-        let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
-        let mut posted = 0;
-        while posted < LAT_RECEIVES_AHEAD.min(iters) {
-            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
-            posted += 1;
-        }
+        let mut ring = LatRing::new(s, &mut scatter, p.iters)?;
         net::write_line(stream, &format!("GO {size}"))?;
-        for i in 0..iters {
-            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
+        for i in 0..p.iters {
+            let got = ring.next_message(s, &mut scatter)?;
             check_message(i, size, got.bytes(), got.immediate())?;
-            let sent = s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?;
-            if posted < iters {
-                recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
-                posted += 1;
-            }
-            sent.wait()?;
+            ring.send(s, &mut scatter, &gather, i as u32)?;
         }
-        Ok(())
+        ring.finish()
     }))
 }
 
-/// Receives each side of send_lat keeps posted ahead of the message it
-/// waits for (at least 2, so that re-posting can follow the send).
-const LAT_RECEIVES_AHEAD: usize = 4;
+/// Receives a send_lat side keeps posted ahead of the message it waits for.
+const LAT_RECEIVES_AHEAD: usize = 8;
+/// Fewest receives posted when a send goes out (the answer needs one).
+const LAT_RECEIVES_MIN: usize = 2;
+
+/// One side of send_lat: its receives (all into the one slot: one message
+/// is in flight at a time) and the bookkeeping it owes — the last send's
+/// completion to claim, used receives to re-post.
+///
+/// On rxe the send's system call runs until the peer's answer is nearly
+/// there, so whatever a side does between its send and looking for the
+/// answer delays it. The bookkeeping is therefore done while the answer has
+/// not arrived yet (idle time), and only what a send cannot go without (a
+/// free send-queue slot, a receive for the answer) is settled before it.
+struct LatRing<'scope> {
+    recvs: VecDeque<ScopedPendingWork<'scope>>,
+    sent: Option<ScopedPendingWork<'scope>>,
+    posted: usize,
+    owed: usize,
+    iters: usize,
+}
+
+impl<'scope> LatRing<'scope> {
+    fn new(
+        s: &mut PollingScope<'scope, '_, Channel>,
+        scatter: &mut [ScatterElement<'scope>; 1],
+        iters: usize,
+    ) -> Result<Self> {
+        let mut ring = LatRing {
+            recvs: VecDeque::with_capacity(LAT_RECEIVES_AHEAD),
+            sent: None,
+            posted: 0,
+            owed: LAT_RECEIVES_AHEAD.min(iters),
+            iters,
+        };
+        while ring.repost(s, scatter)? {}
+        Ok(ring)
+    }
+
+    /// Re-posts one owed receive; false if none is owed.
+    fn repost(
+        &mut self,
+        s: &mut PollingScope<'scope, '_, Channel>,
+        scatter: &mut [ScatterElement<'scope>; 1],
+    ) -> Result<bool> {
+        if self.owed == 0 || self.posted == self.iters {
+            return Ok(false);
+        }
+        self.recvs
+            .push_back(s.post_receive(ReceiveWorkRequest::new(scatter))?);
+        self.posted += 1;
+        self.owed -= 1;
+        Ok(true)
+    }
+
+    /// Claims the last send's completion, waiting for it; false if there
+    /// is none.
+    fn claim_send(&mut self) -> Result<bool> {
+        match self.sent.take() {
+            Some(sent) => sent.wait().map(|_| true).map_err(Into::into),
+            None => Ok(false),
+        }
+    }
+
+    /// Claims the last send's completion if it is there; false if not (or
+    /// there is none).
+    fn try_claim_send(&mut self) -> Result<bool> {
+        match self.sent.take().map(ScopedPendingWork::poll) {
+            Some(Ok(outcome)) => outcome.map(|_| true).map_err(Into::into),
+            Some(Err(still)) => {
+                self.sent = Some(still);
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Waits for the next message, doing owed bookkeeping while it has not
+    /// arrived.
+    fn next_message(
+        &mut self,
+        s: &mut PollingScope<'scope, '_, Channel>,
+        scatter: &mut [ScatterElement<'scope>; 1],
+    ) -> Result<rdma_safe::WorkSuccess> {
+        let mut pending = self.recvs.pop_front().ok_or("no receive posted")?;
+        self.owed += 1;
+        loop {
+            match pending.poll() {
+                Ok(outcome) => return Ok(outcome?),
+                Err(still) => pending = still,
+            }
+            if !(self.try_claim_send()? || self.repost(s, scatter)?) {
+                // Nothing left to do: a bounded blocking wait.
+                return Ok(pending.wait()?);
+            }
+        }
+    }
+
+    /// Sends `gather` with immediate `imm`, after claiming the previous
+    /// send (one in flight) and making sure receives wait for the answer.
+    fn send(
+        &mut self,
+        s: &mut PollingScope<'scope, '_, Channel>,
+        scatter: &mut [ScatterElement<'scope>; 1],
+        gather: &[GatherElement<'scope>],
+        imm: u32,
+    ) -> Result<()> {
+        self.claim_send()?;
+        while self.recvs.len() < LAT_RECEIVES_MIN && self.repost(s, scatter)? {}
+        self.sent = Some(s.post_send(SendWorkRequest::new(gather).with_immediate(imm))?);
+        Ok(())
+    }
+
+    /// Claims the last send.
+    fn finish(mut self) -> Result<()> {
+        self.claim_send().map(|_| ())
+    }
+}
 
 /// write_lat, server side: wait for the client's write to land (its last
 /// byte becomes the iteration's mark), then write back.
@@ -1345,28 +1444,15 @@ fn run_lat(
             flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
                 let mut scatter = [rx_mr.scatter_element(rx)];
                 let gather = [local_mr.gather_element(local)];
-                let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
-                let mut posted = 0;
-                while posted < LAT_RECEIVES_AHEAD.min(iters) {
-                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
-                    posted += 1;
-                }
+                let mut ring = LatRing::new(s, &mut scatter, iters)?;
                 for i in 0..iters {
                     let t0 = Stamp::now();
-                    let sent =
-                        s.post_send(SendWorkRequest::new(&gather).with_immediate(i as u32))?;
-                    // Re-posting the receive used last time overlaps the
-                    // server's work on this ping.
-                    if posted < iters && recvs.len() < LAT_RECEIVES_AHEAD {
-                        recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
-                        posted += 1;
-                    }
-                    sent.wait()?;
-                    let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
+                    ring.send(s, &mut scatter, &gather, i as u32)?;
+                    let got = ring.next_message(s, &mut scatter)?;
                     samples_ref.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
                     check_message(i, size, got.bytes(), got.immediate())?;
                 }
-                Ok(())
+                ring.finish()
             }))?;
         }
         _ => unreachable!("not a latency test"),
