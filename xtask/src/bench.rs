@@ -32,7 +32,9 @@ iterations and tx depth (128 for bandwidth), alternating perftest and ours,
 and prints the medians: bandwidth as average MB/sec (higher is better),
 latency as t_typical usec (lower is better), and the ratio ours/perftest.
 Writes the table to target/bench.json; raw outputs stay in
-target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed.
+target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
+perftest run that prints `inf` (its clock conversion failing in the guest)
+is reported and left out of the medians instead.
 
 options:
   --reps N              repetitions of every test and size (default 3)
@@ -371,11 +373,7 @@ fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
     if fields.first()?.parse::<u64>().ok()? != size {
         return None;
     }
-    fields
-        .get(if test.bw { 3 } else { 4 })?
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
+    fields.get(if test.bw { 3 } else { 4 })?.parse::<f64>().ok()
 }
 
 /// Our result: the client's JSON line for `size` (no `role` member).
@@ -413,14 +411,21 @@ fn median(v: &[f64]) -> Option<f64> {
 #[derive(Debug, Default)]
 struct Cell {
     values: Vec<f64>,
+    /// Runs that failed or printed no result.
     failed: usize,
+    /// perftest runs that passed but printed `inf` (its cycles-to-usec
+    /// conversion failed in the guest): reported, left out of the median,
+    /// not a failure of the bench.
+    inf: usize,
 }
 
 impl Cell {
     fn show(&self, reps: usize) -> String {
         match median(&self.values) {
             None => "fail".to_string(),
-            Some(m) if self.failed > 0 => format!("{m:.2} ({}/{reps} ok)", self.values.len()),
+            Some(m) if self.failed > 0 || self.inf > 0 => {
+                format!("{m:.2} ({}/{reps} ok)", self.values.len())
+            }
             Some(m) => format!("{m:.2}"),
         }
     }
@@ -429,10 +434,11 @@ impl Cell {
         let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
         let values: Vec<String> = self.values.iter().map(|&v| num(Some(v))).collect();
         format!(
-            "{{\"median\":{},\"runs\":[{}],\"failed\":{}}}",
+            "{{\"median\":{},\"runs\":[{}],\"failed\":{},\"printed_inf\":{}}}",
             num(median(&self.values)),
             values.join(","),
-            self.failed
+            self.failed,
+            self.inf
         )
     }
 }
@@ -513,7 +519,8 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             .expect("every run has a cell");
         let cell = if r.tool == Tool::Perftest { pt } else { ours };
         match value.filter(|_| passed) {
-            Some(v) => cell.values.push(v),
+            Some(v) if v.is_finite() => cell.values.push(v),
+            Some(_) => cell.inf += 1,
             None => cell.failed += 1,
         }
     }
@@ -539,6 +546,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         "test", "size", "perftest", "ours", "ours/perftest"
     );
     let mut any_fail = false;
+    let mut printed_inf = 0;
     let mut rows = Vec::new();
     for (test, size, pt, ours) in &cells {
         let ratio = match (median(&ours.values), median(&pt.values)) {
@@ -546,6 +554,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             _ => None,
         };
         any_fail |= pt.failed > 0 || ours.failed > 0;
+        printed_inf += pt.inf;
         println!(
             "{:<10} {:>8}  {:>18}  {:>18}  {:>13}",
             test.name,
@@ -589,6 +598,12 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         println!("problem: {why}");
         return Ok(ExitCode::FAILURE);
     }
+    if printed_inf > 0 {
+        println!(
+            "note: perftest printed `inf` in {printed_inf} run(s) (its cycles-to-usec conversion \
+             failed in the guest); those runs are left out of its medians"
+        );
+    }
     if any_fail {
         println!("problem: some runs produced no result (\"fail\" above)");
         return Ok(ExitCode::FAILURE);
@@ -617,6 +632,17 @@ mod tests {
         assert_eq!(parse_perftest(PT_BW, TESTS[0], 64), None);
         assert_eq!(parse_perftest(PT_LAT, TESTS[4], 4096), Some(101.94));
         assert_eq!(parse_perftest("error", TESTS[4], 4096), None);
+        // perftest's line when its clock conversion fails: a result, not a
+        // number to take the median of.
+        let inf = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n \
+                   4096    2000          inf            inf          inf      \t       inf\n";
+        let v = parse_perftest(inf, TESTS[4], 4096).expect("the line is there");
+        assert!(v.is_infinite());
+        let mut cell = Cell::default();
+        cell.values.push(250.0);
+        cell.inf = 1;
+        assert_eq!(cell.show(2), "250.00 (1/2 ok)");
+        assert!(cell.json().ends_with("\"failed\":0,\"printed_inf\":1}"));
     }
 
     #[test]
