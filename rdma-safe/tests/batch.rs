@@ -5,7 +5,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Operation, ReceiveWorkRequest, SendWorkRequest, TransportError, WcStatus, WriteWorkRequest,
+    MemoryRegion, Operation, ReceiveWorkRequest, ScatterElement, SendWorkRequest, TransportError,
+    WcStatus, WriteWorkRequest,
 };
 use std::time::Duration;
 
@@ -217,6 +218,17 @@ fn read_batch_fills_every_chunk() {
     drop(b);
 }
 
+/// One single-element scatter list per `chunk`-byte piece of `buf`.
+fn scatter_chunks<'a>(
+    mr: &'a MemoryRegion,
+    buf: &'a mut [u8],
+    chunk: usize,
+) -> Vec<[ScatterElement<'a>; 1]> {
+    buf.chunks_mut(chunk)
+        .map(|c| [mr.scatter_element(c)])
+        .collect()
+}
+
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn receive_batch_completes_each_receive_in_order() {
@@ -240,10 +252,7 @@ fn receive_batch_completes_each_receive_in_order() {
         })
         .collect();
     b.scope(|sb| {
-        let mut lists: Vec<_> = dst
-            .chunks_mut(slot)
-            .map(|c| [dst_mr.scatter_element(c)])
-            .collect();
+        let mut lists = scatter_chunks(&dst_mr, &mut dst, slot);
         let mut wrs: Vec<_> = lists
             .iter_mut()
             .map(|l| ReceiveWorkRequest::new(l))
@@ -300,10 +309,7 @@ fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
     let src_mr = local_mr(&pd, &mut src);
     let mut taken = 0;
     let refused = b.scope(|sb| {
-        let mut lists: Vec<_> = dst
-            .chunks_mut(size)
-            .map(|c| [dst_mr.scatter_element(c)])
-            .collect();
+        let mut lists = scatter_chunks(&dst_mr, &mut dst, size);
         let mut wrs: Vec<_> = lists
             .iter_mut()
             .map(|l| ReceiveWorkRequest::new(l))
