@@ -102,6 +102,27 @@ pub(crate) struct PollState {
     unusable: Option<String>,
 }
 
+impl PollState {
+    /// Records a request just posted with the next id: `sq` send-queue
+    /// entries (0 for a receive).
+    fn track(&mut self, op: Operation, len: usize, sq: u32) {
+        let id = self.next_wr_id;
+        self.next_wr_id += 1;
+        self.slots.insert(
+            id,
+            Slot::Posted {
+                op,
+                len,
+                sq,
+                first_err: None,
+            },
+        );
+        self.in_flight += 1;
+        self.sq_in_flight += sq as usize;
+        self.posted_total += u64::from(sq.max(1));
+    }
+}
+
 /// State shared by a [`Channel`](crate::Channel) and everything that waits on
 /// its work. Owns the queue pair (which keeps the CQ and PD alive).
 #[derive(Debug)]
@@ -172,19 +193,7 @@ impl Shared {
             operation: op,
             source,
         })?;
-        st.next_wr_id += 1;
-        st.slots.insert(
-            id,
-            Slot::Posted {
-                op,
-                len,
-                sq,
-                first_err: None,
-            },
-        );
-        st.in_flight += 1;
-        st.sq_in_flight += sq as usize;
-        st.posted_total += u64::from(sq.max(1));
+        st.track(op, len, sq);
         Ok(id)
     }
 
@@ -204,22 +213,10 @@ impl Shared {
         }
         let first = st.next_wr_id;
         let (posted, rc) = post(first);
-        let posted = posted.min(lens.len());
-        for (k, &len) in lens[..posted].iter().enumerate() {
-            st.slots.insert(
-                first + k as u64,
-                Slot::Posted {
-                    op: Operation::Receive,
-                    len,
-                    sq: 0,
-                    first_err: None,
-                },
-            );
+        for &len in &lens[..posted.min(lens.len())] {
+            st.track(Operation::Receive, len, 0);
         }
-        st.next_wr_id += posted as u64;
-        st.in_flight += posted;
-        st.posted_total += posted as u64;
-        let end = first + posted as u64;
+        let end = st.next_wr_id;
         let rc = rc.map_err(|source| TransportError::Post {
             operation: Operation::Receive,
             source,
