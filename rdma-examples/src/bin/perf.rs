@@ -1008,7 +1008,10 @@ fn wait_for_byte(buf: &SharedBuffer, i: usize, want: u8, timeout: Duration) -> R
             // rxe) the kernel threads that move the data need a turn.
             std::thread::yield_now();
         }
-        std::hint::spin_loop();
+        // No PAUSE (`spin_loop`) between loads, as in perftest's own spin:
+        // under emulation it leaves translated code on every iteration and
+        // the peer's byte is seen late (the same cost the channel's
+        // completion wait had, see rdma-safe's poller).
     }
     Ok(())
 }
