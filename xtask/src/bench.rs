@@ -30,8 +30,11 @@ ib_send_lat) and our perf (write_bw, read_bw, send_bw, write_lat, send_lat)
 on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
 iterations and tx depth (128 for bandwidth), alternating perftest and ours,
 and prints the medians: bandwidth as average MB/sec (higher is better),
-latency as t_typical usec (lower is better), and the ratio ours/perftest.
-Writes the table to target/bench.json; raw outputs stay in
+latency as t_typical usec (lower is better), the ratio ours/perftest, in
+how many repetitions ours beat the perftest run beside it (a sign test that
+tells a real gap from run-to-run noise), and whether the target is met
+(bandwidth ratio >= 1.00, latency <= 1.05). Writes the table to
+target/bench.json; raw outputs stay in
 target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
 perftest run that prints `inf` (its clock conversion failing in the guest)
 is reported and left out of the medians instead.
@@ -105,6 +108,34 @@ const TESTS: [Test; 5] = [
 ];
 
 impl Test {
+    /// The issue's target for ours/perftest: bandwidth at least 1.00,
+    /// latency at most 1.05.
+    fn target(self) -> f64 {
+        if self.bw {
+            1.00
+        } else {
+            1.05
+        }
+    }
+
+    /// Whether `ratio` (ours/perftest) meets [`Test::target`].
+    fn meets(self, ratio: f64) -> bool {
+        if self.bw {
+            ratio >= self.target()
+        } else {
+            ratio <= self.target()
+        }
+    }
+
+    /// Whether `ours` beats `perftest` in this test's metric.
+    fn better(self, ours: f64, perftest: f64) -> bool {
+        if self.bw {
+            ours > perftest
+        } else {
+            ours < perftest
+        }
+    }
+
     fn metric(self) -> &'static str {
         if self.bw {
             "BW average [MB/sec]"
@@ -411,6 +442,8 @@ fn median(v: &[f64]) -> Option<f64> {
 #[derive(Debug, Default)]
 struct Cell {
     values: Vec<f64>,
+    /// The repetition each of `values` came from (same order).
+    reps: Vec<usize>,
     /// Runs that failed or printed no result.
     failed: usize,
     /// perftest runs that passed but printed `inf` (its cycles-to-usec
@@ -420,6 +453,18 @@ struct Cell {
 }
 
 impl Cell {
+    fn push(&mut self, rep: usize, v: f64) {
+        self.values.push(v);
+        self.reps.push(rep);
+    }
+
+    fn at_rep(&self, rep: usize) -> Option<f64> {
+        self.reps
+            .iter()
+            .position(|&r| r == rep)
+            .map(|i| self.values[i])
+    }
+
     fn show(&self, reps: usize) -> String {
         match median(&self.values) {
             None => "fail".to_string(),
@@ -434,13 +479,31 @@ impl Cell {
         let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
         let values: Vec<String> = self.values.iter().map(|&v| num(Some(v))).collect();
         format!(
-            "{{\"median\":{},\"runs\":[{}],\"failed\":{},\"printed_inf\":{}}}",
+            "{{\"median\":{},\"min\":{},\"max\":{},\"runs\":[{}],\"failed\":{},\"printed_inf\":{}}}",
             num(median(&self.values)),
+            num(self.values.iter().copied().reduce(f64::min)),
+            num(self.values.iter().copied().reduce(f64::max)),
             values.join(","),
             self.failed,
             self.inf
         )
     }
+}
+
+/// Repetition by repetition (perftest and ours ran back to back with the
+/// same parameters): in how many of the repetitions where both gave a
+/// result ours was better, and in how many both gave one. A sign test on
+/// these pairs says more under emulation's run-to-run noise than the ratio
+/// of medians alone: 0 of 5 or 5 of 5 happens by chance 1 time in 32.
+fn pairs(test: Test, perftest: &Cell, ours: &Cell) -> (usize, usize) {
+    let both: Vec<(f64, f64)> = ours
+        .reps
+        .iter()
+        .zip(&ours.values)
+        .filter_map(|(&rep, &o)| perftest.at_rep(rep).map(|p| (o, p)))
+        .collect();
+    let wins = both.iter().filter(|&&(o, p)| test.better(o, p)).count();
+    (wins, both.len())
 }
 
 fn json_string(s: &str) -> String {
@@ -519,7 +582,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             .expect("every run has a cell");
         let cell = if r.tool == Tool::Perftest { pt } else { ours };
         match value.filter(|_| passed) {
-            Some(v) if v.is_finite() => cell.values.push(v),
+            Some(v) if v.is_finite() => cell.push(r.rep, v),
             Some(_) => cell.inf += 1,
             None => cell.failed += 1,
         }
@@ -540,31 +603,52 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         ),
     }
     println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
-    println!("latency:   t_typical usec (median of the run), lower is better\n");
+    println!("latency:   t_typical usec (median of the run), lower is better");
     println!(
-        "{:<10} {:>8}  {:>18}  {:>18}  {:>13}",
-        "test", "size", "perftest", "ours", "ours/perftest"
+        "ratio: of the medians; pairs: repetitions in which ours beat the perftest run next to it;\n\
+         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n"
+    );
+    println!(
+        "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
+        "test", "size", "perftest", "ours", "ours/perftest", "pairs", "target"
     );
     let mut any_fail = false;
     let mut printed_inf = 0;
     let mut rows = Vec::new();
+    let mut missed = Vec::new();
     for (test, size, pt, ours) in &cells {
         let ratio = match (median(&ours.values), median(&pt.values)) {
             (Some(o), Some(p)) if p > 0.0 => Some(o / p),
             _ => None,
         };
+        let (wins, paired) = pairs(*test, pt, ours);
+        let meets = ratio.map(|r| test.meets(r));
+        if meets != Some(true) {
+            missed.push(format!(
+                "{} {} ({}, ours better in {wins} of {paired} pairs)",
+                test.name,
+                size_name(*size),
+                ratio.map_or("no ratio".to_string(), |r| format!("{r:.2}"))
+            ));
+        }
         any_fail |= pt.failed > 0 || ours.failed > 0;
         printed_inf += pt.inf;
         println!(
-            "{:<10} {:>8}  {:>18}  {:>18}  {:>13}",
+            "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
             test.name,
             size_name(*size),
             pt.show(a.reps),
             ours.show(a.reps),
-            ratio.map_or("-".to_string(), |r| format!("{r:.2}"))
+            ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
+            format!("{wins}/{paired}"),
+            match meets {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "-",
+            }
         );
         rows.push(format!(
-            "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"iters\":{},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{}}}",
+            "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"iters\":{},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{},\"pairs\":{paired},\"pairs_ours_better\":{wins},\"target\":{:.2},\"meets_target\":{}}}",
             json_string(test.name),
             json_string(test.perftest),
             iters_for(a.iters, *size),
@@ -572,8 +656,20 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             json_string(if test.bw { "higher" } else { "lower" }),
             pt.json(),
             ours.json(),
-            ratio.map_or("null".to_string(), |r| format!("{r:.3}"))
+            ratio.map_or("null".to_string(), |r| format!("{r:.3}")),
+            test.target(),
+            meets.map_or("null".to_string(), |m| m.to_string())
         ));
+    }
+    if missed.is_empty() {
+        println!("\ntargets: met in all {} cells", cells.len());
+    } else {
+        println!(
+            "\ntargets: met in {} of {} cells; missed: {}",
+            cells.len() - missed.len(),
+            cells.len(),
+            missed.join("; ")
+        );
     }
     let kernel = outcome.env("KERNEL").unwrap_or("unknown");
     let doc = format!(
@@ -639,7 +735,7 @@ mod tests {
         let v = parse_perftest(inf, TESTS[4], 4096).expect("the line is there");
         assert!(v.is_infinite());
         let mut cell = Cell::default();
-        cell.values.push(250.0);
+        cell.push(1, 250.0);
         cell.inf = 1;
         assert_eq!(cell.show(2), "250.00 (1/2 ok)");
         assert!(cell.json().ends_with("\"failed\":0,\"printed_inf\":1}"));
@@ -653,6 +749,24 @@ mod tests {
         assert_eq!(parse_ours(text, TESTS[3], 4096), None);
         let bw = "{\"test\":\"write_bw\",\"bytes\":1048576,\"iterations\":100,\"tx_depth\":128,\"bw_peak_mb_s\":40.668,\"bw_avg_mb_s\":37.263}";
         assert_eq!(parse_ours(bw, TESTS[0], 1 << 20), Some(37.263));
+    }
+
+    #[test]
+    fn pairs_and_targets() {
+        let (bw, lat) = (TESTS[0], TESTS[3]);
+        let mut pt = Cell::default();
+        let mut ours = Cell::default();
+        // Rep 2 of perftest failed: only reps 1 and 3 pair up.
+        pt.push(1, 10.0);
+        pt.push(3, 10.0);
+        ours.push(1, 11.0);
+        ours.push(2, 50.0);
+        ours.push(3, 9.0);
+        assert_eq!(pairs(bw, &pt, &ours), (1, 2));
+        assert_eq!(pairs(lat, &pt, &ours), (1, 2));
+        assert!(bw.meets(1.00) && !bw.meets(0.99));
+        assert!(lat.meets(1.05) && !lat.meets(1.06));
+        assert!(ours.json().contains("\"min\":9.000,\"max\":50.000"));
     }
 
     #[test]
