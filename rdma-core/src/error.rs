@@ -100,12 +100,24 @@ impl Error {
 /// Checks an `int` returned by a verb: 0 is success; a positive value is an
 /// errno (`ibv_modify_qp`, `ibv_post_send`, …); -1 means "see errno"; any
 /// other negative value is a negated errno.
+///
+/// Inlined into the data-path verbs (`ibv_post_send`, `ibv_poll_cq`, …) so
+/// that success costs one comparison; building the error stays out of line.
+#[inline]
 pub(crate) fn check_rc(verb: &'static str, rc: c_int) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rc_error(verb, rc))
+    }
+}
+
+#[cold]
+fn rc_error(verb: &'static str, rc: c_int) -> Error {
     match rc {
-        0 => Ok(()),
-        -1 => Err(Error::last_os_error(verb)),
-        rc if rc < 0 => Err(Error::verb(verb, -rc)),
-        rc => Err(Error::verb(verb, rc)),
+        -1 => Error::last_os_error(verb),
+        rc if rc < 0 => Error::verb(verb, -rc),
+        rc => Error::verb(verb, rc),
     }
 }
 

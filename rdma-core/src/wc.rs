@@ -126,6 +126,7 @@ pub enum WcOpcode {
 
 impl WcOpcode {
     /// Converts the raw opcode.
+    #[inline]
     pub fn from_raw(raw: sys::ibv_wc_opcode) -> Self {
         use sys::ibv_wc_opcode as O;
         match raw {
@@ -152,14 +153,17 @@ pub struct WorkCompletion(sys::ibv_wc);
 
 impl WorkCompletion {
     /// The `wr_id` the request was posted with.
+    #[inline]
     pub fn wr_id(&self) -> u64 {
         self.0.wr_id
     }
     /// The completion status.
+    #[inline]
     pub fn status(&self) -> WcStatus {
         WcStatus::from_raw(self.0.status)
     }
     /// Whether the request succeeded.
+    #[inline]
     pub fn is_success(&self) -> bool {
         self.0.status == sys::ibv_wc_status::IBV_WC_SUCCESS
     }
@@ -176,14 +180,17 @@ impl WorkCompletion {
         }
     }
     /// The operation (valid only for successful completions, as in C).
+    #[inline]
     pub fn opcode(&self) -> WcOpcode {
         WcOpcode::from_raw(self.0.opcode)
     }
     /// Bytes received (receive completions) or read.
+    #[inline]
     pub fn byte_len(&self) -> u32 {
         self.0.byte_len
     }
     /// Immediate data in host order, if the message carried any.
+    #[inline]
     pub fn imm_data(&self) -> Option<u32> {
         if self.0.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
             // SAFETY: both union members are plain u32s.
@@ -193,26 +200,32 @@ impl WorkCompletion {
         }
     }
     /// The local QP number.
+    #[inline]
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
     }
     /// The remote QP number (UD receives).
+    #[inline]
     pub fn src_qp(&self) -> u32 {
         self.0.src_qp
     }
     /// Whether a UD receive carries a GRH in the first 40 bytes of the buffer.
+    #[inline]
     pub fn has_grh(&self) -> bool {
         self.0.wc_flags & sys::ibv_wc_flags::IBV_WC_GRH.0 != 0
     }
     /// The raw `wc_flags`.
+    #[inline]
     pub fn wc_flags(&self) -> u32 {
         self.0.wc_flags
     }
     /// The provider-specific error code.
+    #[inline]
     pub fn vendor_err(&self) -> u32 {
         self.0.vendor_err
     }
     /// The raw completion.
+    #[inline]
     pub fn as_raw(&self) -> &sys::ibv_wc {
         &self.0
     }

@@ -752,6 +752,18 @@ pub mod clock {
         pub fn elapsed(self) -> Duration {
             Stamp::now() - self
         }
+        /// Raw ticks from `earlier` to `self`: no conversion, so a timed
+        /// loop can keep it and convert afterwards with [`micros`] (as
+        /// perftest keeps raw cycle counts).
+        #[inline]
+        pub fn ticks_since(self, earlier: Stamp) -> u64 {
+            self.0.saturating_sub(earlier.0)
+        }
+    }
+
+    /// Microseconds in `ticks` (from [`Stamp::ticks_since`]).
+    pub fn micros(ticks: u64) -> f64 {
+        ticks as f64 / ticks_per_sec() * 1e6
     }
 
     impl Sub for Stamp {
@@ -770,7 +782,13 @@ pub mod clock {
             let _ = ticks_per_sec();
             let (s, i) = (Stamp::now(), Instant::now());
             std::thread::sleep(Duration::from_millis(30));
+            let ticks = Stamp::now().ticks_since(s);
             let (ds, di) = (s.elapsed().as_secs_f64(), i.elapsed().as_secs_f64());
+            assert!(
+                (micros(ticks) / 1e6 - ds).abs() < 0.001 + ds * 0.01,
+                "ticks {ticks} as {} us vs stamp {ds} s",
+                micros(ticks)
+            );
             assert!(
                 (ds - di).abs() < 0.01 + di * 0.1,
                 "stamp {ds} s vs instant {di} s"

@@ -1393,6 +1393,9 @@ fn pump<'scope>(
 }
 
 /// Latency, client side: one operation at a time; returns samples in usec.
+/// The loops keep raw clock ticks (a round trip each, or a read) and convert
+/// them afterwards, so that no conversion sits between an answer and the
+/// next request.
 fn run_lat(
     p: &Params,
     size: usize,
@@ -1401,7 +1404,9 @@ fn run_lat(
     exposed: &mut SharedBuffer,
 ) -> Result<Vec<f64>> {
     let iters = p.iters;
-    let mut samples = Vec::with_capacity(iters);
+    let mut samples: Vec<u64> = Vec::with_capacity(iters);
+    // One-way latency is half a round trip (write and send); a read is one.
+    let per_sample = if p.test == Test::ReadLat { 1.0 } else { 2.0 };
     match p.test {
         Test::ReadLat => {
             let remote = remote.ok_or("no remote region")?;
@@ -1413,7 +1418,7 @@ fn run_lat(
                     &mut [side.local_mr.scatter_element(&mut side.local[..size])],
                     remote,
                 ))?;
-                samples.push(t0.elapsed().as_secs_f64() * 1e6);
+                samples.push(Stamp::now().ticks_since(t0));
             }
         }
         Test::WriteLat => {
@@ -1429,7 +1434,7 @@ fn run_lat(
                 let t0 = Stamp::now();
                 write_and_claim(side, size, remote)?;
                 wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-                samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                samples.push(Stamp::now().ticks_since(t0));
             }
         }
         Test::SendLat => {
@@ -1447,7 +1452,7 @@ fn run_lat(
                     let t0 = Stamp::now();
                     ring.send(s, &mut scatter, &gather, i as u32)?;
                     let got = ring.next_message(s, &mut scatter)?;
-                    samples_ref.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+                    samples_ref.push(Stamp::now().ticks_since(t0));
                     check_message(i, size, got.bytes(), got.immediate())?;
                 }
                 ring.finish()
@@ -1455,5 +1460,8 @@ fn run_lat(
         }
         _ => unreachable!("not a latency test"),
     }
-    Ok(samples)
+    Ok(samples
+        .into_iter()
+        .map(|t| clock::micros(t) / per_sample)
+        .collect())
 }
