@@ -41,8 +41,9 @@ is reported and left out of the medians instead.
 
 options:
   --reps N              repetitions of every test and size (default 3)
-  --iters N             operations per run (default 2000; perftest needs >= 5),
-                        capped so that a run moves at most 64 MiB (1 MiB: 64)
+  --iters N             operations per run (default 20000 for bandwidth, 5000
+                        for latency; perftest needs >= 5), capped so that a
+                        run moves at most 64 MiB (64 KiB: 1024, 1 MiB: 64)
   --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
                         (default 64,4K,64K,1M)
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
@@ -165,11 +166,32 @@ impl Tool {
 struct Args {
     run: RunOptions,
     reps: usize,
-    iters: u32,
+    /// Operations per bandwidth run and per latency run (before the cap).
+    bw_iters: u32,
+    lat_iters: u32,
     sizes: Vec<u64>,
     tests: Vec<Test>,
     inline: Option<u32>,
     no_setup: bool,
+}
+
+impl Args {
+    /// Operations of a run of `test` at `size` (both tools alike).
+    fn iters(&self, test: Test, size: u64) -> u32 {
+        let n = if test.bw {
+            self.bw_iters
+        } else {
+            self.lat_iters
+        };
+        iters_for(n, size)
+    }
+
+    fn iters_text(&self) -> String {
+        format!(
+            "{} iterations per bandwidth run, {} per latency run",
+            self.bw_iters, self.lat_iters
+        )
+    }
 }
 
 fn parse_size(s: &str) -> Option<u64> {
@@ -193,7 +215,11 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
             ..RunOptions::default()
         },
         reps: 3,
-        iters: 2000,
+        // Long enough that a bandwidth run is not its start-up (2000
+        // operations of 64 B last 50 ms under emulation, and their medians
+        // moved by 30% from run to run).
+        bw_iters: 20000,
+        lat_iters: 5000,
         sizes: vec![64, 4096, 65536, 1 << 20],
         tests: TESTS.to_vec(),
         inline: None,
@@ -223,11 +249,12 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
                 i += 1;
             }
             "--iters" => {
-                a.iters = value("--iters")?
+                a.bw_iters = value("--iters")?
                     .parse()
                     .ok()
                     .filter(|&n| n >= 5)
                     .ok_or("bench: --iters needs a number >= 5 (perftest's minimum)")?;
+                a.lat_iters = a.bw_iters;
                 i += 1;
             }
             "--sizes" => {
@@ -319,7 +346,7 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
     p.say(&format!(
-        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} iterations each \
+        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} \
          (at most {} MiB per run) ==\n\
          perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth{});\n\
          each run prints its result line; raw outputs go to the results directory's raw/.",
@@ -327,14 +354,14 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         a.tests.len(),
         a.sizes.len(),
         a.reps,
-        a.iters,
+        a.iters_text(),
         MAX_RUN_BYTES >> 20,
         a.inline.map_or(String::new(), |n| format!(", -I {n}"))
     ));
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
-        let (size, n) = (r.size, iters_for(a.iters, r.size));
+        let (size, n) = (r.size, a.iters(r.test, r.size));
         let mut extra = if r.test.bw {
             format!(" -t {TX_DEPTH}")
         } else {
@@ -591,8 +618,8 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     heading("bench results");
     println!("route: {route}");
     println!(
-        "{} iterations per run (at most {} MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
-        a.iters,
+        "{} (at most {} MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
+        a.iters_text(),
         MAX_RUN_BYTES >> 20,
         a.reps
     );
@@ -651,7 +678,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"iters\":{},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{},\"pairs\":{paired},\"pairs_ours_better\":{wins},\"target\":{:.2},\"meets_target\":{}}}",
             json_string(test.name),
             json_string(test.perftest),
-            iters_for(a.iters, *size),
+            a.iters(*test, *size),
             json_string(test.metric()),
             json_string(if test.bw { "higher" } else { "lower" }),
             pt.json(),
@@ -673,10 +700,11 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     }
     let kernel = outcome.env("KERNEL").unwrap_or("unknown");
     let doc = format!(
-        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"inline\":{},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
+        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{{\"bandwidth\":{},\"latency\":{}}},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"inline\":{},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
         json_string(&route.to_string()),
         json_string(kernel),
-        a.iters,
+        a.bw_iters,
+        a.lat_iters,
         a.reps,
         a.inline.map_or("null".to_string(), |n| n.to_string()),
         json_string(&raw.to_string_lossy()),
