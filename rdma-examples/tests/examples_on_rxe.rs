@@ -352,6 +352,25 @@ fn perf_send_bw_recycles_a_small_receive_ring() {
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_large_messages_rotate_over_two_buffers() {
+    // 1 MiB messages: the rotating buffers stay within perf's 2 MiB ring,
+    // so send_bw posts 8 receives into 2 slots (a slot is posted again
+    // while an earlier receive into it is outstanding) and read_bw reads
+    // batches of 2 into 2 chunks; every message and chunk is still checked.
+    for (i, test) in ["send_bw", "read_bw"].into_iter().enumerate() {
+        let (s, c) = perf(
+            test,
+            19220 + i as u16,
+            &["-s", "1M", "-n", "12", "-t", "32", "-r", "8"],
+        );
+        s.assert_has("data verified");
+        c.assert_has("data verified");
+        c.assert_has(" 1048576    12 ");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_latency_tests_check_their_data() {
     for (i, test) in ["write_lat", "read_lat", "send_lat"]
         .into_iter()

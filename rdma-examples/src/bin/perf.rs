@@ -538,10 +538,13 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
     };
     let mut local = PageBuf::zeroed(local_len);
     let local_mr = MemoryRegion::register_local_mr(&pd, local.as_mut_ptr(), local.len())?;
-    // Receive slots: send_bw rotates over up to rx_depth of them (at most
-    // 64 MiB in all); send_lat receives into one.
+    // Receive slots: send_bw rotates over up to rx_depth of them (within
+    // RING_BYTES; more receives than slots are posted, a slot is reused
+    // while an earlier receive into it is still posted: Rust reads none of
+    // them until the scope has drained every receive); send_lat receives
+    // into one.
     let slots = match p.test {
-        Test::SendBw => p.rx_depth.min((64 << 20) / max).clamp(1, p.iters),
+        Test::SendBw => p.rx_depth.min(ring_slots(max)).clamp(1, p.iters),
         Test::SendLat => 1,
         _ => 0,
     };
@@ -1321,13 +1324,28 @@ impl Timeline {
     }
 }
 
-/// Chunks of `size` bytes read_bw reads a batch into: a batch's worth, at
-/// most what `local_len` bytes hold, at most 64 MiB in all.
+/// The most memory a bandwidth test's rotating buffers span (send_bw's
+/// receive slots, read_bw's chunks), but never fewer than two messages —
+/// perftest's buffers are two messages (or a page) long. Registering 64 MiB
+/// of slots, as before, needed a memlock limit far above the common 8 MiB
+/// default; its speed was the same (send_bw 1 MiB / 64 KiB, 8 alternations
+/// on rxe: within the runs' ±10% either way).
+const RING_BYTES: usize = 2 << 20;
+
+/// Buffers of `size` bytes a rotating ring holds within [`RING_BYTES`]
+/// (at least two).
+fn ring_slots(size: usize) -> usize {
+    (RING_BYTES / size.max(1)).max(2)
+}
+
+/// Chunks of `size` bytes read_bw reads a batch into: a batch's worth (the
+/// reads of one batch need distinct buffers; later batches reuse them), at
+/// most what `local_len` bytes hold, at most [`ring_slots`].
 fn read_chunks(local_len: usize, size: usize, depth: usize) -> usize {
     let size = size.max(1);
     batch_size(depth)
         .min(local_len / size)
-        .min((64 << 20) / size)
+        .min(ring_slots(size))
         .max(1)
 }
 
