@@ -995,21 +995,24 @@ fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> 
 
 /// Spins until byte `i` of `buf` (written by the peer) equals `want`.
 fn wait_for_byte(buf: &SharedBuffer, i: usize, want: u8, timeout: Duration) -> Result<()> {
-    // The clock is read only once the wait has spun a while: on a VM it
-    // costs microseconds, as much as the round trip being measured.
+    // The timeout is checked with the TSC (`Stamp`), once the wait has spun
+    // a while: `Instant::now` is a system call and an emulated HPET read on
+    // a VM whose clock source is not the TSC, microseconds each.
     let mut start = None;
     let mut spins: u32 = 0;
     while buf.load(i) != want {
         spins = spins.wrapping_add(1);
         if spins & 1023 == 0 {
-            if start.get_or_insert_with(Instant::now).elapsed() > timeout {
+            if start.get_or_insert_with(Stamp::now).elapsed() > timeout {
                 return Err(
                     format!("the peer's RDMA write did not arrive within {timeout:?}").into(),
                 );
             }
-            // Both sides spin; on a machine with few CPUs (a VM running
-            // rxe) the kernel threads that move the data need a turn.
-            std::thread::yield_now();
+            if spins & 0xffff == 0 {
+                // Both sides spin; on a machine with few CPUs (a VM running
+                // rxe) other work on this CPU gets a turn now and then.
+                std::thread::yield_now();
+            }
         }
         // No PAUSE (`spin_loop`) between loads, as in perftest's own spin:
         // under emulation it leaves translated code on every iteration and
