@@ -655,7 +655,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
                 "{} {} ({}, ours better in {wins} of {paired} pairs)",
                 test.name,
                 size_name(*size),
-                ratio.map_or("no ratio".to_string(), |r| format!("{r:.2}"))
+                ratio.map_or("no ratio".to_string(), |r| format!("{r:.3}"))
             ));
         }
         any_fail |= pt.failed > 0 || ours.failed > 0;
@@ -666,7 +666,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             size_name(*size),
             pt.show(a.reps),
             ours.show(a.reps),
-            ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
+            ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
             format!("{wins}/{paired}"),
             match meets {
                 Some(true) => "met",
