@@ -769,7 +769,7 @@ pub mod clock {
     impl Sub for Stamp {
         type Output = Duration;
         fn sub(self, earlier: Stamp) -> Duration {
-            ticks_to_duration(self.0.saturating_sub(earlier.0))
+            ticks_to_duration(self.ticks_since(earlier))
         }
     }
 

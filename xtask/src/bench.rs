@@ -521,7 +521,7 @@ impl Cell {
 /// same parameters): in how many of the repetitions where both gave a
 /// result ours was better, and in how many both gave one. A sign test on
 /// these pairs says more under emulation's run-to-run noise than the ratio
-/// of medians alone: 0 of 5 or 5 of 5 happens by chance 1 time in 32.
+/// of medians alone: 0 of 5 or 5 of 5 happens by chance 1 time in 16.
 fn pairs(test: Test, perftest: &Cell, ours: &Cell) -> (usize, usize) {
     let both: Vec<(f64, f64)> = ours
         .reps
