@@ -419,8 +419,22 @@ impl Channel {
 
     // ----- posting -----------------------------------------------------------
 
-    fn inline_for(&self, len: usize, forced: Option<bool>) -> bool {
-        forced.unwrap_or(len > 0 && len <= self.inline_limit as usize)
+    /// Whether a payload of `len` bytes goes inline. A payload forced inline
+    /// must fit the queue pair's inline space: checked here, before anything
+    /// is posted, so that no member of a batch can fail inside the provider
+    /// after earlier members were posted.
+    fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> TransportResult<bool> {
+        match forced {
+            None => Ok(len > 0 && len <= self.inline_limit as usize),
+            Some(true) if len > self.caps.max_inline_data as usize => Err(TransportError::Post {
+                operation: op,
+                source: IbvError::InvalidArgument(format!(
+                    "{len} bytes forced inline exceed the queue pair's inline limit of {} bytes",
+                    self.caps.max_inline_data
+                )),
+            }),
+            Some(on) => Ok(on),
+        }
     }
 
     fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {
@@ -450,7 +464,7 @@ impl Channel {
             flags |= sys::ibv_send_flags::IBV_SEND_SOLICITED;
         }
         let len = wr.len();
-        if self.inline_for(len, wr.inline) {
+        if self.inline_for(Operation::Send, len, wr.inline)? {
             flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
         }
         Ok(GatherItem {
@@ -476,7 +490,7 @@ impl Channel {
             None => (sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
         };
         let mut flags = sys::ibv_send_flags(0);
-        if self.inline_for(len, wr.inline) {
+        if self.inline_for(Operation::Write, len, wr.inline)? {
             flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
         }
         Ok(GatherItem {
@@ -562,7 +576,13 @@ impl Channel {
                 return unsafe { qp.post_send(&mut wr) };
             }
             let mut wrs: Vec<sys::ibv_send_wr> = (0..n)
-                .map(|k| if k + 1 == n { build(k, id, true) } else { build(k, id | BATCH_MEMBER, false) })
+                .map(|k| {
+                    if k + 1 == n {
+                        build(k, id, true)
+                    } else {
+                        build(k, id | BATCH_MEMBER, false)
+                    }
+                })
                 .collect();
             let base = wrs.as_mut_ptr();
             for i in 0..n - 1 {
@@ -583,11 +603,9 @@ impl Channel {
                 // before posting (SGE counts, inline sizes, send-queue room)
                 // rule this out; if a provider does it anyway, returning would
                 // let the borrows end while the NIC may use the memory.
-                eprintln!(
-                    "rdma-safe: fatal: ibv_post_send posted part of a batch and failed ({}); aborting",
-                    std::io::Error::from_raw_os_error(rc)
-                );
-                std::process::abort();
+                crate::fatal::abort_with(format_args!(
+                    "ibv_post_send posted part of a batch and failed (errno {rc})"
+                ));
             }
             Err(IbvError::verb("ibv_post_send", rc))
         })
@@ -681,11 +699,9 @@ impl Channel {
                     // Without knowing which receives were posted, returning
                     // could let the borrows end while the NIC may still write
                     // into the buffers.
-                    eprintln!(
-                        "rdma-safe: fatal: ibv_post_recv failed ({}) without naming the receive it stopped at; aborting",
-                        std::io::Error::from_raw_os_error(rc)
-                    );
-                    std::process::abort();
+                    crate::fatal::abort_with(format_args!(
+                        "ibv_post_recv failed (errno {rc}) without naming the receive it stopped at"
+                    ));
                 }
             }
         })

@@ -3,6 +3,7 @@
 //! the bounded wait that shuts the queue pair down when it expires.
 
 use crate::error::{Operation, TransportError, TransportResult};
+use crate::fatal::AbortOnUnwind;
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, QueuePair, WcOpcode, WorkCompletion};
 use std::collections::VecDeque;
@@ -359,7 +360,18 @@ impl Shared {
     /// Blocks until `id` completes and returns its outcome. If `timeout`
     /// passes first, shuts the QP down and drains every outstanding request
     /// before returning [`TransportError::Timeout`].
+    ///
+    /// Never unwinds: its callers rely on it returning only once `id` is
+    /// complete, so a panic inside (e.g. from a logger) aborts the process.
+    #[inline]
     pub(crate) fn wait(&self, id: u64, timeout: Duration) -> TransportResult<WorkSuccess> {
+        let guard = AbortOnUnwind("waiting for a completion");
+        let outcome = self.wait_unguarded(id, timeout);
+        guard.disarm();
+        outcome
+    }
+
+    fn wait_unguarded(&self, id: u64, timeout: Duration) -> TransportResult<WorkSuccess> {
         // Fast path: already complete (the common case when a bandwidth loop
         // waits for its oldest request). No clock read: under virtualised
         // clock sources `Instant::now` costs microseconds.
@@ -443,6 +455,12 @@ impl Shared {
     /// If the device never flushes (it is dead), returning would let the NIC
     /// write memory Rust considers free again, so the process aborts instead.
     pub(crate) fn shutdown_and_drain(&self, why: &str) {
+        let guard = AbortOnUnwind("draining a queue pair");
+        self.shutdown_and_drain_unguarded(why);
+        guard.disarm();
+    }
+
+    fn shutdown_and_drain_unguarded(&self, why: &str) {
         let mut st = self.lock();
         if st.unusable.is_none() {
             st.unusable = Some(why.to_owned());
@@ -456,15 +474,14 @@ impl Shared {
                 log::error!("polling while draining failed: {e}");
             }
             if start.elapsed() > DRAIN_LIMIT {
-                eprintln!(
-                    "rdma-safe: fatal: QP {} still has {} work requests in flight {:?} after being moved to \
-                     the error state; the device is not flushing. Aborting rather than returning while the \
-                     NIC may still access borrowed memory.",
+                crate::fatal::abort_with(format_args!(
+                    "QP {} still has {} work requests in flight {:?} after being moved to the error \
+                     state; the device is not flushing, and returning could let the NIC access \
+                     released memory",
                     self.qp.qp_num(),
                     st.in_flight,
                     DRAIN_LIMIT
-                );
-                std::process::abort();
+                ));
             }
             std::hint::spin_loop();
         }

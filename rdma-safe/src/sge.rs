@@ -24,6 +24,13 @@ pub enum ScatterGatherElementError {
     /// The slice is longer than one SGE can describe (`u32::MAX` bytes).
     #[error("slice of {0} bytes is longer than an SGE can describe (u32::MAX)")]
     TooLong(usize),
+    /// A range of a [`RegisteredBuffer`](crate::RegisteredBuffer) is not
+    /// within the buffer.
+    #[error("range is outside the registered buffer of {len} bytes")]
+    OutOfBounds {
+        /// Length of the buffer.
+        len: usize,
+    },
 }
 
 fn check(mr: &MemoryRegion, data: &[u8]) -> Result<(), ScatterGatherElementError> {

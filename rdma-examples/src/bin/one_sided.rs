@@ -39,7 +39,7 @@ use rdma_examples::args::{self, Opt};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{flatten_scope, net, open_pd, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, MemoryRegion, PollingScope, ReadWorkRequest, RemoteMemoryRegion,
+    Channel, GatherElement, PollingScope, ReadWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
     ScatterElement, ScopedPendingWork, TransportResult, WorkSuccess, WriteWorkRequest,
     REMOTE_REGION_ENCODED_LEN,
 };
@@ -431,15 +431,13 @@ fn client(m: &args::Matches, host: &str) -> Result<()> {
     let pd = channel.pd().clone();
     let wparts = split(chunk, iovs, false);
     let rparts = split(chunk, iovs, true);
-    let mut src: Vec<Vec<u8>> = wparts.iter().map(|p| vec![0u8; p * chunks]).collect();
-    let mut dst: Vec<Vec<u8>> = rparts.iter().map(|p| vec![0u8; p * chunks]).collect();
-    let src_mrs = src
-        .iter_mut()
-        .map(|b| MemoryRegion::register_local_mr(&pd, b.as_mut_ptr(), b.len()))
+    let mut src = wparts
+        .iter()
+        .map(|p| RegisteredBuffer::new(&pd, p * chunks))
         .collect::<Result<Vec<_>, _>>()?;
-    let dst_mrs = dst
-        .iter_mut()
-        .map(|b| MemoryRegion::register_local_mr(&pd, b.as_mut_ptr(), b.len()))
+    let mut dst = rparts
+        .iter()
+        .map(|p| RegisteredBuffer::new(&pd, p * chunks))
         .collect::<Result<Vec<_>, _>>()?;
     let timeout = channel.timeout();
 
@@ -459,7 +457,6 @@ fn client(m: &args::Matches, host: &str) -> Result<()> {
         let reads = Tally::default();
         let started = Instant::now();
         let (src_ref, dst_ref) = (&src, &mut dst);
-        let (src_mrs, dst_mrs) = (&src_mrs, &dst_mrs);
         let (wt, rt) = (&writes, &reads);
         flatten_scope(channel.scope(|s| -> Result<(), BoxError> {
             // Per chunk: a gather list over the sources, a scatter list over
@@ -467,14 +464,15 @@ fn client(m: &args::Matches, host: &str) -> Result<()> {
             let mut gathers: Vec<Vec<GatherElement<'_>>> = vec![Vec::with_capacity(iovs); chunks];
             for (j, buf) in src_ref.iter().enumerate() {
                 for (k, piece) in buf.chunks(wparts[j]).enumerate() {
-                    gathers[k].push(src_mrs[j].gather_element(piece));
+                    gathers[k].push(buf.region().gather_element(piece));
                 }
             }
             let mut scatters: Vec<Vec<ScatterElement<'_>>> =
                 (0..chunks).map(|_| Vec::with_capacity(iovs)).collect();
             for (j, buf) in dst_ref.iter_mut().enumerate() {
-                for (k, piece) in buf.chunks_mut(rparts[j]).enumerate() {
-                    scatters[k].push(dst_mrs[j].scatter_element(piece));
+                let (mr, bytes) = buf.split_mut();
+                for (k, piece) in bytes.chunks_mut(rparts[j]).enumerate() {
+                    scatters[k].push(mr.scatter_element(piece));
                 }
             }
 

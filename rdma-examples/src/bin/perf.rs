@@ -49,14 +49,13 @@
 
 use rdma_examples::args::{self, Opt};
 use rdma_examples::clock::{self, Stamp};
-use rdma_examples::pages::PageBuf;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, json, net, open_pd, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, MemoryRegion, Mtu, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteMemoryRegion, ScatterElement, ScopedPendingWork, SendWorkRequest, TransportResult,
-    WriteWorkRequest, REMOTE_REGION_ENCODED_LEN,
+    Channel, GatherElement, Mtu, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    RegisteredBuffer, RemoteMemoryRegion, ScatterElement, ScopedPendingWork, SendWorkRequest,
+    TransportResult, WriteWorkRequest, REMOTE_REGION_ENCODED_LEN,
 };
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -451,11 +450,9 @@ fn mark(i: usize) -> u8 {
 struct Side {
     channel: Channel,
     /// Local source/target of the side's own operations.
-    local: PageBuf,
-    local_mr: MemoryRegion,
+    local: RegisteredBuffer,
     /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
-    rx: PageBuf,
-    rx_mr: Option<MemoryRegion>,
+    rx: RegisteredBuffer,
     slots: usize,
 }
 
@@ -536,8 +533,7 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         Test::ReadBw => max * read_chunks(usize::MAX, max, p.tx_depth),
         _ => max,
     };
-    let mut local = PageBuf::zeroed(local_len);
-    let local_mr = MemoryRegion::register_local_mr(&pd, local.as_mut_ptr(), local.len())?;
+    let local = RegisteredBuffer::new(&pd, local_len)?;
     // Receive slots: send_bw rotates over up to rx_depth of them (within
     // RING_BYTES; more receives than slots are posted, a slot is reused
     // while an earlier receive into it is still posted: Rust reads none of
@@ -548,22 +544,11 @@ fn setup(o: &Options, p: &Params, stream: &mut TcpStream, out: &Out) -> Result<S
         Test::SendLat => 1,
         _ => 0,
     };
-    let mut rx = PageBuf::zeroed((slots * max).max(1));
-    let rx_mr = if slots > 0 {
-        Some(MemoryRegion::register_local_mr(
-            &pd,
-            rx.as_mut_ptr(),
-            rx.len(),
-        )?)
-    } else {
-        None
-    };
+    let rx = RegisteredBuffer::new(&pd, (slots * max).max(1))?;
     Ok(Side {
         channel,
         local,
-        local_mr,
         rx,
-        rx_mr,
         slots,
     })
 }
@@ -763,8 +748,7 @@ fn server_size(
 /// receives are re-posted in batches (one `ibv_post_recv` call each).
 fn serve_send_bw(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
-    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-    let rx = &mut side.rx;
+    let (rx_mr, rx) = side.rx.split_mut();
     let refill = batch_size(p.rx_depth);
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
@@ -826,8 +810,9 @@ fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Resul
 
 /// send_lat, server side: answer every ping with a pong.
 fn serve_send_lat(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStream) -> Result<()> {
-    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-    let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+    let (rx_mr, rx) = side.rx.split_mut();
+    let rx = &mut rx[..size];
+    let (local, local_mr) = (&side.local[..size], side.local.region());
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut scatter = [rx_mr.scatter_element(rx)];
         let gather = [local_mr.gather_element(local)];
@@ -985,7 +970,7 @@ fn serve_write_lat(
 /// then poll the send completion while the peer is busy with the answer —
 /// which keeps the completion off the critical path.
 fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> Result<()> {
-    let (local, local_mr) = (&side.local[..size], &side.local_mr);
+    let (local, local_mr) = (&side.local[..size], side.local.region());
     side.channel.write(WriteWorkRequest::new(
         &[local_mr.gather_element(local)],
         remote,
@@ -1223,12 +1208,12 @@ fn run_bw(
         Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth),
         _ => 1,
     };
-    let buf = &mut side.local[..size * chunks];
+    let (mr, buf) = side.local.split_mut();
+    let buf = &mut buf[..size * chunks];
     match p.test {
         Test::ReadBw => buf.fill(0),
         _ => pattern::fill(buf, seed(size, BY_CLIENT), 0),
     }
-    let mr = &side.local_mr;
     let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let origin = Stamp::now();
@@ -1435,8 +1420,9 @@ fn run_lat(
             let _ = clock::ticks_per_sec();
             for _ in 0..iters {
                 let t0 = Stamp::now();
+                let (mr, local) = side.local.split_mut();
                 side.channel.read(ReadWorkRequest::new(
-                    &mut [side.local_mr.scatter_element(&mut side.local[..size])],
+                    &mut [mr.scatter_element(&mut local[..size])],
                     remote,
                 ))?;
                 samples.push(Stamp::now().ticks_since(t0));
@@ -1462,8 +1448,9 @@ fn run_lat(
             pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
             let _ = clock::ticks_per_sec();
             side.rx[..size].fill(0);
-            let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-            let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+            let (rx_mr, rx) = side.rx.split_mut();
+            let rx = &mut rx[..size];
+            let (local, local_mr) = (&side.local[..size], side.local.region());
             let samples_ref = &mut samples;
             flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
                 let mut scatter = [rx_mr.scatter_element(rx)];

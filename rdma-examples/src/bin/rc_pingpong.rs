@@ -35,7 +35,9 @@ use rdma_core::{LinkLayer, Mtu};
 use rdma_examples::args::{self, Opt};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::{flatten_scope, net, open_pd, BoxError, Result};
-use rdma_safe::{ConnectOptions, Endpoint, Gid, MemoryRegion, ReceiveWorkRequest, SendWorkRequest};
+use rdma_safe::{
+    ConnectOptions, Endpoint, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
+};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -208,8 +210,8 @@ fn run(o: &Options) -> Result<()> {
     // `tx` (the C program uses one buffer for both; Rust's borrows want
     // the NIC's writes and reads apart).
     let slot = o.size.max(1);
-    let mut buf = vec![0u8; 2 * slot];
-    let mr = MemoryRegion::register_local_mr(&pd, buf.as_mut_ptr(), buf.len())?;
+    let mut buf = RegisteredBuffer::new(&pd, 2 * slot)?;
+    let (mr, buf) = buf.split_mut();
     let (rx, tx) = buf.split_at_mut(slot);
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
     tx.fill(0x7b);
