@@ -43,6 +43,7 @@ mod error;
 mod gid;
 mod mr;
 mod pd;
+mod port;
 mod qp;
 mod srq;
 mod wc;
@@ -50,16 +51,15 @@ mod wrapper;
 
 pub use ah::{AddressHandle, AddressVector, GlobalRoute};
 pub use comp_channel::CompChannel;
-pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use context::{Context, DeviceAttr};
 pub use cq::CompQueue;
 pub use device::{Device, DeviceList, NodeType, TransportType};
 pub use error::{Error, Result};
 pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
-pub use qp::{
-    Mtu, QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams,
-};
+pub use port::{LinkLayer, Mtu, PortAttr, PortState};
+pub use qp::{QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wrapper::{Deleter, Wrapper};

@@ -6,6 +6,7 @@ use crate::cq::CompQueue;
 use crate::error::{check_rc, Error, Result};
 use crate::mr::AccessFlags;
 use crate::pd::ProtectionDomain;
+use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
 use crate::wrapper::{deleter, Wrapper};
 use ibverbs_sys as sys;
@@ -71,61 +72,6 @@ impl QpState {
             S::IBV_QPS_ERR => QpState::Error,
             other => QpState::Unknown(other.0),
         }
-    }
-}
-
-/// Path MTU (`enum ibv_mtu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Mtu {
-    /// 256 bytes.
-    Mtu256,
-    /// 512 bytes.
-    Mtu512,
-    /// 1024 bytes.
-    Mtu1024,
-    /// 2048 bytes.
-    Mtu2048,
-    /// 4096 bytes.
-    Mtu4096,
-}
-
-impl Mtu {
-    /// Converts the raw value.
-    pub fn from_raw(raw: sys::ibv_mtu) -> Option<Self> {
-        Some(match raw {
-            sys::ibv_mtu::IBV_MTU_256 => Mtu::Mtu256,
-            sys::ibv_mtu::IBV_MTU_512 => Mtu::Mtu512,
-            sys::ibv_mtu::IBV_MTU_1024 => Mtu::Mtu1024,
-            sys::ibv_mtu::IBV_MTU_2048 => Mtu::Mtu2048,
-            sys::ibv_mtu::IBV_MTU_4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-    /// The raw value.
-    pub fn to_raw(self) -> sys::ibv_mtu {
-        match self {
-            Mtu::Mtu256 => sys::ibv_mtu::IBV_MTU_256,
-            Mtu::Mtu512 => sys::ibv_mtu::IBV_MTU_512,
-            Mtu::Mtu1024 => sys::ibv_mtu::IBV_MTU_1024,
-            Mtu::Mtu2048 => sys::ibv_mtu::IBV_MTU_2048,
-            Mtu::Mtu4096 => sys::ibv_mtu::IBV_MTU_4096,
-        }
-    }
-    /// Size in bytes.
-    pub fn bytes(self) -> u32 {
-        256 << (self.to_raw().0 - 1)
-    }
-    /// The MTU of exactly `bytes` bytes.
-    pub fn from_bytes(bytes: u32) -> Option<Self> {
-        [
-            Mtu::Mtu256,
-            Mtu::Mtu512,
-            Mtu::Mtu1024,
-            Mtu::Mtu2048,
-            Mtu::Mtu4096,
-        ]
-        .into_iter()
-        .find(|m| m.bytes() == bytes)
     }
 }
 
