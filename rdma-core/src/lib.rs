@@ -25,8 +25,9 @@
 //!
 //! This layer does not track which memory the NIC may touch: registering
 //! memory ([`MemoryRegion::register`]) and posting work requests
-//! ([`QueuePair::post_send`], [`QueuePair::post_recv`],
-//! [`SharedReceiveQueue::post_recv`]) are `unsafe`, with the contract written
+//! ([`QueuePair::post_send_list`], [`QueuePair::post_recv_list`],
+//! [`SharedReceiveQueue::post_recv_list`], built from [`SendRequest`],
+//! [`RecvRequest`] and [`Sge`]) are `unsafe`, with the contract written
 //! on each. The `rdma-safe` crate builds a borrow-checked API on top.
 //!
 //! # Errors
@@ -47,6 +48,7 @@ mod port;
 mod qp;
 mod srq;
 mod wc;
+mod wr;
 mod wrapper;
 
 pub use ah::{AddressHandle, AddressVector, GlobalRoute};
@@ -54,7 +56,7 @@ pub use comp_channel::CompChannel;
 pub use context::{Context, DeviceAttr};
 pub use cq::CompQueue;
 pub use device::{Device, DeviceList, NodeType, TransportType};
-pub use error::{Error, Result};
+pub use error::{Error, PostError, Result};
 pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
@@ -62,6 +64,7 @@ pub use port::{LinkLayer, Mtu, PortAttr, PortState};
 pub use qp::{QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvRequest, SendFlags, SendOpcode, SendRequest, Sge};
 pub use wrapper::{Deleter, Wrapper};
 
 /// The raw bindings this crate is built on.
