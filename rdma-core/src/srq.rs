@@ -1,7 +1,8 @@
 //! `ibv_create_srq`: shared receive queues.
 
-use crate::error::{check_rc, Result};
+use crate::error::{check_rc, PostError, Result};
 use crate::pd::ProtectionDomain;
+use crate::wr::{self, RecvRequest};
 use crate::wrapper::{deleter, Wrapper};
 use ibverbs_sys as sys;
 use std::fmt;
@@ -72,7 +73,38 @@ impl SharedReceiveQueue {
         &self.inner.pd
     }
 
-    /// `ibv_post_srq_recv`—Posts a list of receive requests.
+    /// `ibv_post_srq_recv`—Posts `wrs`, in order, to the SRQ with one call;
+    /// see `ibv_post_srq_recv(3)`. Linked and reported as
+    /// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list).
+    ///
+    /// # Safety
+    /// As [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list):
+    /// the memory must stay valid and untouched until the completion (on
+    /// whichever QP consumes the receive) has been polled, or the SRQ and
+    /// every QP using it are gone.
+    ///
+    /// # Errors
+    /// As [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list)
+    /// (`ENOMEM`: the SRQ is full).
+    #[inline]
+    pub unsafe fn post_recv_list(&self, wrs: &mut [RecvRequest<'_>]) -> Result<(), PostError> {
+        let Some(head) = wr::link(wrs) else {
+            return Ok(());
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the SRQ is alive; `head` is a null-terminated list of
+        // well-formed requests whose SGE arrays are borrowed for the call.
+        let rc = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), head, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            let n = wrs.len();
+            let posted = wr::posted_before(head, n, bad);
+            Err(PostError::new("ibv_post_srq_recv", rc, posted, n))
+        }
+    }
+
+    /// `ibv_post_srq_recv`—Posts a list of raw receive requests.
     ///
     /// # Safety
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
