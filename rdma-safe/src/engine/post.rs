@@ -5,9 +5,9 @@ use super::tracker::BATCH_MEMBER;
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::remote::RemoteMemoryRegion;
-use crate::sge::{GatherElement, ScatterElement};
+use crate::sge::{gather_sges, scatter_sges};
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
-use ibverbs_sys as sys;
+use rdma_core::{RecvRequest, SendFlags, SendRequest};
 use std::ops::Range;
 
 impl WorkQueue {
@@ -43,43 +43,30 @@ impl WorkQueue {
         Ok(())
     }
 
-    /// Validates a send and describes it as a send-queue request.
-    fn send_item<'a, 'd>(
-        &self,
-        wr: &SendWorkRequest<'a, 'd>,
-    ) -> TransportResult<GatherItem<'a, 'd>> {
+    /// Validates a send and builds its request (id and signaling are set
+    /// when it is posted).
+    fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
         self.check_sges(
             Operation::Send,
             wr.gather.len(),
             self.limits.caps.max_send_sge,
         )?;
-        let (opcode, imm_be) = match wr.immediate {
-            Some(imm) => (sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, imm.to_be()),
-            None => (sys::ibv_wr_opcode::IBV_WR_SEND, 0),
+        let sges = gather_sges(wr.gather);
+        let mut req = match wr.immediate {
+            Some(imm) => SendRequest::send_with_imm(0, sges, imm),
+            None => SendRequest::send(0, sges),
         };
-        let mut flags = sys::ibv_send_flags(0);
         if wr.solicited {
-            flags |= sys::ibv_send_flags::IBV_SEND_SOLICITED;
+            req = req.solicited();
         }
-        let len = wr.len();
-        if self.inline_for(Operation::Send, len, wr.inline)? {
-            flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+        if self.inline_for(Operation::Send, wr.len(), wr.inline)? {
+            req = req.inline();
         }
-        Ok(GatherItem {
-            gather: wr.gather,
-            len,
-            opcode,
-            flags,
-            imm_be,
-            rdma: None,
-        })
+        Ok(req)
     }
 
-    /// Validates an RDMA write and describes it as a send-queue request.
-    fn write_item<'a, 'd>(
-        &self,
-        wr: &WriteWorkRequest<'a, 'd>,
-    ) -> TransportResult<GatherItem<'a, 'd>> {
+    /// Validates an RDMA write and builds its request.
+    fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
         self.check_sges(
             Operation::Write,
             wr.gather.len(),
@@ -87,126 +74,128 @@ impl WorkQueue {
         )?;
         let len = wr.len();
         check_remote_len(Operation::Write, len, &wr.remote)?;
-        let (opcode, imm_be) = match wr.immediate {
-            Some(imm) => (sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM, imm.to_be()),
-            None => (sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE, 0),
+        let sges = gather_sges(wr.gather);
+        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+        let mut req = match wr.immediate {
+            Some(imm) => SendRequest::rdma_write_with_imm(0, sges, addr, rkey, imm),
+            None => SendRequest::rdma_write(0, sges, addr, rkey),
         };
-        let mut flags = sys::ibv_send_flags(0);
         if self.inline_for(Operation::Write, len, wr.inline)? {
-            flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+            req = req.inline();
         }
-        Ok(GatherItem {
-            gather: wr.gather,
-            len,
-            opcode,
-            flags,
-            imm_be,
-            rdma: Some((wr.remote.address(), wr.remote.rkey())),
-        })
+        Ok(req)
+    }
+
+    /// Validates an RDMA read and builds its request.
+    fn read_request<'a>(
+        &self,
+        wr: &'a mut ReadWorkRequest<'_, '_>,
+    ) -> TransportResult<SendRequest<'a>> {
+        self.check_sges(
+            Operation::Read,
+            wr.scatter.len(),
+            self.limits.caps.max_send_sge,
+        )?;
+        check_remote_len(Operation::Read, wr.len(), &wr.remote)?;
+        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+        Ok(SendRequest::rdma_read(
+            0,
+            scatter_sges(wr.scatter),
+            addr,
+            rkey,
+        ))
     }
 
     pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> TransportResult<u64> {
-        let item = self.send_item(wr)?;
-        self.post_gather(Operation::Send, std::slice::from_ref(&item))
+        let req = self.send_request(wr)?;
+        self.post_sends(Operation::Send, wr.len(), &mut [req])
     }
 
     pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> TransportResult<u64> {
-        let item = self.write_item(wr)?;
-        self.post_gather(Operation::Write, std::slice::from_ref(&item))
+        let req = self.write_request(wr)?;
+        self.post_sends(Operation::Write, wr.len(), &mut [req])
+    }
+
+    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
+        let len = wr.len();
+        let req = self.read_request(wr)?;
+        self.post_sends(Operation::Read, len, &mut [req])
     }
 
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> TransportResult<u64> {
-        let items = wrs
+        let mut reqs = wrs
             .iter()
-            .map(|wr| self.send_item(wr))
+            .map(|wr| self.send_request(wr))
             .collect::<TransportResult<Vec<_>>>()?;
-        self.post_gather(Operation::Send, &items)
+        let len = wrs.iter().map(SendWorkRequest::len).sum();
+        self.post_sends(Operation::Send, len, &mut reqs)
     }
 
     pub(crate) fn post_write_batch(
         &self,
         wrs: &[WriteWorkRequest<'_, '_>],
     ) -> TransportResult<u64> {
-        let items = wrs
+        let mut reqs = wrs
             .iter()
-            .map(|wr| self.write_item(wr))
+            .map(|wr| self.write_request(wr))
             .collect::<TransportResult<Vec<_>>>()?;
-        self.post_gather(Operation::Write, &items)
+        let len = wrs.iter().map(WriteWorkRequest::len).sum();
+        self.post_sends(Operation::Write, len, &mut reqs)
     }
 
-    /// Posts one request, or a batch as one linked list with one
-    /// `ibv_post_send` call (one doorbell) of which only the last request is
-    /// signaled. On a reliable connection the send queue completes in order,
-    /// so the last request's completion — success, error or flush — means
-    /// every earlier one is finished too.
-    fn post_gather(&self, op: Operation, items: &[GatherItem<'_, '_>]) -> TransportResult<u64> {
-        let len = items.iter().map(|it| it.len).sum();
-        self.post_list(op, len, items.len(), &mut |k, wr_id, signaled| {
-            items[k].raw(wr_id, signaled)
-        })
+    pub(crate) fn post_read_batch(
+        &self,
+        wrs: &mut [ReadWorkRequest<'_, '_>],
+    ) -> TransportResult<u64> {
+        let len = wrs.iter().map(ReadWorkRequest::len).sum();
+        let mut reqs = wrs
+            .iter_mut()
+            .map(|wr| self.read_request(wr))
+            .collect::<TransportResult<Vec<_>>>()?;
+        self.post_sends(Operation::Read, len, &mut reqs)
     }
 
-    /// Posts `n` send-queue requests built by `build(index, wr_id, signaled)`
-    /// as described at [`post_gather`](Self::post_gather). Every SGE the
-    /// built requests name must come from a `GatherElement` or
-    /// `ScatterElement` of the caller's request(s).
-    fn post_list(
+    /// Posts one request, or a batch as one list with one `ibv_post_send`
+    /// call (one doorbell) of which only the last request is signaled. On a
+    /// reliable connection the send queue completes in order, so the last
+    /// request's completion — success, error or flush — means every earlier
+    /// one is finished too. Every request was validated before (SGE counts,
+    /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
+    /// provider has no reason to post part of the list.
+    fn post_sends(
         &self,
         op: Operation,
         len: usize,
-        n: usize,
-        build: &mut dyn FnMut(usize, u64, bool) -> sys::ibv_send_wr,
+        reqs: &mut [SendRequest<'_>],
     ) -> TransportResult<u64> {
-        if n == 0 {
+        let Some(last) = reqs.len().checked_sub(1) else {
             return Err(TransportError::Post {
                 operation: op,
                 source: IbvError::InvalidArgument("empty batch".into()),
             });
-        }
-        let qp = &self.qp;
-        self.post(op, len, n as u32, &mut |id| {
-            if n == 1 {
-                let mut wr = build(0, id, true);
-                // Every SGE comes from a `GatherElement` (a live `&[u8]`) or a
-                // `ScatterElement` (a live `&mut [u8]`), borrowed until the
-                // completion is claimed.
-                // SAFETY: blocking calls wait for the completion, scopes drain
-                // it before returning, and `PendingWork` waits on drop.
-                return unsafe { qp.post_send(&mut wr) };
+        };
+        self.post(op, len, reqs.len() as u32, &mut |id| {
+            for req in reqs[..last].iter_mut() {
+                req.set_wr_id(id | BATCH_MEMBER);
             }
-            let mut wrs: Vec<sys::ibv_send_wr> = (0..n)
-                .map(|k| {
-                    if k + 1 == n {
-                        build(k, id, true)
-                    } else {
-                        build(k, id | BATCH_MEMBER, false)
-                    }
-                })
-                .collect();
-            let base = wrs.as_mut_ptr();
-            for i in 0..n - 1 {
-                // SAFETY: `i + 1 < n`: both are elements of `wrs`, which is
-                // not moved or resized while the list is in use.
-                unsafe { (*base.add(i)).next = base.add(i + 1) };
+            reqs[last].set_wr_id(id);
+            reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);
+            // SAFETY: every SGE comes from a `GatherElement` (a live `&[u8]`)
+            // or a `ScatterElement` (a live `&mut [u8]`) of a registration
+            // whose range stays on its pinned pages; they stay borrowed until
+            // the completion is claimed: blocking calls wait for it, scopes
+            // drain it before returning, and `PendingWork` waits on drop.
+            match unsafe { self.qp.post_send_list(reqs) } {
+                Ok(()) => Ok(()),
+                Err(e) if e.posted() == Some(0) => Err(e.into()),
+                // Part of the list was posted without its signaled end (or
+                // the provider did not say how much): its completion could
+                // never be observed, and returning would let the borrows end
+                // while the NIC may use the memory.
+                Err(e) => {
+                    crate::fatal::abort_with(format_args!("{e} after posting part of a batch"))
+                }
             }
-            let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-            // SAFETY: as for a single request; the batch completes only with
-            // its last request, after every earlier one (see above).
-            let rc = unsafe { sys::ibv_post_send(qp.as_ptr(), base, &mut bad) };
-            if rc == 0 {
-                return Ok(());
-            }
-            if bad != base {
-                // Part of the list was posted without a signaled request at
-                // its end: its completion could never be observed. The checks
-                // before posting (SGE counts, inline sizes, send-queue room)
-                // rule this out; if a provider does it anyway, returning would
-                // let the borrows end while the NIC may use the memory.
-                crate::fatal::abort_with(format_args!(
-                    "ibv_post_send posted part of a batch and failed (errno {rc})"
-                ));
-            }
-            Err(IbvError::verb("ibv_post_send", rc))
         })
     }
 
@@ -217,19 +206,13 @@ impl WorkQueue {
             self.limits.caps.max_recv_sge,
         )?;
         let len = wr.len();
-        let (list, n) = scatter_list(wr.scatter);
-        let qp = &self.qp;
+        let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
         self.post(Operation::Receive, len, 0, &mut |id| {
-            let mut raw = sys::ibv_recv_wr {
-                wr_id: id,
-                sg_list: list,
-                num_sge: n,
-                next: std::ptr::null_mut(),
-            };
-            // SAFETY: every SGE comes from a `ScatterElement`, i.e. a live
-            // `&mut [u8]` that stays exclusively borrowed until this request's
-            // completion is claimed (see `post_gather`).
-            unsafe { qp.post_recv(&mut raw) }
+            req[0].set_wr_id(id);
+            // SAFETY: every SGE comes from a `ScatterElement`, a live
+            // `&mut [u8]` that stays exclusively borrowed until this
+            // request's completion is claimed (see `post_sends`).
+            unsafe { self.qp.post_recv_list(&mut req) }.map_err(rdma_core::Error::from)
         })
     }
 
@@ -241,14 +224,12 @@ impl WorkQueue {
         &self,
         wrs: &mut [ReceiveWorkRequest<'_, '_>],
     ) -> (Range<u64>, TransportResult<()>) {
+        let refuse = |e: TransportError| (0..0, Err(e));
         if wrs.is_empty() {
-            return (
-                0..0,
-                Err(TransportError::Post {
-                    operation: Operation::Receive,
-                    source: IbvError::InvalidArgument("empty batch".into()),
-                }),
-            );
+            return refuse(TransportError::Post {
+                operation: Operation::Receive,
+                source: IbvError::InvalidArgument("empty batch".into()),
+            });
         }
         for wr in wrs.iter() {
             if let Err(e) = self.check_sges(
@@ -256,149 +237,34 @@ impl WorkQueue {
                 wr.scatter.len(),
                 self.limits.caps.max_recv_sge,
             ) {
-                return (0..0, Err(e));
+                return refuse(e);
             }
         }
-        let lens: Vec<usize> = wrs.iter().map(|wr| wr.len()).collect();
-        let mut raws: Vec<sys::ibv_recv_wr> = wrs
+        let lens: Vec<usize> = wrs.iter().map(ReceiveWorkRequest::len).collect();
+        let mut reqs: Vec<RecvRequest<'_>> = wrs
             .iter_mut()
-            .map(|wr| {
-                let (sg_list, num_sge) = scatter_list(wr.scatter);
-                sys::ibv_recv_wr {
-                    wr_id: 0,
-                    sg_list,
-                    num_sge,
-                    next: std::ptr::null_mut(),
-                }
-            })
+            .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)))
             .collect();
-        let qp = &self.qp;
         self.post_receives(&lens, &mut |first| {
-            let n = raws.len();
-            let base = raws.as_mut_ptr();
-            for k in 0..n {
-                // SAFETY: `k < n`, and `k + 1 < n` where it is linked: all are
-                // elements of `raws`, which is not moved or resized while the
-                // list is in use.
-                unsafe {
-                    (*base.add(k)).wr_id = first + k as u64;
-                    if k + 1 < n {
-                        (*base.add(k)).next = base.add(k + 1);
-                    }
-                }
+            for (k, req) in reqs.iter_mut().enumerate() {
+                req.set_wr_id(first + k as u64);
             }
-            let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
-            // SAFETY: every SGE comes from a `ScatterElement`, i.e. a live
-            // `&mut [u8]` that stays exclusively borrowed until the receive's
-            // completion is claimed (see `post_gather`).
-            let rc = unsafe { sys::ibv_post_recv(qp.as_ptr(), base, &mut bad) };
-            if rc == 0 {
-                return (n, Ok(()));
-            }
-            // The provider names the first receive it did not post; those
-            // before it are on the queue and must be tracked.
-            let posted = (0..n).find(|&k| std::ptr::eq(base.wrapping_add(k), bad));
-            match posted {
-                Some(k) => (k, Err(IbvError::verb("ibv_post_recv", rc))),
-                None => {
+            // SAFETY: as in `post_recv`.
+            match unsafe { self.qp.post_recv_list(&mut reqs) } {
+                Ok(()) => (reqs.len(), Ok(())),
+                Err(e) => match e.posted() {
+                    // The receives before the one named are on the queue
+                    // and must be tracked.
+                    Some(k) => (k, Err(e.into())),
                     // Without knowing which receives were posted, returning
-                    // could let the borrows end while the NIC may still write
-                    // into the buffers.
-                    crate::fatal::abort_with(format_args!(
-                        "ibv_post_recv failed (errno {rc}) without naming the receive it stopped at"
-                    ));
-                }
+                    // could let the borrows end while the NIC may still
+                    // write into the buffers.
+                    None => crate::fatal::abort_with(format_args!(
+                        "{e} without naming the receive it stopped at"
+                    )),
+                },
             }
         })
-    }
-
-    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
-        self.post_read_batch(std::slice::from_mut(wr))
-    }
-
-    pub(crate) fn post_read_batch(
-        &self,
-        wrs: &mut [ReadWorkRequest<'_, '_>],
-    ) -> TransportResult<u64> {
-        let mut len = 0;
-        for wr in wrs.iter() {
-            self.check_sges(
-                Operation::Read,
-                wr.scatter.len(),
-                self.limits.caps.max_send_sge,
-            )?;
-            check_remote_len(Operation::Read, wr.len(), &wr.remote)?;
-            len += wr.len();
-        }
-        let count = wrs.len();
-        let describe = |wr: &mut ReadWorkRequest<'_, '_>| -> ReadRaw {
-            let (list, n) = scatter_list(wr.scatter);
-            (list, n, wr.remote.address(), wr.remote.rkey())
-        };
-        // One read (the latency path) needs no allocation.
-        let (single, many): ([ReadRaw; 1], Vec<ReadRaw>) = match wrs {
-            [one] => ([describe(one)], Vec::new()),
-            _ => (
-                [(std::ptr::null_mut(), 0, 0, 0)],
-                wrs.iter_mut().map(describe).collect(),
-            ),
-        };
-        let lists: &[ReadRaw] = if many.is_empty() { &single } else { &many };
-        self.post_list(Operation::Read, len, count, &mut |k, wr_id, signaled| {
-            let (sg_list, num_sge, remote_addr, rkey) = lists[k];
-            let mut raw = sys::ibv_send_wr {
-                wr_id,
-                sg_list,
-                num_sge,
-                opcode: sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
-                send_flags: if signaled {
-                    sys::ibv_send_flags::IBV_SEND_SIGNALED.0
-                } else {
-                    0
-                },
-                ..Default::default()
-            };
-            raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-            raw
-        })
-    }
-}
-
-/// A read's scatter list, its length, remote address and rkey.
-type ReadRaw = (*mut sys::ibv_sge, i32, u64, u32);
-
-/// A validated send or RDMA write, ready to become an `ibv_send_wr`.
-struct GatherItem<'a, 'd> {
-    gather: &'a [GatherElement<'d>],
-    len: usize,
-    opcode: sys::ibv_wr_opcode,
-    /// Flags other than `IBV_SEND_SIGNALED`.
-    flags: sys::ibv_send_flags,
-    imm_be: u32,
-    rdma: Option<(u64, u32)>,
-}
-
-impl GatherItem<'_, '_> {
-    fn raw(&self, wr_id: u64, signaled: bool) -> sys::ibv_send_wr {
-        let mut flags = self.flags;
-        if signaled {
-            flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
-        }
-        let mut wr = sys::ibv_send_wr {
-            wr_id,
-            // `GatherElement` is `repr(transparent)` over `ibv_sge`; the
-            // provider only reads the list.
-            sg_list: self.gather.as_ptr() as *mut sys::ibv_sge,
-            num_sge: self.gather.len() as i32,
-            opcode: self.opcode,
-            send_flags: flags.0,
-            ..Default::default()
-        };
-        wr.__bindgen_anon_1.imm_data = self.imm_be;
-        if let Some((remote_addr, rkey)) = self.rdma {
-            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-        }
-        wr
     }
 }
 
@@ -413,9 +279,4 @@ fn check_remote_len(op: Operation, len: usize, remote: &RemoteMemoryRegion) -> T
         });
     }
     Ok(())
-}
-
-fn scatter_list(scatter: &mut [ScatterElement<'_>]) -> (*mut sys::ibv_sge, i32) {
-    // `ScatterElement` is `repr(transparent)` over `ibv_sge`.
-    (scatter.as_mut_ptr().cast(), scatter.len() as i32)
 }
