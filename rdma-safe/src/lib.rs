@@ -105,3 +105,8 @@ pub use work::{
 };
 
 pub use rdma_core::{Context, Gid, Mtu, WcOpcode, WcStatus};
+
+/// The README's program compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeProgram;
