@@ -218,7 +218,8 @@ fn captured(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Ca
     })
 }
 
-/// The processes whose parent chain leads to `root` (read from /proc).
+/// The processes whose parent chain leads to `root` (read from /proc),
+/// parents before their children.
 fn descendants(root: u32) -> Vec<u32> {
     let mut parent_of: Vec<(u32, u32)> = Vec::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -273,12 +274,14 @@ fn signal(pid: u32, sig: i32) {
 }
 
 /// Terminates `root` and every process below it: SIGTERM first (qemu exits
-/// cleanly), SIGKILL after 5 s for whatever is left.
+/// cleanly), SIGKILL after 5 s for whatever is left. Parents are signalled
+/// before their children, so that no parent outlives a child long enough to
+/// act on its death (a shell would run its next command).
 pub(crate) fn kill_tree(root: u32) {
     const SIGTERM: i32 = 15;
     const SIGKILL: i32 = 9;
-    let mut all = descendants(root);
-    all.push(root);
+    let mut all = vec![root];
+    all.extend(descendants(root));
     for &p in &all {
         signal(p, SIGTERM);
     }
@@ -480,14 +483,34 @@ mod tests {
         .unwrap();
         assert_eq!(c.status.and_then(|s| s.code()), Some(3));
         assert!(c.output.contains("out\n") && c.output.contains("err\n"));
+
+        // The shell's child `sleep` holds the pipes open too: the limit must
+        // kill the whole tree, not only the shell.
         let c = run_captured(
-            Command::new("sh").args(["-c", "sleep 30; echo never"]),
+            Command::new("sh").args(["-c", "sleep 600 & echo \"sleeper $!\"; wait; echo never"]),
             Some(Duration::from_millis(300)),
         )
         .unwrap();
-        // The grandchild holding the pipes open died too: the tree is killed.
-        assert!(c.status.is_none() && !c.success());
-        assert!(!c.output.contains("never"));
-        assert!(c.elapsed < Duration::from_secs(4), "{:?}", c.elapsed);
+        assert!(
+            c.status.is_none() && !c.success(),
+            "not reported as timed out"
+        );
+        assert!(!c.output.contains("never"), "{}", c.output);
+        let sleeper: u32 = c
+            .output
+            .lines()
+            .find_map(|l| l.strip_prefix("sleeper "))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no sleeper pid in {:?}", c.output));
+        // SIGKILL takes effect asynchronously; a generous bound only keeps a
+        // broken kill from hanging the test.
+        let hang_bound = Instant::now() + Duration::from_secs(60);
+        while alive(sleeper) {
+            assert!(
+                Instant::now() < hang_bound,
+                "sleep {sleeper} survived the kill"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 }
