@@ -48,11 +48,12 @@ options:
                         (default 64,4K,64K,1M)
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
                         write_lat,send_lat)
-  --inline N            pass -I N to both tools (default: each tool's own;
-                        perftest turns inline off on devices it does not
-                        recognise, rxe among them, while our perf inlines up
-                        to 220/236 B in write/send latency tests): --inline 0
-                        compares without inline data on both sides
+  --inline N            pass -I N to both tools in the write and send tests
+                        (reads carry no inline data; default: each tool's
+                        own; perftest turns inline off on devices it does
+                        not recognise, rxe among them, while our perf inlines
+                        up to 220/236 B in write/send latency tests):
+                        --inline 0 compares without inline data on both sides
   --no-setup            do not check/install prerequisites first
 ";
 
@@ -72,12 +73,16 @@ fn iters_for(iters: u32, size: u64) -> u32 {
 /// First TCP port; run k uses `BASE_PORT + k`.
 const BASE_PORT: u32 = 19000;
 
-/// One test: our name, perftest's program, bandwidth or latency.
+/// One test: our name, perftest's program, bandwidth or latency, and
+/// whether its operation can carry inline data.
 #[derive(Debug, Clone, Copy)]
 struct Test {
     name: &'static str,
     perftest: &'static str,
     bw: bool,
+    /// Sends and RDMA writes can carry their data inline in the work
+    /// request; RDMA reads cannot, and perftest's read tests refuse `-I`.
+    inline: bool,
 }
 
 const TESTS: [Test; 5] = [
@@ -85,26 +90,31 @@ const TESTS: [Test; 5] = [
         name: "write_bw",
         perftest: "ib_write_bw",
         bw: true,
+        inline: true,
     },
     Test {
         name: "read_bw",
         perftest: "ib_read_bw",
         bw: true,
+        inline: false,
     },
     Test {
         name: "send_bw",
         perftest: "ib_send_bw",
         bw: true,
+        inline: true,
     },
     Test {
         name: "write_lat",
         perftest: "ib_write_lat",
         bw: false,
+        inline: true,
     },
     Test {
         name: "send_lat",
         perftest: "ib_send_lat",
         bw: false,
+        inline: true,
     },
 ];
 
@@ -340,6 +350,19 @@ fn runs(a: &Args) -> Vec<Run> {
     v
 }
 
+/// The options both tools take alike beyond size and iterations: the tx
+/// depth of bandwidth tests and `--inline`, for the tests that can inline.
+fn depth_and_inline(a: &Args, test: Test) -> String {
+    let mut options = String::new();
+    if test.bw {
+        options += &format!(" -t {TX_DEPTH}");
+    }
+    if let Some(n) = a.inline.filter(|_| test.inline) {
+        options += &format!(" -I {n}");
+    }
+    options
+}
+
 /// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`.
 fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let perf = shell_quote(&perf.to_string_lossy());
@@ -356,20 +379,14 @@ fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         a.reps,
         a.iters_text(),
         MAX_RUN_BYTES >> 20,
-        a.inline.map_or(String::new(), |n| format!(", -I {n}"))
+        a.inline
+            .map_or(String::new(), |n| format!(", -I {n} for writes and sends"))
     ));
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
         let (size, n) = (r.size, a.iters(r.test, r.size));
-        let mut extra = if r.test.bw {
-            format!(" -t {TX_DEPTH}")
-        } else {
-            String::new()
-        };
-        if let Some(n) = a.inline {
-            extra += &format!(" -I {n}");
-        }
+        let extra = depth_and_inline(a, r.test);
         let f = format!("f=\"$R/{}\"", r.stem());
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
@@ -624,7 +641,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         a.reps
     );
     match a.inline {
-        Some(n) => println!("inline: -I {n} for both tools"),
+        Some(n) => println!("inline: -I {n} for both tools in write and send tests (reads take none)"),
         None => println!(
             "inline: each tool's default (perftest: none on rxe; ours: up to 220/236 B in write/send latency)"
         ),
@@ -795,6 +812,18 @@ mod tests {
         assert!(bw.meets(1.00) && !bw.meets(0.99));
         assert!(lat.meets(1.05) && !lat.meets(1.06));
         assert!(ours.json().contains("\"min\":9.000,\"max\":50.000"));
+    }
+
+    #[test]
+    fn inline_only_where_the_operation_can_carry_it() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&["--inline", "0"])).unwrap().unwrap();
+        let by_name = |n: &str| TESTS.iter().copied().find(|t| t.name == n).unwrap();
+        assert_eq!(depth_and_inline(&a, by_name("write_bw")), " -t 128 -I 0");
+        assert_eq!(depth_and_inline(&a, by_name("read_bw")), " -t 128");
+        assert_eq!(depth_and_inline(&a, by_name("send_lat")), " -I 0");
+        let a = parse(&[]).unwrap().unwrap();
+        assert_eq!(depth_and_inline(&a, by_name("write_lat")), "");
     }
 
     #[test]
