@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use crate::json::Json;
-use crate::util::{self, Result, Workspace};
+use crate::process;
+use crate::workspace::{self, Workspace};
+use crate::Result;
 
 /// One executable cargo built.
 #[derive(Debug, Clone)]
@@ -62,11 +64,11 @@ fn package_name(id: &str) -> String {
 /// workspace (diagnostics still reach the terminal) and returns every
 /// executable it produced, deduplicated.
 pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Artifact>> {
-    let mut cmd = util::cargo();
+    let mut cmd = workspace::cargo();
     cmd.args(args)
         .arg("--message-format=json-render-diagnostics")
         .current_dir(&ws.root);
-    util::echo(&cmd);
+    process::echo(&cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -134,8 +136,8 @@ pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Art
     if !status.success() {
         return Err(format!(
             "`{}` failed ({})",
-            util::display_cmd(&cmd),
-            util::describe(status)
+            process::display_cmd(&cmd),
+            process::describe(status)
         )
         .into());
     }

@@ -20,7 +20,9 @@ use crate::demo::build_examples;
 use crate::json::Json;
 use crate::rxe::{self, Plan, RunOptions};
 use crate::setup;
-use crate::util::{heading, shell_quote, Result, Workspace};
+use crate::shell::shell_quote;
+use crate::workspace::Workspace;
+use crate::{heading, Result};
 
 const HELP: &str = "\
 usage: cargo xtask bench [OPTIONS]

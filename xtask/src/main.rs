@@ -8,14 +8,25 @@
 mod artifacts;
 mod bench;
 mod demo;
+mod host;
 mod json;
+mod process;
 mod rxe;
 mod setup;
+mod shell;
 mod test_rxe;
-mod util;
 mod vm;
+mod workspace;
 
 use std::process::ExitCode;
+
+/// Errors are messages for a human; `main` prints them after `error: `.
+pub(crate) type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// Prints a section heading.
+pub(crate) fn heading(text: &str) {
+    println!("\n=== {text} ===");
+}
 
 const HELP: &str = "\
 usage: cargo xtask <TASK> [ARGS...]

@@ -27,7 +27,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::util::{self, shell_join, shell_quote, Captured, Result, Workspace};
+use crate::host;
+use crate::process::capture::{self, Captured};
+use crate::process::{self, describe};
+use crate::shell::{shell_join, shell_quote};
+use crate::workspace::Workspace;
+use crate::Result;
 
 /// The rxe device every task uses.
 pub(crate) const DEVICE: &str = "rxe0";
@@ -283,10 +288,10 @@ impl Outcome {
             (_, None) => "the run was killed by the time limit".to_string(),
             (None, Some(s)) => format!(
                 "ci/vm-run.sh never reported a status (runner {}): the guest did not boot, panicked, or the script was killed",
-                util::describe(s)
+                describe(s)
             ),
             (Some(2), _) => "rxe bring-up failed (see the vm-run messages above)".to_string(),
-            (Some(0), Some(s)) => format!("the steps passed but the runner failed ({})", util::describe(s)),
+            (Some(0), Some(s)) => format!("the steps passed but the runner failed ({})", describe(s)),
             (Some(_), _) => {
                 let failed: Vec<&str> =
                     self.steps.iter().filter(|s| !s.passed).map(|s| s.label.as_str()).collect();
@@ -298,7 +303,7 @@ impl Outcome {
 
 /// Decides the route for `task` and prints it as `<task>: <route>`.
 pub(crate) fn choose_route(ws: &Workspace, task: &str, want: Want) -> Result<Route> {
-    let root = util::is_root();
+    let root = host::is_root();
     let route = match want {
         Want::Native => {
             if !root {
@@ -340,8 +345,8 @@ fn host_has_rxe(load: bool) -> bool {
     }
     let mut cmd = Command::new("modprobe");
     cmd.arg("rdma_rxe");
-    util::echo(&cmd);
-    let ok = util::quiet_ok(&mut cmd);
+    process::echo(&cmd);
+    let ok = process::quiet_ok(&mut cmd);
     if !ok {
         println!("    (no rdma_rxe module for kernel {})", kernel_release());
     }
@@ -361,9 +366,9 @@ fn check_vm_tools() -> Result<()> {
         ("busybox", "apt package busybox-static"),
     ] {
         let found = match tool {
-            "vng" => util::vng().is_absolute(),
-            "busybox" => util::which(tool).is_some() || Path::new("/bin/busybox").exists(),
-            _ => util::which(tool).is_some(),
+            "vng" => host::vng().is_absolute(),
+            "busybox" => host::which(tool).is_some() || Path::new("/bin/busybox").exists(),
+            _ => host::which(tool).is_some(),
         };
         if !found {
             return Err(format!(
@@ -483,7 +488,7 @@ pub(crate) fn kvm_usable(ws: &Workspace, kernel: &Kernel) -> bool {
         "xtask: probing KVM with a bare kernel boot ({} s limit)",
         limit.as_secs()
     );
-    let ok = match util::run_captured_quiet(&mut probe, Some(limit)) {
+    let ok = match capture::run_quiet(&mut probe, Some(limit)) {
         Ok(c) => {
             let ok = c.output.contains("Kernel panic");
             if !ok {
@@ -496,7 +501,7 @@ pub(crate) fn kvm_usable(ws: &Workspace, kernel: &Kernel) -> bool {
                             .rev()
                             .find(|l| !l.trim().is_empty())
                             .unwrap_or("");
-                        format!("qemu {}: {}", util::describe(s), last.trim())
+                        format!("qemu {}: {}", describe(s), last.trim())
                     }
                 };
                 println!("xtask: KVM unusable ({why}) → TCG");
@@ -600,7 +605,7 @@ pub(crate) fn run(
                 shell_join(&script_args)
             );
             let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4));
-            cmd = Command::new(util::vng());
+            cmd = Command::new(host::vng());
             cmd.arg("-r").arg(&kernel.image);
             if !kvm {
                 cmd.arg("--disable-kvm");
@@ -617,7 +622,7 @@ pub(crate) fn run(
             .arg(&ws.root)
             .arg("--rwdir")
             .arg(&out);
-            if !util::is_root() {
+            if !host::is_root() {
                 cmd.args(["--user", "root"]);
             }
             cmd.arg("--exec").arg(exec).current_dir(&ws.root);
@@ -628,7 +633,7 @@ pub(crate) fn run(
         plan.step_count(),
         out.display()
     );
-    let captured = util::run_captured(&mut cmd, Some(opts.timeout))?;
+    let captured = capture::run(&mut cmd, Some(opts.timeout))?;
     if let (Route::Vm { .. }, Some(t)) = (route, captured.first_output) {
         println!(
             "{task}: the guest started the script {:.0} s after vng was launched",
