@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::json::Json;
+use serde::Deserialize;
+
 use crate::process::quiet_output;
 use crate::Result;
 
@@ -20,6 +21,13 @@ pub(crate) struct Workspace {
     pub(crate) root: PathBuf,
     /// Cargo's target directory (honours `CARGO_TARGET_DIR` and config).
     pub(crate) target: PathBuf,
+}
+
+/// The members of `cargo metadata`'s output that xtask reads.
+#[derive(Debug, Deserialize)]
+struct Metadata {
+    workspace_root: PathBuf,
+    target_directory: PathBuf,
 }
 
 impl Workspace {
@@ -40,18 +48,17 @@ impl Workspace {
                 ])
                 .current_dir(&fallback_root),
         )
-        .and_then(|s| Json::parse(&s).ok());
-        let root = meta
-            .as_ref()
-            .and_then(|m| m.str_at("workspace_root"))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| fallback_root.clone());
-        let target = meta
-            .as_ref()
-            .and_then(|m| m.str_at("target_directory"))
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        Workspace { root, target }
+        .and_then(|s| serde_json::from_str::<Metadata>(&s).ok());
+        match meta {
+            Some(m) => Workspace {
+                root: m.workspace_root,
+                target: m.target_directory,
+            },
+            None => Workspace {
+                target: fallback_root.join("target"),
+                root: fallback_root,
+            },
+        }
     }
 
     /// `target/xtask/<name>`, created if needed.

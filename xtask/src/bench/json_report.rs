@@ -1,14 +1,84 @@
 //! `target/bench.json`: the settings of the bench and, per test and size,
 //! every run's value, the medians, the ratio, the pairs and the verdict.
 
-use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
+
+use serde::Serialize;
 
 use super::judgement::{median, Cell, Comparison};
 use super::options::{Args, TX_DEPTH};
 use crate::rxe::Route;
 use crate::Result;
+
+/// The whole file.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    route: String,
+    kernel: &'a str,
+    iters: Iters,
+    reps: usize,
+    tx_depth: u32,
+    /// `--inline`, if given (it applies to write and send tests only).
+    inline: Option<u32>,
+    raw_dir: String,
+    results: Vec<Row>,
+}
+
+/// Operations per run before the size cap.
+#[derive(Debug, Serialize)]
+struct Iters {
+    bandwidth: u32,
+    latency: u32,
+}
+
+/// One test at one size.
+#[derive(Debug, Serialize)]
+struct Row {
+    test: &'static str,
+    perftest_program: &'static str,
+    size: u64,
+    iters: u32,
+    metric: &'static str,
+    /// `higher` or `lower`: which way the metric is better.
+    better: &'static str,
+    perftest: Values,
+    ours: Values,
+    ratio_ours_perftest: Option<f64>,
+    pairs: usize,
+    pairs_ours_better: usize,
+    target: f64,
+    meets_target: Option<bool>,
+}
+
+/// One tool's values for a test and size (rounded to 3 decimals).
+#[derive(Debug, Serialize)]
+struct Values {
+    median: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    runs: Vec<f64>,
+    failed: usize,
+    printed_inf: usize,
+}
+
+impl Values {
+    fn of(cell: &Cell) -> Values {
+        Values {
+            median: median(&cell.values).map(round3),
+            min: cell.values.iter().copied().reduce(f64::min).map(round3),
+            max: cell.values.iter().copied().reduce(f64::max).map(round3),
+            runs: cell.values.iter().copied().map(round3).collect(),
+            failed: cell.failed,
+            printed_inf: cell.inf,
+        }
+    }
+}
+
+/// `v` rounded to 3 decimals: the precision both tools print.
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
 
 /// Writes the report to `path`.
 pub(super) fn write(
@@ -19,72 +89,42 @@ pub(super) fn write(
     raw: &Path,
     rows: &[Comparison],
 ) -> Result<()> {
-    let rows: Vec<String> = rows
-        .iter()
-        .map(|c| {
-            let (test, size) = (c.test, c.size);
-            let ratio = c.ratio();
-            let (wins, paired) = c.pairs();
-            let meets = c.meets();
-            format!(
-                "{{\"test\":{},\"perftest_program\":{},\"size\":{size},\"iters\":{},\"metric\":{},\"better\":{},\"perftest\":{},\"ours\":{},\"ratio_ours_perftest\":{},\"pairs\":{paired},\"pairs_ours_better\":{wins},\"target\":{:.2},\"meets_target\":{}}}",
-                json_string(test.name),
-                json_string(test.perftest),
-                a.iters(test, size),
-                json_string(test.metric()),
-                json_string(if test.bw { "higher" } else { "lower" }),
-                cell_json(&c.perftest),
-                cell_json(&c.ours),
-                ratio.map_or("null".to_string(), |r| format!("{r:.3}")),
-                test.target(),
-                meets.map_or("null".to_string(), |m| m.to_string())
-            )
-        })
-        .collect();
-    let doc = format!(
-        "{{\n\"route\":{},\n\"kernel\":{},\n\"iters\":{{\"bandwidth\":{},\"latency\":{}}},\n\"reps\":{},\n\"tx_depth\":{TX_DEPTH},\n\"inline\":{},\n\"raw_dir\":{},\n\"results\":[\n{}\n]\n}}\n",
-        json_string(&route.to_string()),
-        json_string(kernel),
-        a.bw_iters,
-        a.lat_iters,
-        a.reps,
-        a.inline.map_or("null".to_string(), |n| n.to_string()),
-        json_string(&raw.to_string_lossy()),
-        rows.join(",\n")
-    );
-    fs::write(path, &doc).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let report = Report {
+        route: route.to_string(),
+        kernel,
+        iters: Iters {
+            bandwidth: a.bw_iters,
+            latency: a.lat_iters,
+        },
+        reps: a.reps,
+        tx_depth: TX_DEPTH,
+        inline: a.inline,
+        raw_dir: raw.to_string_lossy().into_owned(),
+        results: rows.iter().map(|c| row(a, c)).collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&report)?;
+    text.push('\n');
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(())
 }
 
-/// One tool's values for a test and size.
-fn cell_json(cell: &Cell) -> String {
-    let num = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.3}"));
-    let values: Vec<String> = cell.values.iter().map(|&v| num(Some(v))).collect();
-    format!(
-        "{{\"median\":{},\"min\":{},\"max\":{},\"runs\":[{}],\"failed\":{},\"printed_inf\":{}}}",
-        num(median(&cell.values)),
-        num(cell.values.iter().copied().reduce(f64::min)),
-        num(cell.values.iter().copied().reduce(f64::max)),
-        values.join(","),
-        cell.failed,
-        cell.inf
-    )
-}
-
-fn json_string(s: &str) -> String {
-    let mut o = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
+fn row(a: &Args, c: &Comparison) -> Row {
+    let (pairs_ours_better, pairs) = c.pairs();
+    Row {
+        test: c.test.name,
+        perftest_program: c.test.perftest,
+        size: c.size,
+        iters: a.iters(c.test, c.size),
+        metric: c.test.metric(),
+        better: if c.test.bw { "higher" } else { "lower" },
+        perftest: Values::of(&c.perftest),
+        ours: Values::of(&c.ours),
+        ratio_ours_perftest: c.ratio().map(round3),
+        pairs,
+        pairs_ours_better,
+        target: c.test.target(),
+        meets_target: c.meets(),
     }
-    o.push('"');
-    o
 }
 
 #[cfg(test)]
@@ -98,7 +138,17 @@ mod tests {
         cell.push(2, 50.0);
         cell.push(3, 9.0);
         cell.inf = 1;
-        assert!(cell_json(&cell).contains("\"min\":9.000,\"max\":50.000"));
-        assert!(cell_json(&cell).ends_with("\"failed\":0,\"printed_inf\":1}"));
+        let v = serde_json::to_value(Values::of(&cell)).unwrap();
+        assert_eq!(
+            (v["min"].as_f64(), v["max"].as_f64()),
+            (Some(9.0), Some(50.0))
+        );
+        assert_eq!(
+            (v["failed"].as_u64(), v["printed_inf"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(v["median"].as_f64(), Some(11.0));
+        assert_eq!(round3(1.234_56), 1.235);
+        assert!(serde_json::to_value(Values::of(&Cell::default())).unwrap()["median"].is_null());
     }
 }

@@ -4,11 +4,12 @@
 use std::fs;
 use std::path::Path;
 
+use serde::Deserialize;
+
 use super::judgement::Comparison;
 use super::options::Args;
 use super::plan::{Run, Tool};
 use super::suite::Test;
-use crate::json::Json;
 use crate::rxe::Outcome;
 
 /// Every run's value, in a [`Comparison`] per test and size (in the order
@@ -65,20 +66,29 @@ fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
     fields.get(if test.bw { 3 } else { 4 })?.parse::<f64>().ok()
 }
 
+/// The members of a `perf --json` line that bench reads.
+#[derive(Debug, Deserialize)]
+struct PerfLine {
+    test: String,
+    /// Only the server's lines have one.
+    role: Option<String>,
+    bytes: u64,
+    bw_avg_mb_s: Option<f64>,
+    t_typical_us: Option<f64>,
+}
+
 /// Our result: the client's JSON line for `size` (no `role` member).
 fn parse_ours(text: &str, test: Test, size: u64) -> Option<f64> {
-    let key = if test.bw {
-        "bw_avg_mb_s"
-    } else {
-        "t_typical_us"
-    };
     text.lines()
-        .filter_map(|l| Json::parse(l.trim()).ok())
-        .filter(|j| j.get("role").is_none() && j.str_at("test") == Some(test.name))
-        .filter(|j| matches!(j.get("bytes"), Some(Json::Number(b)) if *b == size as f64))
-        .find_map(|j| match j.get(key) {
-            Some(Json::Number(v)) if v.is_finite() => Some(*v),
-            _ => None,
+        .filter_map(|l| serde_json::from_str::<PerfLine>(l.trim()).ok())
+        .filter(|l| l.role.is_none() && l.test == test.name && l.bytes == size)
+        .find_map(|l| {
+            let value = if test.bw {
+                l.bw_avg_mb_s
+            } else {
+                l.t_typical_us
+            };
+            value.filter(|v| v.is_finite())
         })
 }
 
@@ -120,5 +130,9 @@ mod tests {
         assert_eq!(parse_ours(text, TESTS[3], 4096), None);
         let bw = "{\"test\":\"write_bw\",\"bytes\":1048576,\"iterations\":100,\"tx_depth\":128,\"bw_peak_mb_s\":40.668,\"bw_avg_mb_s\":37.263}";
         assert_eq!(parse_ours(bw, TESTS[0], 1 << 20), Some(37.263));
+        assert_eq!(parse_ours(bw, TESTS[0], 64), None);
+        // perf writes a number that is not finite as null.
+        let null = bw.replace("37.263", "null");
+        assert_eq!(parse_ours(&null, TESTS[0], 1 << 20), None);
     }
 }
