@@ -107,7 +107,9 @@ fn parse_size(s: &str) -> Option<u64> {
 pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
     let mut a = Args {
         run: RunOptions {
-            // ~120 server/client runs under emulation: more than the default.
+            // By default 5 tests x 4 sizes x 3 repetitions x 2 tools = 120
+            // server/client runs: more than the runner's default limit allows
+            // under emulation.
             timeout: Duration::from_secs(60 * 60),
             ..RunOptions::default()
         },

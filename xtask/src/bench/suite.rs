@@ -47,8 +47,8 @@ pub(super) const TESTS: [Test; 5] = [
 ];
 
 impl Test {
-    /// The target for ours/perftest: bandwidth at least 1.00,
-    /// latency at most 1.05.
+    /// The target for ours/perftest: bandwidth at least 1.00, latency at
+    /// most 1.05.
     pub(super) fn target(self) -> f64 {
         if self.bw {
             1.00
