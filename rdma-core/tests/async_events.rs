@@ -138,9 +138,10 @@ fn a_peers_access_violation_puts_the_qp_in_error() {
         "events other than the responder's QP error: {events:?}"
     );
 
-    // Moving a QP to ERR by hand is not an asynchronous event.
-    p.a.reset().expect("ERR -> RESET");
-    p.a.to_error().expect("RESET -> ERR");
-    let after = drain(&p.dev.ctx, Duration::from_secs(1));
+    // Moving a working QP to ERR by hand is not an asynchronous event.
+    let q = RcPair::new();
+    q.a.to_error().expect("RTS -> ERR");
+    assert_eq!(q.a.state().expect("ibv_query_qp"), QpState::Error);
+    let after = drain(&q.dev.ctx, Duration::from_secs(1));
     assert_eq!(after, [], "events after a software transition to ERR");
 }
