@@ -1,7 +1,9 @@
 //! `ibv_open_device`: a device context, and the queries made through it.
 
+use crate::async_event::{self, AsyncEvent};
 use crate::device::{Device, DeviceList};
 use crate::error::{check_rc, Error, Result};
+use crate::fd;
 use crate::gid::{Gid, GidEntry, GidType};
 use crate::port::PortAttr;
 use crate::wrapper::{deleter, Wrapper};
@@ -9,7 +11,9 @@ use crate::{CompChannel, CompQueue, ProtectionDomain};
 use ibverbs_sys as sys;
 use std::ffi::CStr;
 use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 deleter!(sys::ibv_context, ibv_close_device);
 
@@ -20,6 +24,12 @@ struct Inner {
 
 /// An open RDMA device (`struct ibv_context`). Cheap to clone; the device is
 /// closed when the last clone and the last object created from it are gone.
+///
+/// The context's file descriptor ([`AsFd`]) is its asynchronous event
+/// descriptor, set non-blocking: it becomes readable when the device reports
+/// an [`AsyncEvent`], taken with [`try_get_async_event`](Self::try_get_async_event),
+/// [`wait_async_event`](Self::wait_async_event) or
+/// [`get_async_event`](Self::get_async_event).
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Inner>,
@@ -38,12 +48,14 @@ impl Context {
         let ptr = unsafe { sys::ibv_open_device(device.as_ptr()) };
         // SAFETY: a non-null context from `ibv_open_device` is ours to close.
         let raw = unsafe { Wrapper::from_created("ibv_open_device", ptr) }?;
-        Ok(Context {
+        let ctx = Context {
             inner: Arc::new(Inner {
                 raw,
                 name: device.name(),
             }),
-        })
+        };
+        fd::set_nonblocking(ctx.as_raw_fd(), "fcntl(O_NONBLOCK) on async event fd")?;
+        Ok(ctx)
     }
 
     /// Opens the device called `name` (e.g. `"rxe0"`).
@@ -166,6 +178,50 @@ impl Context {
         })
     }
 
+    /// `ibv_get_async_event`—Takes the next asynchronous event if one is
+    /// pending, without waiting, and acknowledges it
+    /// (`ibv_ack_async_event`).
+    ///
+    /// # Errors
+    /// The error of `ibv_get_async_event` (other than "nothing pending").
+    pub fn try_get_async_event(&self) -> Result<Option<AsyncEvent>> {
+        // SAFETY: the context is alive.
+        unsafe { async_event::take(self.as_ptr()) }
+    }
+
+    /// Waits up to `timeout` for the next asynchronous event, then takes and
+    /// acknowledges it; `None` when none came in time. Several threads may
+    /// wait at once: each event goes to one of them.
+    ///
+    /// # Errors
+    /// The error of `poll(2)` on the descriptor or of `ibv_get_async_event`.
+    pub fn wait_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(event) = self.try_get_async_event()? {
+                return Ok(Some(event));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !fd::wait_readable(self.as_raw_fd(), Some(left), "poll(async event fd)")? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits as long as it takes for the next asynchronous event, then takes
+    /// and acknowledges it.
+    ///
+    /// # Errors
+    /// As [`wait_async_event`](Self::wait_async_event).
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        loop {
+            if let Some(event) = self.try_get_async_event()? {
+                return Ok(event);
+            }
+            fd::wait_readable(self.as_raw_fd(), None, "poll(async event fd)")?;
+        }
+    }
+
     /// `ibv_alloc_pd`—Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         ProtectionDomain::new(self)
@@ -189,6 +245,23 @@ impl fmt::Debug for Context {
             .field("device", &self.inner.name)
             .field("ptr", &self.as_ptr())
             .finish()
+    }
+}
+
+impl AsFd for Context {
+    /// The asynchronous event descriptor (non-blocking).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is owned by the context and stays open while
+        // `self` (and so the borrow) is alive.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+impl AsRawFd for Context {
+    /// The asynchronous event descriptor (non-blocking).
+    fn as_raw_fd(&self) -> RawFd {
+        // SAFETY: the context is alive; `async_fd` is a plain field.
+        unsafe { (*self.as_ptr()).async_fd }
     }
 }
 

@@ -36,11 +36,13 @@
 //! work completion's status with a hint of its usual cause.
 
 mod ah;
+mod async_event;
 mod comp_channel;
 mod context;
 mod cq;
 mod device;
 mod error;
+mod fd;
 mod gid;
 mod mr;
 mod pd;
@@ -52,6 +54,7 @@ mod wr;
 mod wrapper;
 
 pub use ah::{AddressHandle, AddressVector, GlobalRoute};
+pub use async_event::{AsyncEvent, CqId, SrqId, WqId};
 pub use comp_channel::CompChannel;
 pub use context::{Context, DeviceAttr};
 pub use cq::CompQueue;

@@ -486,6 +486,36 @@ impl QueuePair {
         self.modify(&mut attr, sys::ibv_qp_attr_mask::IBV_QP_STATE)
     }
 
+    /// `ibv_destroy_qp`—Destroys the QP now. Dropping it does the same but
+    /// can only log a failure; here the caller learns that the QP (and the
+    /// work requests still queued on it) may still be alive.
+    ///
+    /// # Errors
+    /// The errno of `ibv_destroy_qp`, with the QP, not destroyed.
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        let QueuePair {
+            raw,
+            caps,
+            qp_type,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        } = self;
+        raw.close().map_err(|(raw, err)| {
+            let qp = QueuePair {
+                raw,
+                caps,
+                qp_type,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+            };
+            (qp, err)
+        })
+    }
+
     /// `ibv_post_send`—Posts `wrs`, in order, to the send queue with one
     /// call (one doorbell); see `ibv_post_send(3)`.
     ///

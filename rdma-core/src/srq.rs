@@ -1,5 +1,6 @@
 //! `ibv_create_srq`: shared receive queues.
 
+use crate::async_event::SrqId;
 use crate::error::{check_rc, PostError, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{self, RecvRequest};
@@ -68,6 +69,36 @@ impl SharedReceiveQueue {
     pub fn max_sge(&self) -> u32 {
         self.inner.max_sge
     }
+    /// The identity asynchronous events use for this SRQ
+    /// ([`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached)).
+    pub fn id(&self) -> SrqId {
+        SrqId::of(self.as_ptr())
+    }
+
+    /// `ibv_modify_srq`—Arms the SRQ's limit: once fewer than `limit`
+    /// receives remain posted, the device raises
+    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached)
+    /// once (on the context's async event descriptor) and disarms the limit.
+    ///
+    /// # Errors
+    /// The error of `ibv_modify_srq` (`EINVAL` when `limit` exceeds the
+    /// SRQ's capacity, or, on some providers, the receives posted now).
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let mut attr = sys::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: the SRQ is alive; `attr` is valid for reads.
+        check_rc("ibv_modify_srq", unsafe {
+            sys::ibv_modify_srq(
+                self.as_ptr(),
+                &mut attr,
+                sys::ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
+            )
+        })
+    }
+
     /// The protection domain.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.inner.pd

@@ -1,68 +1,13 @@
-//! Work requests: typed, zero-cost views of `ibv_sge`, `ibv_send_wr` and
-//! `ibv_recv_wr`, and the linking of a slice of them into the list the post
-//! verbs take.
-//!
-//! A request borrows (`'a`) everything it points to — its scatter/gather list
-//! and, for UD, its address handle — so those outlive the post call. What the
-//! SGEs *name* (registered memory the NIC reads or writes until the
-//! completion) is the caller's promise to the post functions
-//! ([`QueuePair::post_send_list`](crate::QueuePair::post_send_list) and its
-//! siblings), which are `unsafe`.
+//! Send-queue work requests (`struct ibv_send_wr`): sends, RDMA writes and
+//! reads, atomics, with their flags and UD destination.
 
+use super::sge::{sg_list, sges_of, Sge};
+use super::Linked;
 use crate::ah::AddressHandle;
 use ibverbs_sys as sys;
-use std::ffi::c_int;
 use std::fmt;
 use std::marker::PhantomData;
-use std::mem::size_of;
 use std::ptr;
-
-/// One scatter/gather element (`struct ibv_sge`): `length` bytes at `addr`,
-/// inside a memory region whose local key is `lkey`.
-#[derive(Clone, Copy, Default)]
-#[repr(transparent)]
-pub struct Sge(sys::ibv_sge);
-
-impl Sge {
-    /// The element of `length` bytes at `addr` in the region with `lkey`.
-    #[inline]
-    pub const fn new(addr: u64, length: u32, lkey: u32) -> Self {
-        Sge(sys::ibv_sge { addr, length, lkey })
-    }
-    /// Address of the first byte.
-    #[inline]
-    pub const fn addr(&self) -> u64 {
-        self.0.addr
-    }
-    /// Length in bytes.
-    #[inline]
-    pub const fn length(&self) -> u32 {
-        self.0.length
-    }
-    /// Local key of the memory region the bytes belong to.
-    #[inline]
-    pub const fn lkey(&self) -> u32 {
-        self.0.lkey
-    }
-}
-
-impl PartialEq for Sge {
-    fn eq(&self, other: &Self) -> bool {
-        (self.addr(), self.length(), self.lkey()) == (other.addr(), other.length(), other.lkey())
-    }
-}
-
-impl Eq for Sge {}
-
-impl fmt::Debug for Sge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sge")
-            .field("addr", &format_args!("{:#x}", self.addr()))
-            .field("length", &self.length())
-            .field("lkey", &format_args!("{:#x}", self.lkey()))
-            .finish()
-    }
-}
 
 bitflags::bitflags! {
     /// Flags of a send request (`enum ibv_send_flags`).
@@ -121,28 +66,6 @@ impl SendOpcode {
             other => SendOpcode::Other(other.0),
         }
     }
-}
-
-/// The `sg_list`/`num_sge` pair of a request over `sges`.
-///
-/// The verbs declare `sg_list` mutable but only read it, so a shared borrow
-/// is enough. A slice longer than `c_int::MAX` is cut at that length (the
-/// provider rejects it anyway: no device takes that many SGEs).
-#[inline]
-fn sg_list(sges: &[Sge]) -> (*mut sys::ibv_sge, c_int) {
-    let len = c_int::try_from(sges.len()).unwrap_or(c_int::MAX);
-    (sges.as_ptr().cast_mut().cast(), len)
-}
-
-/// The elements a request points to, as the slice they were built from.
-///
-/// # Safety
-/// `list`/`len` must come from [`sg_list`] over a slice that lives for `'a`.
-#[inline]
-unsafe fn sges_of<'a>(list: *const sys::ibv_sge, len: c_int) -> &'a [Sge] {
-    // SAFETY: caller contract; `Sge` is `repr(transparent)` over `ibv_sge`,
-    // and `len` is at most the original slice's length.
-    unsafe { std::slice::from_raw_parts(list.cast(), len as usize) }
 }
 
 /// A send-queue work request (`struct ibv_send_wr`), borrowing its SGEs and
@@ -435,82 +358,6 @@ impl fmt::Debug for SendRequest<'_> {
     }
 }
 
-/// A receive work request (`struct ibv_recv_wr`), borrowing its SGEs for
-/// `'a`. Post a slice of them with
-/// [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list) or
-/// [`SharedReceiveQueue::post_recv_list`](crate::SharedReceiveQueue::post_recv_list).
-#[repr(transparent)]
-pub struct RecvRequest<'a> {
-    raw: sys::ibv_recv_wr,
-    borrows: PhantomData<&'a [Sge]>,
-}
-
-// SAFETY: plain data plus a pointer to an `&'a [Sge]` (plain data); `next`
-// is only written by the post functions through `&mut`.
-unsafe impl Send for RecvRequest<'_> {}
-// SAFETY: as above: `&RecvRequest` only reads.
-unsafe impl Sync for RecvRequest<'_> {}
-
-impl<'a> RecvRequest<'a> {
-    /// A receive scattering an incoming message into `sges`.
-    #[inline]
-    pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
-        let (sg_list, num_sge) = sg_list(sges);
-        RecvRequest {
-            raw: sys::ibv_recv_wr {
-                wr_id,
-                next: ptr::null_mut(),
-                sg_list,
-                num_sge,
-            },
-            borrows: PhantomData,
-        }
-    }
-    /// The caller's identifier, returned in the completion.
-    #[inline]
-    pub fn wr_id(&self) -> u64 {
-        self.raw.wr_id
-    }
-    /// Replaces the identifier.
-    #[inline]
-    pub fn set_wr_id(&mut self, wr_id: u64) {
-        self.raw.wr_id = wr_id;
-    }
-    /// The scatter list.
-    #[inline]
-    pub fn sges(&self) -> &'a [Sge] {
-        // SAFETY: `sg_list`/`num_sge` were set from an `&'a [Sge]`.
-        unsafe { sges_of(self.raw.sg_list, self.raw.num_sge) }
-    }
-    /// Replaces the scatter list.
-    #[inline]
-    pub fn set_sges(&mut self, sges: &'a [Sge]) {
-        (self.raw.sg_list, self.raw.num_sge) = sg_list(sges);
-    }
-    /// The raw request (its `next` field is whatever the last post left).
-    #[inline]
-    pub fn as_raw(&self) -> &sys::ibv_recv_wr {
-        &self.raw
-    }
-}
-
-impl fmt::Debug for RecvRequest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RecvRequest")
-            .field("wr_id", &self.wr_id())
-            .field("sges", &self.sges())
-            .finish()
-    }
-}
-
-/// A request type whose raw form the post verbs chain through `next`.
-pub(crate) trait Linked {
-    /// The C struct (`ibv_send_wr`, `ibv_recv_wr`) the type is transparent over.
-    type Raw;
-    /// Sets the raw `next` pointer.
-    fn set_next(&mut self, next: *mut Self::Raw);
-}
-
 impl Linked for SendRequest<'_> {
     type Raw = sys::ibv_send_wr;
     #[inline]
@@ -519,81 +366,16 @@ impl Linked for SendRequest<'_> {
     }
 }
 
-impl Linked for RecvRequest<'_> {
-    type Raw = sys::ibv_recv_wr;
-    #[inline]
-    fn set_next(&mut self, next: *mut sys::ibv_recv_wr) {
-        self.raw.next = next;
-    }
-}
-
-/// Chains `wrs` in order into one null-terminated list and returns its head,
-/// or `None` for an empty slice.
-///
-/// Every pointer is derived from one base pointer, so the head stays valid
-/// for the post verb as long as `wrs` is not touched in between.
-#[inline]
-pub(crate) fn link<R: Linked>(wrs: &mut [R]) -> Option<*mut R::Raw> {
-    if wrs.is_empty() {
-        return None;
-    }
-    let n = wrs.len();
-    let base = wrs.as_mut_ptr();
-    for i in 0..n {
-        // SAFETY: `i < n` and `i + 1 < n` index into the slice; `R` is
-        // `repr(transparent)` over `R::Raw`.
-        unsafe {
-            let next = if i + 1 < n {
-                base.add(i + 1).cast::<R::Raw>()
-            } else {
-                ptr::null_mut()
-            };
-            (*base.add(i)).set_next(next);
-        }
-    }
-    Some(base.cast())
-}
-
-/// How many requests of the list at `head` (`n` long) were posted, given the
-/// `bad_wr` a post verb returned: its index, or `None` if it is null or not
-/// one of the list's elements.
-#[cold]
-pub(crate) fn posted_before<T>(head: *const T, n: usize, bad: *const T) -> Option<usize> {
-    if bad.is_null() {
-        return None;
-    }
-    let offset = (bad as usize).checked_sub(head as usize)?;
-    (offset % size_of::<T>() == 0 && offset / size_of::<T>() < n).then_some(offset / size_of::<T>())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use static_assertions::{assert_eq_align, assert_eq_size, assert_impl_all};
 
-    assert_eq_size!(Sge, sys::ibv_sge);
-    assert_eq_align!(Sge, sys::ibv_sge);
     assert_eq_size!(SendRequest<'static>, sys::ibv_send_wr);
     assert_eq_align!(SendRequest<'static>, sys::ibv_send_wr);
-    assert_eq_size!(RecvRequest<'static>, sys::ibv_recv_wr);
-    assert_eq_align!(RecvRequest<'static>, sys::ibv_recv_wr);
-    assert_impl_all!(Sge: Copy, Send, Sync);
     assert_impl_all!(SendRequest<'static>: Send, Sync);
-    assert_impl_all!(RecvRequest<'static>: Send, Sync);
 
     const SGES: [Sge; 2] = [Sge::new(0x1000, 64, 0x11), Sge::new(0x2000, 8, 0x22)];
-
-    #[test]
-    fn sge_fields() {
-        let sge = Sge::new(0xdead_beef_0000, 4096, 0x1234);
-        assert_eq!(
-            (sge.addr(), sge.length(), sge.lkey()),
-            (0xdead_beef_0000, 4096, 0x1234)
-        );
-        assert_eq!(sge.0.addr, 0xdead_beef_0000);
-        assert_eq!(sge.0.length, 4096);
-        assert_eq!(sge.0.lkey, 0x1234);
-    }
 
     #[test]
     fn send_and_flags() {
@@ -687,51 +469,5 @@ mod tests {
         let a = unsafe { faa.raw.wr.atomic };
         assert_eq!((a.remote_addr, a.rkey, a.compare_add), (0x5000, 0x55, 3));
         assert_eq!((faa.remote_addr(), faa.rkey()), (Some(0x5000), Some(0x55)));
-    }
-
-    #[test]
-    fn receive_request() {
-        let mut wr = RecvRequest::new(11, &SGES);
-        assert_eq!(wr.raw.wr_id, 11);
-        assert_eq!(wr.raw.num_sge, 2);
-        assert_eq!(wr.raw.sg_list.cast_const(), SGES.as_ptr().cast());
-        assert!(wr.raw.next.is_null());
-        wr.set_wr_id(12);
-        wr.set_sges(&[]);
-        assert_eq!((wr.wr_id(), wr.sges().len()), (12, 0));
-    }
-
-    #[test]
-    fn linking_chains_in_order_and_ends_in_null() {
-        let mut wrs: Vec<RecvRequest<'_>> = (0..3).map(|i| RecvRequest::new(i, &SGES)).collect();
-        let head = link(&mut wrs).expect("non-empty");
-        assert_eq!(head.cast_const(), wrs.as_ptr().cast());
-        let mut ids = Vec::new();
-        let mut cur = head.cast_const();
-        while !cur.is_null() {
-            // SAFETY: every `next` points into `wrs` or is null.
-            let raw = unsafe { &*cur };
-            ids.push(raw.wr_id);
-            cur = raw.next;
-        }
-        assert_eq!(ids, [0, 1, 2]);
-        assert!(link::<RecvRequest<'_>>(&mut []).is_none());
-        let mut one = [SendRequest::send(1, &SGES)];
-        one[0].raw.next = one[0].raw.sg_list.cast(); // a stale pointer
-        link(&mut one);
-        assert!(one[0].raw.next.is_null());
-    }
-
-    #[test]
-    fn bad_wr_becomes_an_index() {
-        let wrs = [0u64; 4];
-        let head = wrs.as_ptr();
-        assert_eq!(posted_before(head, 4, head), Some(0));
-        assert_eq!(posted_before(head, 4, head.wrapping_add(2)), Some(2));
-        assert_eq!(posted_before(head, 4, head.wrapping_add(4)), None);
-        assert_eq!(posted_before(head, 4, ptr::null()), None);
-        assert_eq!(posted_before(head, 4, head.wrapping_sub(1)), None);
-        let misaligned = (head as usize + 3) as *const u64;
-        assert_eq!(posted_before(head, 4, misaligned), None);
     }
 }
