@@ -10,12 +10,18 @@ use rdma_safe::{
     SendWorkRequest, WriteWorkRequest,
 };
 
+#[allow(dead_code)] // the `examples` test includes this file and calls `run`
 fn main() -> Result<(), rdma_safe::Error> {
     let device = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("RXE_DEVICE").ok())
         .unwrap_or_else(|| "rxe0".into());
-    let pd = ProtectionDomain::open(&device)?;
+    run(&device)
+}
+
+/// The whole program on `device`.
+pub fn run(device: &str) -> Result<(), rdma_safe::Error> {
+    let pd = ProtectionDomain::open(device)?;
     let (mut a, mut b) = (pd.create_channel()?, pd.create_channel()?);
     Channel::connect_pair(&mut a, &mut b)?;
     println!(

@@ -153,7 +153,7 @@ pub enum Error {
     Transport(#[from] TransportError),
     /// Exchanging endpoints or connecting over a stream failed.
     #[error(transparent)]
-    Handshake(#[from] crate::channel::HandshakeError),
+    Handshake(#[from] crate::exchange::HandshakeError),
     /// Bytes from a peer are not an endpoint.
     #[error(transparent)]
     EndpointDecode(#[from] crate::endpoint::EndpointDecodeError),

@@ -73,12 +73,13 @@
 mod aligned;
 mod channel;
 mod endpoint;
+mod engine;
 mod error;
+mod exchange;
 mod fatal;
 pub mod memory;
 mod pd;
 mod pending;
-mod poller;
 mod registered;
 mod remote;
 pub mod scope;
@@ -86,11 +87,12 @@ mod sge;
 mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
-pub use channel::{Channel, ChannelBuilder, ConnectOptions, HandshakeError, DEFAULT_TIMEOUT};
+pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
     Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,
 };
+pub use exchange::HandshakeError;
 pub use memory::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
@@ -103,3 +105,8 @@ pub use work::{
 };
 
 pub use rdma_core::{Context, Gid, Mtu, WcOpcode, WcStatus};
+
+/// The README's program compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeProgram;

@@ -320,7 +320,7 @@ impl<'scope, 'cb> Completions<'scope, 'cb> {
 /// # Errors
 /// The post failed (the callback then does not fire).
 pub fn rdma_write<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &[GatherElement<'scope>],
@@ -339,7 +339,7 @@ pub fn rdma_write<'scope, 'cb>(
 /// # Errors
 /// The post failed (the callback then does not fire).
 pub fn rdma_read<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &mut [ScatterElement<'scope>],

@@ -782,7 +782,7 @@ fn serve_send_bw(p: &Params, size: usize, side: &mut Side, stream: &mut TcpStrea
 /// `posted % lists.len()` on (fewer where the ring wraps); their handles go
 /// to the back of `recvs`. Returns how many were posted.
 fn post_ring<'scope, 'd: 'scope>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     lists: &mut [[ScatterElement<'d>; 1]],
     posted: usize,
     n: usize,
@@ -851,7 +851,7 @@ struct LatRing<'scope> {
 
 impl<'scope> LatRing<'scope> {
     fn new(
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
         iters: usize,
     ) -> Result<Self> {
@@ -869,7 +869,7 @@ impl<'scope> LatRing<'scope> {
     /// Re-posts one owed receive; false if none is owed.
     fn repost(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
     ) -> Result<bool> {
         if self.owed == 0 || self.posted == self.iters {
@@ -908,7 +908,7 @@ impl<'scope> LatRing<'scope> {
     /// arrived.
     fn next_message(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
     ) -> Result<rdma_safe::WorkSuccess> {
         let mut pending = self.recvs.pop_front().ok_or("no receive posted")?;
@@ -929,7 +929,7 @@ impl<'scope> LatRing<'scope> {
     /// send (one in flight) and making sure receives wait for the answer.
     fn send(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
         gather: &[GatherElement<'scope>],
         imm: u32,
