@@ -95,16 +95,15 @@ impl Channel {
     }
 
     /// Why the channel is unusable, if an earlier failure or timeout shut it
-    /// down, or the device moved its queue pair to the error state (e.g.
-    /// after the peer's bad-rkey access). Asks the device for the queue
-    /// pair's state (`ibv_query_qp`).
+    /// down, or the device declared its queue pair broken (an asynchronous
+    /// event) or moved it to the error state (e.g. after the peer's bad-rkey
+    /// access). Reads the device's pending events and the queue pair's state
+    /// (`ibv_query_qp`).
     pub fn unusable_reason(&self) -> Option<String> {
         if let Some(why) = self.queue.unusable() {
             return Some(why);
         }
-        self.queue
-            .qp_in_error()
-            .then(|| "the queue pair is in the error state".to_owned())
+        self.queue.broken()
     }
 
     /// Whether the channel can still carry operations (see

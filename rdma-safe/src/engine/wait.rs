@@ -102,16 +102,15 @@ impl WorkQueue {
             }
             let start = *start.get_or_insert_with(Instant::now);
             let elapsed = start.elapsed();
-            if self.qp_in_error() {
-                // The device moved the QP to the error state (the peer's
-                // access error, a retry failure): flush and report now rather
-                // than wait out the timeout for work the QP will never do.
-                self.shutdown_and_drain("the queue pair entered the error state");
-                return self.try_take(id).unwrap_or_else(|| {
-                    Err(TransportError::Unusable(
-                        "the queue pair entered the error state".into(),
-                    ))
-                });
+            if let Some(why) = self.broken() {
+                // The device declared the QP broken or moved it to the error
+                // state (the peer's access error, a retry failure): flush and
+                // report now rather than wait out the timeout for work the
+                // QP will never do.
+                self.shutdown_and_drain(&why);
+                return self
+                    .try_take(id)
+                    .unwrap_or(Err(TransportError::Unusable(why)));
             }
             if elapsed >= timeout {
                 let op = self
@@ -198,10 +197,15 @@ impl WorkQueue {
         }
     }
 
-    /// Whether the device reports the queue pair in the error state (one
-    /// `ibv_query_qp`; only for waits that have spun a while and for status
-    /// queries, never per operation).
-    pub(crate) fn qp_in_error(&self) -> bool {
+    /// Why the device says the queue pair can no longer work, if it does:
+    /// an async event declared it (or the device) fatal, or it is in the
+    /// error state (one `ibv_query_qp`). Only for waits that have spun a
+    /// while and for status queries, never per operation.
+    pub(crate) fn broken(&self) -> Option<String> {
+        if let Some(why) = self.watch.broken(self.qp.qp_num()) {
+            return Some(why);
+        }
         matches!(self.qp.state(), Ok(QpState::Error))
+            .then(|| "the queue pair is in the error state".to_owned())
     }
 }
