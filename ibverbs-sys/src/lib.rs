@@ -31,15 +31,16 @@
 //! Every shim names the C function it mirrors and documents its `# Safety`
 //! contract, which is the C function's: valid, live pointers from this
 //! library, and whatever the verbs man page requires of the arguments.
-#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
-#![allow(missing_docs, missing_debug_implementations, unreachable_pub)]
-#![allow(
+
+/// What bindgen generates from `<infiniband/verbs.h>`: C names, no docs.
+#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#[allow(missing_docs, missing_debug_implementations, unreachable_pub)]
+#[allow(rustdoc::all, unsafe_op_in_unsafe_fn)]
+#[allow(
     clippy::all,
     clippy::undocumented_unsafe_blocks,
     clippy::missing_safety_doc
 )]
-
-#[allow(rustdoc::all, unsafe_op_in_unsafe_fn)]
 mod bindings {
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }

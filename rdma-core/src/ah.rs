@@ -1,7 +1,7 @@
 //! `ibv_create_ah`: address handles, and the address vector they (and
 //! connected QPs) are built from.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gid::Gid;
 use crate::pd::ProtectionDomain;
 use crate::wrapper::{deleter, Wrapper};
@@ -117,6 +117,17 @@ impl AddressHandle {
     /// The raw AH (for `ibv_send_wr.wr.ud.ah`), valid while `self` is alive.
     pub fn as_ptr(&self) -> *mut sys::ibv_ah {
         self.raw.as_ptr()
+    }
+
+    /// `ibv_destroy_ah`—Destroys the address handle now, reporting a failure
+    /// that dropping it could only log.
+    ///
+    /// # Errors
+    /// The errno of `ibv_destroy_ah`, with the handle, not destroyed.
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        let AddressHandle { raw, _pd } = self;
+        raw.close()
+            .map_err(|(raw, err)| (AddressHandle { raw, _pd }, err))
     }
 }
 

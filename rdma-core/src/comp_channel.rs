@@ -2,13 +2,14 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::fd;
 use crate::wrapper::{deleter, Wrapper};
 use ibverbs_sys as sys;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 deleter!(sys::ibv_comp_channel, ibv_destroy_comp_channel);
 
@@ -47,15 +48,7 @@ impl CompChannel {
                 _ctx: ctx.clone(),
             }),
         };
-        let fd = this.as_raw_fd();
-        // SAFETY: `fd` is the channel's open descriptor.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        // SAFETY: as above; setting O_NONBLOCK on our own descriptor.
-        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(Error::last_os_error(
-                "fcntl(O_NONBLOCK) on completion channel",
-            ));
-        }
+        fd::set_nonblocking(this.as_raw_fd(), "fcntl(O_NONBLOCK) on completion channel")?;
         Ok(this)
     }
 
@@ -67,37 +60,7 @@ impl CompChannel {
     /// Waits until the descriptor is readable or `timeout` passes.
     /// Returns whether it is readable.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            let ms = match deadline {
-                None => -1,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    // Round up so a sub-millisecond remainder still waits.
-                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-                }
-            };
-            let mut pfd = libc::pollfd {
-                fd: self.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `pfd` is one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if n > 0 {
-                return Ok(true);
-            }
-            if n == 0 {
-                return Ok(false);
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(Error::Verb {
-                    verb: "poll(completion channel)",
-                    source: err,
-                });
-            }
-        }
+        fd::wait_readable(self.as_raw_fd(), timeout, "poll(completion channel)")
     }
 
     /// `ibv_get_cq_event` + `ibv_ack_cq_events`—Takes one pending event, if

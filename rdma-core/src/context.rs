@@ -1,15 +1,19 @@
 //! `ibv_open_device`: a device context, and the queries made through it.
 
+use crate::async_event::{self, AsyncEvent};
 use crate::device::{Device, DeviceList};
 use crate::error::{check_rc, Error, Result};
+use crate::fd;
 use crate::gid::{Gid, GidEntry, GidType};
-use crate::qp::Mtu;
+use crate::port::PortAttr;
 use crate::wrapper::{deleter, Wrapper};
 use crate::{CompChannel, CompQueue, ProtectionDomain};
 use ibverbs_sys as sys;
 use std::ffi::CStr;
 use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 deleter!(sys::ibv_context, ibv_close_device);
 
@@ -20,6 +24,12 @@ struct Inner {
 
 /// An open RDMA device (`struct ibv_context`). Cheap to clone; the device is
 /// closed when the last clone and the last object created from it are gone.
+///
+/// The context's file descriptor ([`AsFd`]) is its asynchronous event
+/// descriptor, set non-blocking: it becomes readable when the device reports
+/// an [`AsyncEvent`], taken with [`try_get_async_event`](Self::try_get_async_event),
+/// [`wait_async_event`](Self::wait_async_event) or
+/// [`get_async_event`](Self::get_async_event).
 #[derive(Clone)]
 pub struct Context {
     inner: Arc<Inner>,
@@ -38,12 +48,14 @@ impl Context {
         let ptr = unsafe { sys::ibv_open_device(device.as_ptr()) };
         // SAFETY: a non-null context from `ibv_open_device` is ours to close.
         let raw = unsafe { Wrapper::from_created("ibv_open_device", ptr) }?;
-        Ok(Context {
+        let ctx = Context {
             inner: Arc::new(Inner {
                 raw,
                 name: device.name(),
             }),
-        })
+        };
+        fd::set_nonblocking(ctx.as_raw_fd(), "fcntl(O_NONBLOCK) on async event fd")?;
+        Ok(ctx)
     }
 
     /// Opens the device called `name` (e.g. `"rxe0"`).
@@ -166,6 +178,50 @@ impl Context {
         })
     }
 
+    /// `ibv_get_async_event`—Takes the next asynchronous event if one is
+    /// pending, without waiting, and acknowledges it
+    /// (`ibv_ack_async_event`).
+    ///
+    /// # Errors
+    /// The error of `ibv_get_async_event` (other than "nothing pending").
+    pub fn try_get_async_event(&self) -> Result<Option<AsyncEvent>> {
+        // SAFETY: the context is alive.
+        unsafe { async_event::take(self.as_ptr()) }
+    }
+
+    /// Waits up to `timeout` for the next asynchronous event, then takes and
+    /// acknowledges it; `None` when none came in time. Several threads may
+    /// wait at once: each event goes to one of them.
+    ///
+    /// # Errors
+    /// The error of `poll(2)` on the descriptor or of `ibv_get_async_event`.
+    pub fn wait_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(event) = self.try_get_async_event()? {
+                return Ok(Some(event));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !fd::wait_readable(self.as_raw_fd(), Some(left), "poll(async event fd)")? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Waits as long as it takes for the next asynchronous event, then takes
+    /// and acknowledges it.
+    ///
+    /// # Errors
+    /// As [`wait_async_event`](Self::wait_async_event).
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        loop {
+            if let Some(event) = self.try_get_async_event()? {
+                return Ok(event);
+            }
+            fd::wait_readable(self.as_raw_fd(), None, "poll(async event fd)")?;
+        }
+    }
+
     /// `ibv_alloc_pd`—Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         ProtectionDomain::new(self)
@@ -189,6 +245,23 @@ impl fmt::Debug for Context {
             .field("device", &self.inner.name)
             .field("ptr", &self.as_ptr())
             .finish()
+    }
+}
+
+impl AsFd for Context {
+    /// The asynchronous event descriptor (non-blocking).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is owned by the context and stays open while
+        // `self` (and so the borrow) is alive.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+impl AsRawFd for Context {
+    /// The asynchronous event descriptor (non-blocking).
+    fn as_raw_fd(&self) -> RawFd {
+        // SAFETY: the context is alive; `async_fd` is a plain field.
+        unsafe { (*self.as_ptr()).async_fd }
     }
 }
 
@@ -285,138 +358,6 @@ impl fmt::Debug for DeviceAttr {
             .field("max_sge", &self.max_sge())
             .field("max_cqe", &self.max_cqe())
             .field("max_mr_size", &self.max_mr_size())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Logical state of a port (`enum ibv_port_state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PortState {
-    /// No state change.
-    Nop,
-    /// Link down.
-    Down,
-    /// Link up, not yet configured.
-    Init,
-    /// Configured, not yet active.
-    Armed,
-    /// Ready for traffic.
-    Active,
-    /// Active, deferring.
-    ActiveDefer,
-    /// A value these headers do not know.
-    Unknown(u32),
-}
-
-impl PortState {
-    /// The `ibv_devinfo` spelling, e.g. `"PORT_ACTIVE"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PortState::Nop => "PORT_NOP",
-            PortState::Down => "PORT_DOWN",
-            PortState::Init => "PORT_INIT",
-            PortState::Armed => "PORT_ARMED",
-            PortState::Active => "PORT_ACTIVE",
-            PortState::ActiveDefer => "PORT_ACTIVE_DEFER",
-            PortState::Unknown(_) => "PORT_<unknown>",
-        }
-    }
-}
-
-/// Link layer of a port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LinkLayer {
-    /// Not reported (treated as InfiniBand).
-    Unspecified,
-    /// InfiniBand.
-    InfiniBand,
-    /// Ethernet (RoCE, rxe).
-    Ethernet,
-    /// A value these headers do not know.
-    Unknown(u8),
-}
-
-/// Port attributes (`struct ibv_port_attr`, fully initialised through the
-/// extended `query_port`).
-#[derive(Clone, Copy)]
-pub struct PortAttr(pub sys::ibv_port_attr);
-
-impl PortAttr {
-    /// Logical state.
-    pub fn state(&self) -> PortState {
-        use sys::ibv_port_state as S;
-        match self.0.state {
-            S::IBV_PORT_NOP => PortState::Nop,
-            S::IBV_PORT_DOWN => PortState::Down,
-            S::IBV_PORT_INIT => PortState::Init,
-            S::IBV_PORT_ARMED => PortState::Armed,
-            S::IBV_PORT_ACTIVE => PortState::Active,
-            S::IBV_PORT_ACTIVE_DEFER => PortState::ActiveDefer,
-            other => PortState::Unknown(other.0),
-        }
-    }
-    /// Largest MTU the port supports.
-    pub fn max_mtu(&self) -> Option<Mtu> {
-        Mtu::from_raw(self.0.max_mtu)
-    }
-    /// MTU in use.
-    pub fn active_mtu(&self) -> Option<Mtu> {
-        Mtu::from_raw(self.0.active_mtu)
-    }
-    /// Entries in the GID table.
-    pub fn gid_tbl_len(&self) -> i32 {
-        self.0.gid_tbl_len
-    }
-    /// Base LID (0 on RoCE: there are no LIDs).
-    pub fn lid(&self) -> u16 {
-        self.0.lid
-    }
-    /// Largest message size.
-    pub fn max_msg_sz(&self) -> u32 {
-        self.0.max_msg_sz
-    }
-    /// Link layer.
-    pub fn link_layer(&self) -> LinkLayer {
-        let raw = u32::from(self.0.link_layer);
-        if raw == sys::IBV_LINK_LAYER_UNSPECIFIED.0 {
-            LinkLayer::Unspecified
-        } else if raw == sys::IBV_LINK_LAYER_INFINIBAND.0 {
-            LinkLayer::InfiniBand
-        } else if raw == sys::IBV_LINK_LAYER_ETHERNET.0 {
-            LinkLayer::Ethernet
-        } else {
-            LinkLayer::Unknown(self.0.link_layer)
-        }
-    }
-    /// Whether addressing needs a GRH (RoCE: always).
-    pub fn needs_grh(&self) -> bool {
-        self.link_layer() == LinkLayer::Ethernet
-    }
-    /// Active link width (encoded as in `ibv_port_attr`).
-    pub fn active_width(&self) -> u8 {
-        self.0.active_width
-    }
-    /// Active link speed (encoded as in `ibv_port_attr`).
-    pub fn active_speed(&self) -> u8 {
-        self.0.active_speed
-    }
-    /// Port capability flags.
-    pub fn port_cap_flags(&self) -> u32 {
-        self.0.port_cap_flags
-    }
-}
-
-impl fmt::Debug for PortAttr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PortAttr")
-            .field("state", &self.state())
-            .field("max_mtu", &self.max_mtu())
-            .field("active_mtu", &self.active_mtu())
-            .field("link_layer", &self.link_layer())
-            .field("lid", &self.lid())
-            .field("gid_tbl_len", &self.gid_tbl_len())
             .finish_non_exhaustive()
     }
 }

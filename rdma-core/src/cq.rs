@@ -1,5 +1,6 @@
 //! `ibv_create_cq`: completion queues.
 
+use crate::async_event::CqId;
 use crate::comp_channel::CompChannel;
 use crate::context::Context;
 use crate::error::{check_rc, Error, Result};
@@ -63,6 +64,12 @@ impl CompQueue {
     /// The raw CQ, valid while `self` is alive.
     pub fn as_ptr(&self) -> *mut sys::ibv_cq {
         self.inner.raw.as_ptr()
+    }
+
+    /// The identity asynchronous events use for this CQ
+    /// ([`AsyncEvent::CqError`](crate::AsyncEvent::CqError)).
+    pub fn id(&self) -> CqId {
+        CqId::of(self.as_ptr())
     }
 
     /// The context the CQ belongs to.

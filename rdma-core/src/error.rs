@@ -2,8 +2,8 @@
 
 use crate::wc::WcStatus;
 use std::ffi::c_int;
+use std::fmt;
 use std::io;
-use std::time::Duration;
 
 /// Result of this crate's operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -45,12 +45,12 @@ pub enum Error {
         /// The provider-specific error code.
         vendor_err: u32,
     },
+    /// A post verb failed part-way through a list of work requests.
+    #[error(transparent)]
+    Post(#[from] PostError),
     /// An argument was rejected before any verb was called.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A bounded wait expired.
-    #[error("timed out after {0:?} waiting for {1}")]
-    Timeout(Duration, &'static str),
 }
 
 impl Error {
@@ -76,6 +76,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Verb { source, .. } => source.raw_os_error(),
+            Error::Post(err) => Some(err.errno()),
             _ => None,
         }
     }
@@ -84,6 +85,7 @@ impl Error {
     pub fn failed_verb(&self) -> Option<&'static str> {
         match self {
             Error::Verb { verb, .. } => Some(verb),
+            Error::Post(err) => Some(err.verb()),
             _ => None,
         }
     }
@@ -114,12 +116,97 @@ pub(crate) fn check_rc(verb: &'static str, rc: c_int) -> Result<()> {
 
 #[cold]
 fn rc_error(verb: &'static str, rc: c_int) -> Error {
+    Error::verb(verb, rc_errno(rc))
+}
+
+/// The errno a failed verb's non-zero `rc` stands for (see [`check_rc`]).
+#[cold]
+fn rc_errno(rc: c_int) -> c_int {
     match rc {
-        -1 => Error::last_os_error(verb),
-        rc if rc < 0 => Error::verb(verb, -rc),
-        rc => Error::verb(verb, rc),
+        -1 => io::Error::last_os_error()
+            .raw_os_error()
+            .filter(|&e| e != 0)
+            .unwrap_or(libc::EIO),
+        rc if rc < 0 => -rc,
+        rc => rc,
     }
 }
+
+/// A post verb (`ibv_post_send`, `ibv_post_recv`, `ibv_post_srq_recv`) that
+/// failed on a list of work requests: which verb, its errno, and how many
+/// requests of the list it posted before the one it rejected.
+///
+/// The requests before that one were posted and will complete; the
+/// rejected one and those after it were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostError {
+    verb: &'static str,
+    errno: c_int,
+    posted: Option<usize>,
+    requested: usize,
+}
+
+impl PostError {
+    /// The error of `verb` returning `rc` on a list of `requested` requests,
+    /// `posted` of which were posted (`None`: not known).
+    #[cold]
+    pub(crate) fn new(
+        verb: &'static str,
+        rc: c_int,
+        posted: Option<usize>,
+        requested: usize,
+    ) -> Self {
+        PostError {
+            verb,
+            errno: rc_errno(rc),
+            posted,
+            requested,
+        }
+    }
+    /// The verb that failed.
+    pub fn verb(&self) -> &'static str {
+        self.verb
+    }
+    /// Its errno (`ENOMEM`: the queue is full; `EINVAL`: a malformed request,
+    /// e.g. more SGEs or inline bytes than the queue allows).
+    pub fn errno(&self) -> i32 {
+        self.errno
+    }
+    /// How many requests, from the start of the list, were posted: the index
+    /// of the rejected one. `None` when the provider did not name a request
+    /// of the list.
+    pub fn posted(&self) -> Option<usize> {
+        self.posted
+    }
+    /// How many requests the list held.
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
+    /// The errno as an [`io::Error`].
+    pub fn io_error(&self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno)
+    }
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}; ", self.verb, self.io_error())?;
+        match self.posted {
+            Some(n) => write!(
+                f,
+                "{n} of {} work requests posted before the failing one",
+                self.requested
+            ),
+            None => write!(
+                f,
+                "the provider did not say how many of {} work requests were posted",
+                self.requested
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PostError {}
 
 #[cfg(test)]
 mod tests {

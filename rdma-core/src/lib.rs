@@ -25,8 +25,9 @@
 //!
 //! This layer does not track which memory the NIC may touch: registering
 //! memory ([`MemoryRegion::register`]) and posting work requests
-//! ([`QueuePair::post_send`], [`QueuePair::post_recv`],
-//! [`SharedReceiveQueue::post_recv`]) are `unsafe`, with the contract written
+//! ([`QueuePair::post_send_list`], [`QueuePair::post_recv_list`],
+//! [`SharedReceiveQueue::post_recv_list`], built from [`SendRequest`],
+//! [`RecvRequest`] and [`Sge`]) are `unsafe`, with the contract written
 //! on each. The `rdma-safe` crate builds a borrow-checked API on top.
 //!
 //! # Errors
@@ -35,33 +36,38 @@
 //! work completion's status with a hint of its usual cause.
 
 mod ah;
+mod async_event;
 mod comp_channel;
 mod context;
 mod cq;
 mod device;
 mod error;
+mod fd;
 mod gid;
 mod mr;
 mod pd;
+mod port;
 mod qp;
 mod srq;
 mod wc;
+mod wr;
 mod wrapper;
 
 pub use ah::{AddressHandle, AddressVector, GlobalRoute};
+pub use async_event::{AsyncEvent, CqId, SrqId, WqId};
 pub use comp_channel::CompChannel;
-pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use context::{Context, DeviceAttr};
 pub use cq::CompQueue;
 pub use device::{Device, DeviceList, NodeType, TransportType};
-pub use error::{Error, Result};
+pub use error::{Error, PostError, Result};
 pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
-pub use qp::{
-    Mtu, QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams,
-};
+pub use port::{LinkLayer, Mtu, PortAttr, PortState};
+pub use qp::{QpCapabilities, QpState, QpType, QueuePair, QueuePairBuilder, RtrParams, RtsParams};
 pub use srq::SharedReceiveQueue;
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{RecvRequest, SendFlags, SendOpcode, SendRequest, Sge};
 pub use wrapper::{Deleter, Wrapper};
 
 /// The raw bindings this crate is built on.

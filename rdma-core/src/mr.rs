@@ -191,6 +191,19 @@ impl MemoryRegion {
     pub fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }
+
+    /// `ibv_dereg_mr`—Deregisters the region now. Dropping it does the same
+    /// but can only log a failure; here the caller learns that the NIC may
+    /// still reach the memory (and must not free it).
+    ///
+    /// # Errors
+    /// The errno of `ibv_dereg_mr` (e.g. `EBUSY` while a memory window is
+    /// bound to the region), with the region, still registered.
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        let MemoryRegion { raw, pd } = self;
+        raw.close()
+            .map_err(|(raw, err)| (MemoryRegion { raw, pd }, err))
+    }
 }
 
 impl fmt::Debug for MemoryRegion {

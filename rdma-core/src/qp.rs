@@ -3,10 +3,12 @@
 
 use crate::ah::AddressVector;
 use crate::cq::CompQueue;
-use crate::error::{check_rc, Error, Result};
+use crate::error::{check_rc, Error, PostError, Result};
 use crate::mr::AccessFlags;
 use crate::pd::ProtectionDomain;
+use crate::port::Mtu;
 use crate::srq::SharedReceiveQueue;
+use crate::wr::{self, RecvRequest, SendRequest};
 use crate::wrapper::{deleter, Wrapper};
 use ibverbs_sys as sys;
 use std::fmt;
@@ -71,61 +73,6 @@ impl QpState {
             S::IBV_QPS_ERR => QpState::Error,
             other => QpState::Unknown(other.0),
         }
-    }
-}
-
-/// Path MTU (`enum ibv_mtu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Mtu {
-    /// 256 bytes.
-    Mtu256,
-    /// 512 bytes.
-    Mtu512,
-    /// 1024 bytes.
-    Mtu1024,
-    /// 2048 bytes.
-    Mtu2048,
-    /// 4096 bytes.
-    Mtu4096,
-}
-
-impl Mtu {
-    /// Converts the raw value.
-    pub fn from_raw(raw: sys::ibv_mtu) -> Option<Self> {
-        Some(match raw {
-            sys::ibv_mtu::IBV_MTU_256 => Mtu::Mtu256,
-            sys::ibv_mtu::IBV_MTU_512 => Mtu::Mtu512,
-            sys::ibv_mtu::IBV_MTU_1024 => Mtu::Mtu1024,
-            sys::ibv_mtu::IBV_MTU_2048 => Mtu::Mtu2048,
-            sys::ibv_mtu::IBV_MTU_4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-    /// The raw value.
-    pub fn to_raw(self) -> sys::ibv_mtu {
-        match self {
-            Mtu::Mtu256 => sys::ibv_mtu::IBV_MTU_256,
-            Mtu::Mtu512 => sys::ibv_mtu::IBV_MTU_512,
-            Mtu::Mtu1024 => sys::ibv_mtu::IBV_MTU_1024,
-            Mtu::Mtu2048 => sys::ibv_mtu::IBV_MTU_2048,
-            Mtu::Mtu4096 => sys::ibv_mtu::IBV_MTU_4096,
-        }
-    }
-    /// Size in bytes.
-    pub fn bytes(self) -> u32 {
-        256 << (self.to_raw().0 - 1)
-    }
-    /// The MTU of exactly `bytes` bytes.
-    pub fn from_bytes(bytes: u32) -> Option<Self> {
-        [
-            Mtu::Mtu256,
-            Mtu::Mtu512,
-            Mtu::Mtu1024,
-            Mtu::Mtu2048,
-            Mtu::Mtu4096,
-        ]
-        .into_iter()
-        .find(|m| m.bytes() == bytes)
     }
 }
 
@@ -539,7 +486,108 @@ impl QueuePair {
         self.modify(&mut attr, sys::ibv_qp_attr_mask::IBV_QP_STATE)
     }
 
-    /// `ibv_post_send`—Posts a list of send work requests.
+    /// `ibv_destroy_qp`—Destroys the QP now. Dropping it does the same but
+    /// can only log a failure; here the caller learns that the QP (and the
+    /// work requests still queued on it) may still be alive.
+    ///
+    /// # Errors
+    /// The errno of `ibv_destroy_qp`, with the QP, not destroyed.
+    pub fn close(self) -> std::result::Result<(), (Self, Error)> {
+        let QueuePair {
+            raw,
+            caps,
+            qp_type,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+        } = self;
+        raw.close().map_err(|(raw, err)| {
+            let qp = QueuePair {
+                raw,
+                caps,
+                qp_type,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
+            };
+            (qp, err)
+        })
+    }
+
+    /// `ibv_post_send`—Posts `wrs`, in order, to the send queue with one
+    /// call (one doorbell); see `ibv_post_send(3)`.
+    ///
+    /// The requests are linked through their `next` fields here; an empty
+    /// slice posts nothing. A one-element slice
+    /// (`std::slice::from_mut(&mut wr)`) is the single-request path: it
+    /// allocates nothing and costs what one `ibv_post_send` costs.
+    ///
+    /// # Safety
+    /// Until each request's completion has been polled (or the QP has been
+    /// destroyed, or moved to RESET), the memory its SGEs name must stay
+    /// allocated and registered with the keys given, and must not be
+    /// written by anyone else — nor read or written, for the scatter targets
+    /// of RDMA reads and atomics. An [`INLINE`](crate::SendFlags::INLINE)
+    /// request's memory is only read during this call. Remote addresses and
+    /// rkeys are checked by the peer's NIC, not by this call.
+    ///
+    /// # Errors
+    /// A [`PostError`] with the errno (`ENOMEM`: the send queue is full;
+    /// `EINVAL`: a request the QP cannot take, such as more SGEs or inline
+    /// bytes than its capabilities) and how many requests, from the start of
+    /// `wrs`, were posted: those will complete, the rest will not.
+    #[inline]
+    pub unsafe fn post_send_list(&self, wrs: &mut [SendRequest<'_>]) -> Result<(), PostError> {
+        let Some(head) = wr::link(wrs) else {
+            return Ok(());
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is alive; `head` is a null-terminated list of
+        // well-formed requests whose SGE arrays and AHs are borrowed for the
+        // call; the memory they name is the caller's contract.
+        let rc = unsafe { sys::ibv_post_send(self.as_ptr(), head, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            let n = wrs.len();
+            let posted = wr::posted_before(head, n, bad);
+            Err(PostError::new("ibv_post_send", rc, posted, n))
+        }
+    }
+
+    /// `ibv_post_recv`—Posts `wrs`, in order, to the receive queue with one
+    /// call; see `ibv_post_recv(3)`. Linked and reported as
+    /// [`post_send_list`](Self::post_send_list).
+    ///
+    /// # Safety
+    /// Until each request's completion has been polled (or the QP has been
+    /// destroyed, or moved to RESET), the memory its SGEs name must stay
+    /// allocated and registered with the keys given, and must not be read
+    /// or written by anyone else: the NIC writes an incoming message there.
+    ///
+    /// # Errors
+    /// As [`post_send_list`](Self::post_send_list) (`ENOMEM`: the receive
+    /// queue is full; `EINVAL` on a QP that uses an SRQ).
+    #[inline]
+    pub unsafe fn post_recv_list(&self, wrs: &mut [RecvRequest<'_>]) -> Result<(), PostError> {
+        let Some(head) = wr::link(wrs) else {
+            return Ok(());
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: as in `post_send_list`.
+        let rc = unsafe { sys::ibv_post_recv(self.as_ptr(), head, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            let n = wrs.len();
+            let posted = wr::posted_before(head, n, bad);
+            Err(PostError::new("ibv_post_recv", rc, posted, n))
+        }
+    }
+
+    /// `ibv_post_send`—Posts a list of raw send work requests.
     ///
     /// # Safety
     /// Every SGE of every request must name memory that stays allocated and

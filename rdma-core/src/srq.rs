@@ -1,7 +1,9 @@
 //! `ibv_create_srq`: shared receive queues.
 
-use crate::error::{check_rc, Result};
+use crate::async_event::SrqId;
+use crate::error::{check_rc, PostError, Result};
 use crate::pd::ProtectionDomain;
+use crate::wr::{self, RecvRequest};
 use crate::wrapper::{deleter, Wrapper};
 use ibverbs_sys as sys;
 use std::fmt;
@@ -67,12 +69,73 @@ impl SharedReceiveQueue {
     pub fn max_sge(&self) -> u32 {
         self.inner.max_sge
     }
+    /// The identity asynchronous events use for this SRQ
+    /// ([`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached)).
+    pub fn id(&self) -> SrqId {
+        SrqId::of(self.as_ptr())
+    }
+
+    /// `ibv_modify_srq`—Arms the SRQ's limit: once fewer than `limit`
+    /// receives remain posted, the device raises
+    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent::SrqLimitReached)
+    /// once (on the context's async event descriptor) and disarms the limit.
+    ///
+    /// # Errors
+    /// The error of `ibv_modify_srq` (`EINVAL` when `limit` exceeds the
+    /// SRQ's capacity, or, on some providers, the receives posted now).
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let mut attr = sys::ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: the SRQ is alive; `attr` is valid for reads.
+        check_rc("ibv_modify_srq", unsafe {
+            sys::ibv_modify_srq(
+                self.as_ptr(),
+                &mut attr,
+                sys::ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
+            )
+        })
+    }
+
     /// The protection domain.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.inner.pd
     }
 
-    /// `ibv_post_srq_recv`—Posts a list of receive requests.
+    /// `ibv_post_srq_recv`—Posts `wrs`, in order, to the SRQ with one call;
+    /// see `ibv_post_srq_recv(3)`. Linked and reported as
+    /// [`QueuePair::post_send_list`](crate::QueuePair::post_send_list).
+    ///
+    /// # Safety
+    /// As [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list):
+    /// the memory must stay valid and untouched until the completion (on
+    /// whichever QP consumes the receive) has been polled, or the SRQ and
+    /// every QP using it are gone.
+    ///
+    /// # Errors
+    /// As [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list)
+    /// (`ENOMEM`: the SRQ is full).
+    #[inline]
+    pub unsafe fn post_recv_list(&self, wrs: &mut [RecvRequest<'_>]) -> Result<(), PostError> {
+        let Some(head) = wr::link(wrs) else {
+            return Ok(());
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the SRQ is alive; `head` is a null-terminated list of
+        // well-formed requests whose SGE arrays are borrowed for the call.
+        let rc = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), head, &mut bad) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            let n = wrs.len();
+            let posted = wr::posted_before(head, n, bad);
+            Err(PostError::new("ibv_post_srq_recv", rc, posted, n))
+        }
+    }
+
+    /// `ibv_post_srq_recv`—Posts a list of raw receive requests.
     ///
     /// # Safety
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).

@@ -24,7 +24,10 @@ pub trait Deleter {
 /// [`Deleter::delete`] on `Drop`.
 ///
 /// `Drop` never panics: a failed destroy is logged (`log::error!`). Use
-/// [`Wrapper::close`] to observe the error instead.
+/// [`Wrapper::close`] (offered as `close` by the handles whose destroy a
+/// caller may act on: [`MemoryRegion`](crate::MemoryRegion),
+/// [`QueuePair`](crate::QueuePair), [`AddressHandle`](crate::AddressHandle))
+/// to observe the error instead.
 pub struct Wrapper<T: Deleter> {
     ptr: NonNull<T>,
 }
@@ -57,13 +60,11 @@ impl<T: Deleter> Wrapper<T> {
         self.ptr.as_ptr()
     }
 
-    /// Gives up ownership without destroying the object.
-    pub fn into_ptr(self) -> *mut T {
-        ManuallyDrop::new(self).ptr.as_ptr()
-    }
-
     /// Destroys the object now, returning the destroy verb's error (with the
     /// still-owned wrapper) if it fails.
+    ///
+    /// # Errors
+    /// The destroy verb's errno, with `self` back: the object still exists.
     pub fn close(self) -> std::result::Result<(), (Self, Error)> {
         let this = ManuallyDrop::new(self);
         // SAFETY: we own the object; on success it is never touched again

@@ -11,8 +11,8 @@ mod common;
 use common::{device_name, open_device, poll_success, recv_wr, send_wr, Buf, PORT};
 use rdma_core::sys::ibv_wr_opcode as Op;
 use rdma_core::{
-    AddressHandle, CompChannel, CompQueue, Context, ProtectionDomain, QpType, QueuePair, RtrParams,
-    RtsParams, SharedReceiveQueue,
+    AccessFlags, AddressHandle, CompChannel, CompQueue, Context, MemoryRegion, ProtectionDomain,
+    QpType, QueuePair, RtrParams, RtsParams, SharedReceiveQueue,
 };
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -305,6 +305,41 @@ fn every_drop_order_releases_every_object() {
     drop(cq_events);
     drop(rc_b);
     wait_for_counts(&device, &baseline, "interleaved");
+
+    // Closed explicitly: `close` reports success and releases what drop does.
+    let o = create_objects();
+    let Objects {
+        ctx,
+        pd,
+        channel,
+        cq_events,
+        cq,
+        buf,
+        rc_a,
+        rc_b,
+        ud,
+        ah,
+        srq,
+        rc_srq,
+    } = o;
+    // SAFETY: a second registration of `buf`'s memory, used by no request
+    // and closed before `buf` is dropped.
+    let mr = unsafe {
+        MemoryRegion::register(
+            &pd,
+            buf.addr(0) as *mut u8,
+            buf.len(),
+            AccessFlags::LOCAL_WRITE,
+        )
+    }
+    .expect("ibv_reg_mr");
+    mr.close().map_err(|(_, err)| err).expect("ibv_dereg_mr");
+    for qp in [rc_srq, ud, rc_b, rc_a] {
+        qp.close().map_err(|(_, err)| err).expect("ibv_destroy_qp");
+    }
+    ah.close().map_err(|(_, err)| err).expect("ibv_destroy_ah");
+    drop((buf, srq, cq, cq_events, channel, pd, ctx));
+    wait_for_counts(&device, &baseline, "closed explicitly");
 
     // Every handle moved into a thread of its own and dropped there, all at
     // once.

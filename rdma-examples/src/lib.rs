@@ -15,13 +15,13 @@
 //! ([`net::Link`]), decoded by a protocol module that checks every number
 //! against the limits the command line has ([`limit::Limit`]), and only
 //! then sizes an allocation, which may fail with an error
-//! ([`pages::PageBuf::zeroed`]).
+//! ([`pages::AllocError`], `rdma_safe::RegisteredBuffer::new`).
 //!
 //! Modules: command-line value parsers ([`cli`]), limits shared by the
 //! command line and the decoders ([`limit`]), opening and checking a device
 //! before serving ([`device`]), TCP with deadlines ([`net`]), the
-//! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned and
-//! remotely accessible buffers ([`pages`], [`shared`]), deterministic data
+//! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned
+//! allocation and remotely accessible buffers ([`pages`], [`shared`]), deterministic data
 //! patterns ([`pattern`]), cheap timestamps ([`clock`]), statistics in
 //! perftest's units ([`stats`]) and the decoders' fuzzing helpers
 //! ([`fuzz`]).

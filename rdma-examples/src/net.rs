@@ -285,10 +285,10 @@ fn timed_out(limit: Duration, what: &str) -> io::Error {
 /// The peer was silent, closed, sent garbage, or connecting failed.
 pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoint> {
     let timeout = link.timeout();
+    let what = "the peer's queue pair address (handshake)";
     channel.handshake(link.stream()?).map_err(|e| match e {
-        HandshakeError::Io(io) if is_timeout(&io) => {
-            timed_out(timeout, "the peer's queue pair address (handshake)").into()
-        }
+        HandshakeError::Timeout { .. } => timed_out(timeout, what).into(),
+        HandshakeError::Io(io) if is_timeout(&io) => timed_out(timeout, what).into(),
         other => other.into(),
     })
 }

@@ -6,16 +6,22 @@
 //! (or natively: `cargo run -p rdma-safe --example loopback -- rxe0`).
 
 use rdma_safe::{
-    Channel, MemoryRegion, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest,
-    WriteWorkRequest,
+    Channel, MemoryRegion, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer,
+    SendWorkRequest, WriteWorkRequest,
 };
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+#[allow(dead_code)] // the `examples` test includes this file and calls `run`
+fn main() -> Result<(), rdma_safe::Error> {
     let device = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("RXE_DEVICE").ok())
         .unwrap_or_else(|| "rxe0".into());
-    let pd = ProtectionDomain::open(&device)?;
+    run(&device)
+}
+
+/// The whole program on `device`.
+pub fn run(device: &str) -> Result<(), rdma_safe::Error> {
+    let pd = ProtectionDomain::open(device)?;
     let (mut a, mut b) = (pd.create_channel()?, pd.create_channel()?);
     Channel::connect_pair(&mut a, &mut b)?;
     println!(
@@ -25,14 +31,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Two-sided: b receives what a sends.
-    let mut tx = b"hello, RDMA".to_vec();
-    let mut rx = vec![0u8; 64];
-    let tx_mr = MemoryRegion::register_local_mr(&pd, tx.as_mut_ptr(), tx.len())?;
-    let rx_mr = MemoryRegion::register_local_mr(&pd, rx.as_mut_ptr(), rx.len())?;
+    // Registered buffers own their memory: it cannot be freed or moved
+    // while the NIC may use it.
+    let tx = RegisteredBuffer::register(&pd, b"hello, RDMA".to_vec())?;
+    let mut rx = RegisteredBuffer::new(&pd, 64)?;
     let got = b.scope(|s| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-        a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+        a.send(SendWorkRequest::new(&[tx.gather(..)]))?;
         recv.wait()
     })?;
     assert_eq!(&rx[..got.bytes()], b"hello, RDMA");
@@ -49,21 +55,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let exposed_mr =
         unsafe { MemoryRegion::register_shared_mr(&pd, exposed.as_mut_ptr(), exposed.len()) }?;
     let remote = exposed_mr.remote();
-    let mut src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
-    let src_mr = MemoryRegion::register_local_mr(&pd, src.as_mut_ptr(), src.len())?;
-    a.write(WriteWorkRequest::new(
-        &[src_mr.gather_element(&src)],
-        remote,
-    ))?;
-    let mut back = vec![0u8; 4096];
-    let back_mr = MemoryRegion::register_local_mr(&pd, back.as_mut_ptr(), back.len())?;
-    a.read(ReadWorkRequest::new(
-        &mut [back_mr.scatter_element(&mut back)],
-        remote,
-    ))?;
+    let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    let src = RegisteredBuffer::register(&pd, src)?;
+    a.write(WriteWorkRequest::new(&[src.gather(..)], remote))?;
+    let mut back = RegisteredBuffer::new(&pd, 4096)?;
+    a.read(ReadWorkRequest::new(&mut [back.scatter(..)], remote))?;
     drop(exposed_mr);
-    assert_eq!(exposed, src, "RDMA write landed");
-    assert_eq!(back, src, "RDMA read returned the written bytes");
+    assert_eq!(exposed[..], src[..], "RDMA write landed");
+    assert_eq!(back[..], src[..], "RDMA read returned the written bytes");
     println!("RDMA write + read of 4096 bytes verified");
     let (posted, completed) = a.totals();
     assert!(completed <= posted);

@@ -1,9 +1,10 @@
 //! [`Endpoint`]: what a peer needs to connect to a channel, its versioned
 //! byte encoding, and the exchange over TCP.
 
+use crate::exchange::{self, HandshakeError};
 use rdma_core::{Gid, Mtu};
-use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 /// Why endpoint bytes could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,16 +118,20 @@ impl Endpoint {
     }
 
     /// Sends `local` over `stream` and receives the peer's endpoint (both
-    /// sides call this; each writes before reading).
+    /// sides call this; each writes before reading), within `timeout`. The
+    /// stream's own timeouts are restored afterwards.
     ///
     /// # Errors
-    /// I/O errors, or `InvalidData` when the peer's bytes do not decode.
-    pub fn exchange(stream: &mut TcpStream, local: &Endpoint) -> io::Result<Endpoint> {
-        stream.write_all(&local.to_bytes())?;
-        stream.flush()?;
-        let mut buf = [0u8; ENDPOINT_ENCODED_LEN];
-        stream.read_exact(&mut buf)?;
-        Endpoint::from_bytes(&buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    /// [`HandshakeError::Timeout`] when the peer does not answer in time,
+    /// [`HandshakeError::Io`] for I/O errors, a peer that closes early
+    /// (`UnexpectedEof`) or bytes that do not decode (`InvalidData`).
+    pub fn exchange(
+        stream: &mut TcpStream,
+        local: &Endpoint,
+        timeout: Duration,
+    ) -> Result<Endpoint, HandshakeError> {
+        let theirs = exchange::swap(stream, &local.to_bytes(), timeout)?;
+        Endpoint::from_bytes(&theirs).map_err(exchange::invalid_data)
     }
 }
 

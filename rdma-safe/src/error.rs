@@ -124,3 +124,63 @@ impl From<ScopeError<TransportError>> for TransportError {
         e.flatten()
     }
 }
+
+/// Every error of this crate, for `?` across connecting, registering,
+/// transferring and decoding:
+///
+/// ```no_run
+/// use rdma_safe::{ProtectionDomain, RegisteredBuffer, SendWorkRequest};
+///
+/// fn main() -> Result<(), rdma_safe::Error> {
+///     let pd = ProtectionDomain::open("rxe0")?; // Error::Verbs
+///     let buf = RegisteredBuffer::new(&pd, 64)?; // Error::Alloc or Verbs
+///     let mut channel = pd.create_channel()?;
+///     channel.send(SendWorkRequest::new(&[buf.gather(..)]))?; // Error::Transport
+///     Ok(())
+/// }
+/// ```
+///
+/// The specific types stay available (and are what the individual calls
+/// return): match on a variant to get one back.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A verb failed (creating or configuring resources): see [`IbvError`].
+    #[error(transparent)]
+    Verbs(#[from] IbvError),
+    /// A transfer failed, timed out or could not be posted.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// Exchanging endpoints or connecting over a stream failed.
+    #[error(transparent)]
+    Handshake(#[from] crate::exchange::HandshakeError),
+    /// Bytes from a peer are not an endpoint.
+    #[error(transparent)]
+    EndpointDecode(#[from] crate::endpoint::EndpointDecodeError),
+    /// A remote region is malformed or a range lies outside it.
+    #[error(transparent)]
+    RemoteRegion(#[from] crate::remote::RemoteRegionError),
+    /// A scatter/gather element could not be built.
+    #[error(transparent)]
+    Element(#[from] crate::sge::ScatterGatherElementError),
+    /// Memory for a buffer could not be allocated.
+    #[error(transparent)]
+    Alloc(#[from] crate::aligned::AllocError),
+    /// Other I/O (e.g. a stream used to exchange regions).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Result of any operation of this crate, with [`Error`] by default.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `channel.scope(..)?` in a function returning [`Result`]: a closure error
+/// and a failure found while draining both become an [`Error`].
+impl<E: Into<Error>> From<ScopeError<E>> for Error {
+    fn from(e: ScopeError<E>) -> Self {
+        match e {
+            ScopeError::ClosureError(e) => e.into(),
+            ScopeError::AutoPollError(e) => Error::Transport(e),
+        }
+    }
+}

@@ -3,16 +3,25 @@
 //!
 //! # Safety architecture
 //!
-//! * **Registration** ([`MemoryRegion`]). Registering memory for *local*
-//!   access is safe: the NIC only touches memory through scatter/gather
-//!   elements, and those are built from live Rust references. Registering
-//!   with *remote* access is `unsafe`: a peer can then read or write the
-//!   memory at any time, outside any Rust borrow (see the [`memory`] module).
+//! * **Registration** ([`RegisteredBuffer`], [`MemoryRegion`]). The NIC uses
+//!   the physical pages pinned at registration, not virtual addresses, so a
+//!   registration is sound only while its range stays on those pages. A
+//!   [`RegisteredBuffer`] owns (or exclusively borrows, carrying the borrow's
+//!   lifetime) the memory it registers and deregisters before releasing it:
+//!   that is the safe way to register. Registering a raw address range
+//!   ([`MemoryRegion::register_local_mr`]) is `unsafe`, its caller promising
+//!   the range is not freed, reallocated or remapped while registered — a
+//!   documented departure from the design this crate follows, whose local
+//!   registration was safe (see the [`memory`] module for why it cannot be).
+//!   Registering with *remote* access is `unsafe` as well: a peer can then
+//!   read or write the memory at any time, outside any Rust borrow.
 //! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
 //!   `&'a [u8]` (the NIC reads; nobody writes), a
 //!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
-//!   nobody else touches it). A slice outside its region is caught by the
-//!   hardware (Local Protection Error), never undefined behaviour.
+//!   nobody else touches it); both borrow their region. With the page
+//!   identity above, an element over a slice inside its region names exactly
+//!   that slice's pages; a slice outside its region is caught by the hardware
+//!   (Local Protection Error), never undefined behaviour.
 //! * **Operations** ([`Channel`]). Blocking operations return only after the
 //!   completion. [`Channel::scope`] and [`Channel::manual_scope`] let many
 //!   operations be in flight and guarantee — in the callee, with
@@ -37,22 +46,20 @@
 //! # Example: loopback transfer
 //!
 //! ```no_run
-//! use rdma_safe::{Channel, MemoryRegion, ProtectionDomain, ReceiveWorkRequest, SendWorkRequest};
+//! use rdma_safe::{Channel, ProtectionDomain, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest};
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> Result<(), rdma_safe::Error> {
 //! let pd = ProtectionDomain::open("rxe0")?;
 //! let (mut a, mut b) = (pd.create_channel()?, pd.create_channel()?);
 //! Channel::connect_pair(&mut a, &mut b)?;
 //!
-//! let mut tx = b"hello, RDMA".to_vec();
-//! let mut rx = vec![0u8; 64];
-//! let tx_mr = MemoryRegion::register_local_mr(&pd, tx.as_mut_ptr(), tx.len())?;
-//! let rx_mr = MemoryRegion::register_local_mr(&pd, rx.as_mut_ptr(), rx.len())?;
+//! let tx = RegisteredBuffer::register(&pd, b"hello, RDMA".to_vec())?;
+//! let mut rx = RegisteredBuffer::new(&pd, 64)?;
 //!
 //! let got = b.scope(|s| {
-//!     let mut scatter = [rx_mr.scatter_element(&mut rx)];
+//!     let mut scatter = [rx.scatter(..)];
 //!     let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-//!     a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+//!     a.send(SendWorkRequest::new(&[tx.gather(..)]))?;
 //!     recv.wait()
 //! })?;
 //! assert_eq!(&rx[..got.bytes()], b"hello, RDMA");
@@ -63,24 +70,33 @@
 //! The same program is `rdma-safe/examples/loopback.rs`, which
 //! `cargo xtask test-rxe` runs on a soft-RoCE device.
 
+mod aligned;
 mod channel;
 mod endpoint;
+mod engine;
 mod error;
+mod exchange;
+mod fatal;
 pub mod memory;
 mod pd;
 mod pending;
-mod poller;
+mod registered;
 mod remote;
 pub mod scope;
 mod sge;
 mod work;
 
-pub use channel::{Channel, ChannelBuilder, ConnectOptions, HandshakeError, DEFAULT_TIMEOUT};
+pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
+pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
-pub use error::{IbvError, IbvResult, Operation, ScopeError, TransportError, TransportResult};
+pub use error::{
+    Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,
+};
+pub use exchange::HandshakeError;
 pub use memory::{AccessFlags, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
+pub use registered::RegisteredBuffer;
 pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
 pub use scope::{PollingScope, ScopedPendingWork};
 pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
@@ -89,3 +105,8 @@ pub use work::{
 };
 
 pub use rdma_core::{Context, Gid, Mtu, WcOpcode, WcStatus};
+
+/// The README's program compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeProgram;

@@ -1,18 +1,55 @@
 //! Registered memory: [`MemoryRegion`] and its safety architecture.
 //!
-//! # Why local registration is safe
+//! # What the NIC uses: pages, not addresses
 //!
-//! A [`MemoryRegion`] does not own or borrow the memory it registers. The NIC
-//! touches memory only through the SGEs of work requests, and every SGE this
-//! crate builds comes from a live Rust reference: a [`GatherElement`] holds a
-//! `&'a [u8]` (the NIC may read it; nobody may write it), a
-//! [`ScatterElement`] holds a `&'a mut [u8]` (the NIC may write it; nobody
-//! else may touch it). The address and length the NIC uses are those of the
-//! borrowed slice, so the NIC never reaches outside memory Rust lent it; the
-//! region's key only grants the permission. A slice outside the region is
-//! rejected by the hardware with a Local Protection Error, never
+//! `ibv_reg_mr` pins the physical pages behind a virtual range and gives the
+//! NIC their translation. From then until deregistration the NIC reads and
+//! writes *those pages* whenever a work request names an address in the range
+//! with the region's key — whatever has happened to the range since. If the
+//! buffer is freed and the address reused, the NIC writes the old, orphaned
+//! pages; if a large buffer is reallocated (glibc `realloc` uses `mremap`
+//! above 128 KiB), the pinned pages *move* with it to the new address while a
+//! new allocation may appear at the old one — and a send "from" that new
+//! allocation transmits the moved buffer, a receive "into" it writes the moved
+//! buffer while safe code holds a `&[u8]` to it. A live Rust reference at an
+//! address therefore proves nothing about which pages the NIC touches there.
+//!
+//! # How registration is kept sound
+//!
+//! A registration is sound only while its range stays mapped to the pages it
+//! pinned. This crate offers two ways to know that:
+//!
+//! * **The registration holds the memory.** [`RegisteredBuffer`] owns a
+//!   [`StableBuffer`] — a `Vec<u8>`, a `Box<[u8]>`, a page-aligned
+//!   [`AlignedBuffer`], or an exclusively borrowed `&'a mut [u8]` (the
+//!   registration then carries `'a`) — and deregisters before giving it back
+//!   or freeing it. Nothing can reallocate, free or unmap the memory while it
+//!   is registered, so safe code registers memory this way.
+//! * **The caller promises it.** [`MemoryRegion::register_local_mr`] and the
+//!   other raw registrations take an address and a length and are `unsafe`:
+//!   the caller guarantees that the range stays mapped to the same pages —
+//!   not freed, reallocated, `mremap`ed or unmapped — while the region lives.
+//!
+//! This is a deliberate departure from the design this crate follows, whose
+//! `register_local_mr` is safe on the argument that "an SGE needs a live
+//! reference, proving the memory is still alive": the reference proves that
+//! *some* memory is live at the address, not that it is the registered
+//! memory.
+//!
+//! # Why the elements are then safe
+//!
+//! With the page identity guaranteed, a [`GatherElement`] (holding a `&'a [u8]`:
+//! the NIC may read it, nobody may write it) or a [`ScatterElement`] (holding a
+//! `&'a mut [u8]`: the NIC may write it, nobody else may touch it) over a slice
+//! inside the region names exactly the pages behind that slice. A slice
+//! outside the region is rejected by the NIC (Local Protection Error), never
 //! undefined behaviour. How long the borrow lasts is enforced by the
 //! [`Channel`](crate::Channel) operations and [scopes](crate::Channel::scope).
+//!
+//! `fork()` does not break the argument on the kernels this crate supports:
+//! since Linux 5.13 pages pinned for DMA are copied for the child at fork
+//! time, so the parent keeps the registered pages (rdma-core reports
+//! `IBV_FORK_UNNEEDED`).
 //!
 //! # Why remote access is `unsafe`
 //!
@@ -22,23 +59,29 @@
 //! [`MemoryRegion::register_mr_with_access`] (with remote flags) are therefore
 //! `unsafe`, and their callers promise to keep the memory allocated and
 //! treat it as shared mutable state while peers may access it.
+//!
+//! [`RegisteredBuffer`]: crate::RegisteredBuffer
+//! [`StableBuffer`]: crate::StableBuffer
+//! [`AlignedBuffer`]: crate::AlignedBuffer
 
 use crate::error::IbvResult;
 use crate::pd::ProtectionDomain;
 use crate::remote::RemoteMemoryRegion;
 use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
 use std::fmt;
-use std::os::fd::BorrowedFd;
+use std::os::fd::AsFd;
 
 pub use rdma_core::AccessFlags;
 
 /// A handle to a registered Memory Region.
 ///
-/// Registration pins a buffer and gives the NIC its address translation. A
+/// Registration pins a buffer's pages and gives the NIC their translation. A
 /// `MemoryRegion` does not own the buffer: the same memory may be registered
 /// in several protection domains, and memory owned by other structures may be
-/// registered. Safety is enforced when [`GatherElement`]s and
-/// [`ScatterElement`]s are created from it (see the [module docs](self)).
+/// registered — which is why creating one from an address is `unsafe` (the
+/// caller keeps the range on the same pages). Safe code gets one through a
+/// [`RegisteredBuffer`](crate::RegisteredBuffer), which owns its memory. The
+/// element constructors are safe on either (see the [module docs](self)).
 /// Deregistered on drop; keeps its protection domain alive.
 pub struct MemoryRegion {
     inner: rdma_core::MemoryRegion,
@@ -55,8 +98,12 @@ impl MemoryRegion {
     ///
     /// # Safety
     ///
-    /// Enabling remote read or write access breaks local safety guarantees.
-    /// If remote access is enabled:
+    /// Always: `address..address+length` must stay mapped to the same pages
+    /// — not freed, reallocated, `mremap`ed or unmapped — while the region
+    /// lives (see [`register_local_mr`](Self::register_local_mr)).
+    ///
+    /// Enabling remote read or write access breaks local safety guarantees
+    /// further. If remote access is enabled:
     ///
     /// 1. **Aliasing**: remote peers can read or modify this memory at any
     ///    time. You must make sure Rust's aliasing rules are respected: no
@@ -66,7 +113,7 @@ impl MemoryRegion {
     ///    peers may perform RDMA operations on it (until this region is
     ///    dropped, or until they are known to have stopped).
     ///
-    /// Without remote flags this is as safe as [`register_local_mr`](Self::register_local_mr).
+    /// Without remote flags only the first rule applies.
     ///
     /// # Errors
     /// The error of `ibv_reg_mr`: `EINVAL` for a zero length or a flag
@@ -91,28 +138,31 @@ impl MemoryRegion {
 
     /// Registers a local memory region (local write access only).
     ///
-    /// # Why is this safe?
+    /// Safe code registers memory with
+    /// [`RegisteredBuffer`](crate::RegisteredBuffer) instead, which owns or
+    /// exclusively borrows it for as long as it is registered.
     ///
-    /// 1. No remote access is granted, so no peer can alias the memory.
-    /// 2. To use the region locally (send, receive, write source, read
-    ///    target) an SGE must be created from a live Rust reference to the
-    ///    memory, which proves it is allocated and borrowed correctly for as
-    ///    long as the NIC may use it.
+    /// # Safety
     ///
-    /// If the buffer is freed while still registered the pages stay pinned
-    /// and the region keeps pointing at them; new memory at the same address
-    /// is not seen by the NIC. Drop regions before (or with) their buffers.
-    // The pointer is never dereferenced by Rust: the kernel validates the
-    // range when pinning it (EFAULT), and the NIC reaches it only through SGEs
-    // built from live references.
-    #[allow(clippy::not_unsafe_ptr_arg_deref)]
-    pub fn register_local_mr(
+    /// `address..address+length` must stay mapped to the same pages while the
+    /// region lives: the memory must not be freed, reallocated (a `Vec` must
+    /// not grow), `mremap`ed or unmapped before the region is dropped. The NIC
+    /// uses the pages pinned here, not the virtual addresses: after `realloc`
+    /// moves the pages, an element over a new allocation at the old address
+    /// would make the NIC read or write the moved buffer (see the
+    /// [module docs](self)). No remote access is granted, so no peer can
+    /// alias the memory; locally the NIC touches it only through elements
+    /// built from live references.
+    ///
+    /// # Errors
+    /// As [`register_mr_with_access`](Self::register_mr_with_access).
+    pub unsafe fn register_local_mr(
         pd: &ProtectionDomain,
         address: *mut u8,
         length: usize,
     ) -> IbvResult<MemoryRegion> {
-        // SAFETY: local write only: the NIC reaches the memory solely through
-        // SGEs built from live references (module docs).
+        // SAFETY: the page-identity contract is forwarded to the caller; local
+        // write only.
         unsafe { Self::register_mr_with_access(pd, address, length, AccessFlags::LOCAL_WRITE) }
     }
 
@@ -125,8 +175,12 @@ impl MemoryRegion {
     ///
     /// * **Aliasing** — the memory becomes shared mutable state; you must
     ///   respect Rust's aliasing rules while peers may read or write it.
-    /// * **Lifetime** — the memory must remain allocated as long as remote
-    ///   peers may perform RDMA operations on it.
+    /// * **Lifetime** — the memory must remain allocated, on the same pages,
+    ///   as long as the region lives and remote peers may perform RDMA
+    ///   operations on it.
+    ///
+    /// # Errors
+    /// As [`register_mr_with_access`](Self::register_mr_with_access).
     pub unsafe fn register_shared_mr(
         pd: &ProtectionDomain,
         address: *mut u8,
@@ -140,31 +194,47 @@ impl MemoryRegion {
 
     /// Registers a DMA-BUF with the given access flags.
     ///
-    /// * `fd` — the DMA-BUF file descriptor.
+    /// * `fd` — the DMA-BUF file descriptor (only borrowed for the call: the
+    ///   registration holds its own reference to the buffer).
     /// * `offset` — start offset within the DMA-BUF.
     /// * `length` — size of the region.
     /// * `iova` — the virtual base address the NIC uses for this region
     ///   through its keys; must have the same page offset as `offset`.
     ///
+    /// The region's range is `iova..iova+length`, an I/O address chosen by the
+    /// caller, and the NIC serves it from the DMA-BUF's pages. Element
+    /// constructors check slices against that range only, so an element over
+    /// a Rust slice that happens to lie at those addresses would read or write
+    /// the DMA-BUF's pages instead of the slice.
+    ///
     /// # Safety
-    /// As [`register_mr_with_access`](Self::register_mr_with_access); with remote
-    /// flags the caller manages aliasing and lifetime of the DMA-BUF memory.
+    ///
+    /// * Every element built from this region must be over a slice that *is*
+    ///   the CPU mapping of the DMA-BUF at `iova` (e.g. `iova` is the address
+    ///   where the DMA-BUF is `mmap`ed, and it stays mapped while the region
+    ///   lives); otherwise build no elements from it (use it for remote access
+    ///   only).
+    /// * With remote flags, the rules of
+    ///   [`register_mr_with_access`](Self::register_mr_with_access) apply to
+    ///   the DMA-BUF's memory.
+    ///
+    /// # Errors
+    /// `EINVAL` when `iova` and `offset` differ in page offset; otherwise
+    /// `ibv_reg_dmabuf_mr`'s error (`EOPNOTSUPP` where the provider has no
+    /// DMA-BUF support, as rxe).
     pub unsafe fn register_dmabuf_mr_with_access(
         pd: &ProtectionDomain,
-        fd: i32,
+        fd: impl AsFd,
         offset: u64,
         length: usize,
         iova: u64,
         access_flags: AccessFlags,
     ) -> IbvResult<MemoryRegion> {
-        // SAFETY: `fd` is only used for the duration of the registration call;
-        // an invalid descriptor makes the verb fail with EBADF.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
         // SAFETY: forwarded to the caller.
         let inner = unsafe {
             rdma_core::MemoryRegion::register_dmabuf(
                 pd.as_core(),
-                fd,
+                fd.as_fd(),
                 offset,
                 length,
                 iova,
@@ -177,17 +247,24 @@ impl MemoryRegion {
         })
     }
 
-    /// Registers a DMA-BUF for local access only. Safe for the same reasons
-    /// as [`register_local_mr`](Self::register_local_mr): every use goes
-    /// through SGEs built from live references.
-    pub fn register_local_dmabuf_mr(
+    /// Registers a DMA-BUF for local access only.
+    ///
+    /// # Safety
+    /// The first rule of
+    /// [`register_dmabuf_mr_with_access`](Self::register_dmabuf_mr_with_access):
+    /// elements over this region must be over the DMA-BUF's own mapping at
+    /// `iova`.
+    ///
+    /// # Errors
+    /// As [`register_dmabuf_mr_with_access`](Self::register_dmabuf_mr_with_access).
+    pub unsafe fn register_local_dmabuf_mr(
         pd: &ProtectionDomain,
-        fd: i32,
+        fd: impl AsFd,
         offset: u64,
         length: usize,
         iova: u64,
     ) -> IbvResult<MemoryRegion> {
-        // SAFETY: local write only (see `register_local_mr`).
+        // SAFETY: forwarded to the caller; local write only.
         unsafe {
             Self::register_dmabuf_mr_with_access(
                 pd,
@@ -204,10 +281,15 @@ impl MemoryRegion {
     /// write).
     ///
     /// # Safety
-    /// Remote access risks; see [`register_shared_mr`](Self::register_shared_mr).
+    /// Both rules of
+    /// [`register_dmabuf_mr_with_access`](Self::register_dmabuf_mr_with_access)
+    /// with remote access; see also [`register_shared_mr`](Self::register_shared_mr).
+    ///
+    /// # Errors
+    /// As [`register_dmabuf_mr_with_access`](Self::register_dmabuf_mr_with_access).
     pub unsafe fn register_shared_dmabuf_mr(
         pd: &ProtectionDomain,
-        fd: i32,
+        fd: impl AsFd,
         offset: u64,
         length: usize,
         iova: u64,

@@ -1,7 +1,7 @@
 //! [`PendingWork`]: a posted operation whose completion is polled later.
 
+use crate::engine::WorkQueue;
 use crate::error::TransportResult;
-use crate::poller::Shared;
 use crate::work::WorkSuccess;
 use std::fmt;
 use std::marker::PhantomData;
@@ -21,14 +21,14 @@ use std::time::Duration;
 /// has no such hole.
 #[must_use = "dropping PendingWork blocks until the operation completes"]
 pub struct PendingWork<'data> {
-    shared: Arc<Shared>,
+    shared: Arc<WorkQueue>,
     id: u64,
     timeout: Duration,
     _data: PhantomData<&'data mut [u8]>,
 }
 
 impl<'data> PendingWork<'data> {
-    pub(crate) fn new(shared: Arc<Shared>, id: u64, timeout: Duration) -> Self {
+    pub(crate) fn new(shared: Arc<WorkQueue>, id: u64, timeout: Duration) -> Self {
         PendingWork {
             shared,
             id,
@@ -66,7 +66,7 @@ impl<'data> PendingWork<'data> {
 
     /// Takes the channel's state out without running `Drop` (which would
     /// wait for the work).
-    fn disarm(self) -> Arc<Shared> {
+    fn disarm(self) -> Arc<WorkQueue> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again after this read, so
         // the `Arc` is moved out exactly once.

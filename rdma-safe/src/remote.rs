@@ -1,6 +1,9 @@
 //! [`RemoteMemoryRegion`]: a peer's registered memory, as seen from here.
 
+use crate::exchange::{self, HandshakeError};
 use std::fmt;
+use std::net::TcpStream;
+use std::time::Duration;
 
 /// Why a remote region or sub-range is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +117,30 @@ impl RemoteMemoryRegion {
             length,
             rkey,
         })
+    }
+
+    /// Sends this region to a peer over `stream` within `timeout` (the peer
+    /// calls [`receive_from`](Self::receive_from)). The stream's own
+    /// timeouts are restored afterwards.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Timeout`] when the peer does not take the bytes in
+    /// time, [`HandshakeError::Io`] when the stream fails.
+    pub fn send_to(&self, stream: &mut TcpStream, timeout: Duration) -> Result<(), HandshakeError> {
+        exchange::Bounded::new(stream, timeout)?.write_all(&self.to_bytes())
+    }
+
+    /// Receives a region a peer sent with [`send_to`](Self::send_to), within
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Timeout`] for a silent peer, [`HandshakeError::Io`]
+    /// for a closed stream (`UnexpectedEof`) or bytes that are not a region
+    /// (`InvalidData`).
+    pub fn receive_from(stream: &mut TcpStream, timeout: Duration) -> Result<Self, HandshakeError> {
+        let mut buf = [0u8; REMOTE_REGION_ENCODED_LEN];
+        exchange::Bounded::new(stream, timeout)?.read_exact(&mut buf)?;
+        Self::from_bytes(&buf).map_err(exchange::invalid_data)
     }
 }
 

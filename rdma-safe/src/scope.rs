@@ -16,8 +16,8 @@
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
 
 use crate::channel::Channel;
+use crate::engine::WorkQueue;
 use crate::error::{TransportError, TransportResult};
-use crate::poller::Shared;
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
@@ -28,8 +28,9 @@ use std::time::Duration;
 
 /// The handle through which a scope's closure posts operations; see
 /// [`Channel::scope`](crate::Channel::scope).
-pub struct PollingScope<'scope, 'env: 'scope, C> {
-    target: &'scope C,
+pub struct PollingScope<'scope, 'env: 'scope> {
+    channel: &'scope Channel,
+    queue: &'scope WorkQueue,
     posted: Vec<u64>,
     compact_at: usize,
     timeout: Duration,
@@ -45,14 +46,16 @@ pub(crate) fn run<'env, F, T, E>(
     f: F,
 ) -> (Result<T, E>, Vec<TransportError>, usize)
 where
-    F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env, Channel>) -> Result<T, E>,
+    F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env>) -> Result<T, E>,
 {
     let timeout = channel.timeout();
     let mut ids = std::mem::take(&mut channel.scope_ids);
     ids.clear();
     let target: &Channel = channel;
+    let queue: &WorkQueue = target.queue();
     let mut scope = PollingScope {
-        target,
+        channel: target,
+        queue,
         posted: ids,
         compact_at: 256,
         timeout,
@@ -60,13 +63,12 @@ where
         _env: PhantomData,
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
-    let shared = target.shared();
     // One lock for the common case: everything was claimed in the closure.
-    let unclaimed = shared.count_tracked(&scope.posted);
+    let unclaimed = queue.count_tracked(&scope.posted);
     let errors = if unclaimed == 0 {
         Vec::new()
     } else {
-        shared.drain_ids(&scope.posted, timeout)
+        queue.drain_ids(&scope.posted, timeout)
     };
     let ids = scope.posted;
     match outcome {
@@ -85,17 +87,17 @@ where
 /// Capacity of the id list a channel keeps between scopes.
 const MAX_KEPT_IDS: usize = 4096;
 
-impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
+impl<'scope, 'env> PollingScope<'scope, 'env> {
     fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a
             // benchmark loop, a server) does not grow without bound.
-            self.target.shared().retain_tracked(&mut self.posted);
+            self.queue.retain_tracked(&mut self.posted);
             self.compact_at = (self.posted.len() * 2).max(256);
         }
         self.posted.push(id);
         ScopedPendingWork {
-            shared: self.target.shared(),
+            queue: self.queue,
             id,
             timeout: self.timeout,
             _scope: PhantomData,
@@ -107,7 +109,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wr: SendWorkRequest<'_, 'scope>,
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_send_wr(&wr)?;
+        let id = self.queue.post_send(&wr)?;
         Ok(self.handle(id))
     }
 
@@ -117,7 +119,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         mut wr: ReceiveWorkRequest<'_, 'scope>,
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_recv_wr(&mut wr)?;
+        let id = self.queue.post_recv(&mut wr)?;
         Ok(self.handle(id))
     }
 
@@ -134,7 +136,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
     ) -> TransportResult<Vec<ScopedPendingWork<'scope>>> {
-        let (ids, outcome) = self.target.post_recv_batch_wr(wrs);
+        let (ids, outcome) = self.queue.post_recv_batch(wrs);
         let handles: Vec<_> = ids.map(|id| self.handle(id)).collect();
         outcome.map(|()| handles)
     }
@@ -144,7 +146,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wr: WriteWorkRequest<'_, 'scope>,
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_write_wr(&wr)?;
+        let id = self.queue.post_write(&wr)?;
         Ok(self.handle(id))
     }
 
@@ -155,7 +157,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wrs: &[SendWorkRequest<'_, 'd>],
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_send_batch_wr(wrs)?;
+        let id = self.queue.post_send_batch(wrs)?;
         Ok(self.handle(id))
     }
 
@@ -166,7 +168,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wrs: &[WriteWorkRequest<'_, 'd>],
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_write_batch_wr(wrs)?;
+        let id = self.queue.post_write_batch(wrs)?;
         Ok(self.handle(id))
     }
 
@@ -177,7 +179,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         wrs: &mut [ReadWorkRequest<'_, 'd>],
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_read_batch_wr(wrs)?;
+        let id = self.queue.post_read_batch(wrs)?;
         Ok(self.handle(id))
     }
 
@@ -187,23 +189,23 @@ impl<'scope, 'env> PollingScope<'scope, 'env, Channel> {
         &mut self,
         mut wr: ReadWorkRequest<'_, 'scope>,
     ) -> TransportResult<ScopedPendingWork<'scope>> {
-        let id = self.target.post_read_wr(&mut wr)?;
+        let id = self.queue.post_read(&mut wr)?;
         Ok(self.handle(id))
     }
 
     /// The channel (read-only: posting goes through the scope).
     pub fn channel(&self) -> &Channel {
-        self.target
+        self.channel
     }
 
     /// Requests posted through this scope whose completion has not been
     /// taken yet.
     pub fn outstanding(&self) -> usize {
-        self.target.shared().count_tracked(&self.posted)
+        self.queue.count_tracked(&self.posted)
     }
 }
 
-impl<C> fmt::Debug for PollingScope<'_, '_, C> {
+impl fmt::Debug for PollingScope<'_, '_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PollingScope")
             .field("posted", &self.posted.len())
@@ -216,7 +218,7 @@ impl<C> fmt::Debug for PollingScope<'_, '_, C> {
 /// waits for it when it ends.
 #[must_use = "an unpolled operation is waited for at the end of the scope; poll it to see its outcome"]
 pub struct ScopedPendingWork<'scope> {
-    shared: &'scope Shared,
+    queue: &'scope WorkQueue,
     id: u64,
     timeout: Duration,
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -231,7 +233,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// Polls once without blocking: the outcome if the operation completed,
     /// otherwise the handle back.
     pub fn poll(self) -> Result<TransportResult<WorkSuccess>, Self> {
-        match self.shared.try_take(self.id) {
+        match self.queue.try_take(self.id) {
             Some(outcome) => Ok(outcome),
             None => Err(self),
         }
@@ -241,7 +243,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// timeout; on expiry the channel is shut down and drained) and returns
     /// its outcome.
     pub fn wait(self) -> TransportResult<WorkSuccess> {
-        self.shared.wait(self.id, self.timeout)
+        self.queue.wait(self.id, self.timeout)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Scatter/gather elements: borrowed slices of registered memory.
 
 use crate::memory::MemoryRegion;
-use ibverbs_sys as sys;
+use rdma_core::Sge;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -24,6 +24,13 @@ pub enum ScatterGatherElementError {
     /// The slice is longer than one SGE can describe (`u32::MAX` bytes).
     #[error("slice of {0} bytes is longer than an SGE can describe (u32::MAX)")]
     TooLong(usize),
+    /// A range of a [`RegisteredBuffer`](crate::RegisteredBuffer) is not
+    /// within the buffer.
+    #[error("range is outside the registered buffer of {len} bytes")]
+    OutOfBounds {
+        /// Length of the buffer.
+        len: usize,
+    },
 }
 
 fn check(mr: &MemoryRegion, data: &[u8]) -> Result<(), ScatterGatherElementError> {
@@ -41,13 +48,26 @@ fn check(mr: &MemoryRegion, data: &[u8]) -> Result<(), ScatterGatherElementError
     Ok(())
 }
 
-fn sge(mr: &MemoryRegion, addr: *const u8, len: usize) -> sys::ibv_sge {
+fn sge(mr: &MemoryRegion, addr: *const u8, len: usize) -> Sge {
     // Truncation is documented: the NIC then touches fewer bytes of the slice.
-    sys::ibv_sge {
-        addr: addr as u64,
-        length: len as u32,
-        lkey: mr.lkey(),
-    }
+    Sge::new(addr as u64, len as u32, mr.lkey())
+}
+
+/// The SGEs of a gather list, as the verbs take them.
+#[inline]
+pub(crate) fn gather_sges<'a>(elements: &'a [GatherElement<'_>]) -> &'a [Sge] {
+    // SAFETY: `GatherElement` is `repr(transparent)` over `Sge` (its other
+    // field is a zero-sized marker), so the slices have the same layout.
+    unsafe { std::slice::from_raw_parts(elements.as_ptr().cast::<Sge>(), elements.len()) }
+}
+
+/// The SGEs of a scatter list. Borrowing the list exclusively keeps the
+/// elements (and so the buffers they borrow) from being used elsewhere
+/// while the verbs read the SGEs.
+#[inline]
+pub(crate) fn scatter_sges<'a>(elements: &'a mut [ScatterElement<'_>]) -> &'a [Sge] {
+    // SAFETY: `ScatterElement` is `repr(transparent)` over `Sge`.
+    unsafe { std::slice::from_raw_parts(elements.as_ptr().cast::<Sge>(), elements.len()) }
 }
 
 /// A Gather Element for outgoing RDMA operations.
@@ -57,12 +77,12 @@ fn sge(mr: &MemoryRegion, addr: *const u8, len: usize) -> sys::ibv_sge {
 /// the data while the operation is pending — and a reference to the
 /// [`MemoryRegion`], so the registration stays valid.
 ///
-/// Layout-compatible with `struct ibv_sge`: a slice of elements is handed to
-/// the NIC as is.
+/// Layout-compatible with `struct ibv_sge` (through [`rdma_core::Sge`]): a
+/// slice of elements is handed to the NIC as is.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
 pub struct GatherElement<'a> {
-    sge: sys::ibv_sge,
+    sge: Sge,
     _borrow: PhantomData<(&'a MemoryRegion, &'a [u8])>,
 }
 
@@ -109,20 +129,20 @@ impl<'a> GatherElement<'a> {
 
     /// Bytes this element covers.
     pub fn len(&self) -> usize {
-        self.sge.length as usize
+        self.sge.length() as usize
     }
     /// Whether the element covers no bytes.
     pub fn is_empty(&self) -> bool {
-        self.sge.length == 0
+        self.sge.length() == 0
     }
 }
 
 impl fmt::Debug for GatherElement<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GatherElement")
-            .field("addr", &format_args!("{:#x}", self.sge.addr))
-            .field("length", &self.sge.length)
-            .field("lkey", &format_args!("{:#x}", self.sge.lkey))
+            .field("addr", &format_args!("{:#x}", self.sge.addr()))
+            .field("length", &self.sge.length())
+            .field("lkey", &format_args!("{:#x}", self.sge.lkey()))
             .finish()
     }
 }
@@ -137,7 +157,7 @@ impl fmt::Debug for GatherElement<'_> {
 /// Layout-compatible with `struct ibv_sge`.
 #[repr(transparent)]
 pub struct ScatterElement<'a> {
-    sge: sys::ibv_sge,
+    sge: Sge,
     _borrow: PhantomData<(&'a MemoryRegion, &'a mut [u8])>,
 }
 
@@ -184,20 +204,20 @@ impl<'a> ScatterElement<'a> {
 
     /// Bytes this element covers.
     pub fn len(&self) -> usize {
-        self.sge.length as usize
+        self.sge.length() as usize
     }
     /// Whether the element covers no bytes.
     pub fn is_empty(&self) -> bool {
-        self.sge.length == 0
+        self.sge.length() == 0
     }
 }
 
 impl fmt::Debug for ScatterElement<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScatterElement")
-            .field("addr", &format_args!("{:#x}", self.sge.addr))
-            .field("length", &self.sge.length)
-            .field("lkey", &format_args!("{:#x}", self.sge.lkey))
+            .field("addr", &format_args!("{:#x}", self.sge.addr()))
+            .field("length", &self.sge.length())
+            .field("lkey", &format_args!("{:#x}", self.sge.lkey()))
             .finish()
     }
 }

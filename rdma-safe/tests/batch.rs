@@ -5,8 +5,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    MemoryRegion, Operation, ReceiveWorkRequest, ScatterElement, SendWorkRequest, TransportError,
-    WcStatus, WriteWorkRequest,
+    Operation, ReceiveWorkRequest, SendWorkRequest, TransportError, WcStatus, WriteWorkRequest,
 };
 use std::time::Duration;
 
@@ -17,8 +16,7 @@ fn write_batch_lands_every_piece() {
     let (mut a, b) = pair(&pd);
     let n = 24;
     let piece = 1000;
-    let mut src = pattern(seed("write-batch", n), n * piece);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("write-batch", n), n * piece));
     let mut dst = vec![FILL; n * piece + CANARY];
     // SAFETY: `dst` outlives the region (dropped below, before `dst` is
     // read) and is not touched from Rust while the peer may write it.
@@ -26,7 +24,7 @@ fn write_batch_lands_every_piece() {
     let remote = dst_mr.remote();
     // Written in reverse piece order, so each request's target differs.
     let gathers: Vec<_> = (0..n)
-        .map(|i| [src_mr.gather_element(&src[i * piece..(i + 1) * piece])])
+        .map(|i| [src.gather(i * piece..(i + 1) * piece)])
         .collect();
     let wrs: Vec<_> = (0..n)
         .rev()
@@ -59,18 +57,15 @@ fn send_batch_delivers_messages_in_order() {
     let (mut a, mut b) = pair(&pd);
     let n = 16;
     let size = 333;
-    let mut src = pattern(seed("send-batch", n), n * size);
-    let src_mr = local_mr(&pd, &mut src);
-    let mut dst = vec![FILL; n * size];
-    let dst_mr = local_mr(&pd, &mut dst);
+    let src = registered(&pd, pattern(seed("send-batch", n), n * size));
+    let mut dst = registered(&pd, vec![FILL; n * size]);
     b.scope(|sb| {
         let mut recvs = Vec::new();
-        for chunk in dst.chunks_mut(size) {
-            let mut sc = [dst_mr.scatter_element(chunk)];
-            recvs.push(sb.post_receive(ReceiveWorkRequest::new(&mut sc))?);
+        for sc in &mut scatter_chunks(&mut dst, size) {
+            recvs.push(sb.post_receive(ReceiveWorkRequest::new(sc))?);
         }
         let gathers: Vec<_> = (0..n)
-            .map(|i| [src_mr.gather_element(&src[i * size..(i + 1) * size])])
+            .map(|i| [src.gather(i * size..(i + 1) * size)])
             .collect();
         let wrs: Vec<_> = (0..n)
             .map(|i| SendWorkRequest::new(&gathers[i]).with_immediate(i as u32))
@@ -99,8 +94,7 @@ fn send_batch_delivers_messages_in_order() {
 fn error_in_the_middle_of_a_batch_fails_the_batch() {
     let pd = pd();
     let (mut a, b) = pair(&pd);
-    let mut src = pattern(seed("batch-error", 1), 4096);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("batch-error", 1), 4096));
     let mut dst = vec![FILL; 4096];
     // SAFETY: as in `write_batch_lands_every_piece`.
     let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
@@ -110,7 +104,7 @@ fn error_in_the_middle_of_a_batch_fails_the_batch() {
         good.length(),
         good.rkey() ^ 0x5a5a_0000,
     );
-    let g = [src_mr.gather_element(&src)];
+    let g = [src.gather(..)];
     let wrs = [
         WriteWorkRequest::new(&g, good),
         WriteWorkRequest::new(&g, bad),
@@ -147,12 +141,11 @@ fn error_in_the_middle_of_a_batch_fails_the_batch() {
 fn batch_larger_than_the_send_queue_is_refused_before_posting() {
     let pd = pd();
     let (mut a, b) = pair_with(&pd, |c| c.send_depth(8));
-    let mut src = vec![1u8; 64];
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, vec![1u8; 64]);
     let mut dst = vec![0u8; 64];
     // SAFETY: as in `write_batch_lands_every_piece`.
     let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
-    let g = [src_mr.gather_element(&src)];
+    let g = [src.gather(..)];
     let too_many =
         vec![WriteWorkRequest::new(&g, dst_mr.remote()); a.capabilities().max_send_wr as usize + 1];
     match a.write_batch(&too_many) {
@@ -183,10 +176,10 @@ fn read_batch_fills_every_chunk() {
     // written from Rust while the peer may read it.
     let exposed_mr = unsafe { shared_mr(&pd, &mut exposed) };
     let remote = exposed_mr.remote();
-    let mut dst = vec![FILL; n * piece + CANARY];
-    let dst_mr = local_mr(&pd, &mut dst);
+    let mut dst = registered(&pd, vec![FILL; n * piece + CANARY]);
     {
-        let (body, _canary) = dst.split_at_mut(n * piece);
+        let (dst_mr, bytes) = dst.split_mut();
+        let (body, _canary) = bytes.split_at_mut(n * piece);
         let mut elems: Vec<[rdma_safe::ScatterElement<'_>; 1]> = body
             .chunks_mut(piece)
             .map(|c| [dst_mr.scatter_element(c)])
@@ -218,17 +211,6 @@ fn read_batch_fills_every_chunk() {
     drop(b);
 }
 
-/// One single-element scatter list per `chunk`-byte piece of `buf`.
-fn scatter_chunks<'a>(
-    mr: &'a MemoryRegion,
-    buf: &'a mut [u8],
-    chunk: usize,
-) -> Vec<[ScatterElement<'a>; 1]> {
-    buf.chunks_mut(chunk)
-        .map(|c| [mr.scatter_element(c)])
-        .collect()
-}
-
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn receive_batch_completes_each_receive_in_order() {
@@ -238,11 +220,9 @@ fn receive_batch_completes_each_receive_in_order() {
     // receive took which message.
     let sizes: Vec<usize> = (0..12).map(|i| 100 + 37 * i).collect();
     let total: usize = sizes.iter().sum();
-    let mut src = pattern(seed("recv-batch", sizes.len()), total);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("recv-batch", sizes.len()), total));
     let slot = *sizes.iter().max().unwrap();
-    let mut dst = vec![FILL; slot * sizes.len()];
-    let dst_mr = local_mr(&pd, &mut dst);
+    let mut dst = registered(&pd, vec![FILL; slot * sizes.len()]);
     let starts: Vec<usize> = sizes
         .iter()
         .scan(0, |at, &n| {
@@ -252,7 +232,7 @@ fn receive_batch_completes_each_receive_in_order() {
         })
         .collect();
     b.scope(|sb| {
-        let mut lists = scatter_chunks(&dst_mr, &mut dst, slot);
+        let mut lists = scatter_chunks(&mut dst, slot);
         let mut wrs: Vec<_> = lists
             .iter_mut()
             .map(|l| ReceiveWorkRequest::new(l))
@@ -262,7 +242,7 @@ fn receive_batch_completes_each_receive_in_order() {
         let gathers: Vec<_> = sizes
             .iter()
             .zip(&starts)
-            .map(|(&n, &at)| [src_mr.gather_element(&src[at..at + n])])
+            .map(|(&n, &at)| [src.gather(at..at + n)])
             .collect();
         let sends: Vec<_> = gathers
             .iter()
@@ -303,13 +283,11 @@ fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
     // how many the device took.
     let n = b.capabilities().max_recv_wr as usize * 4 + 8;
     let size = 64;
-    let mut dst = vec![FILL; n * size];
-    let dst_mr = local_mr(&pd, &mut dst);
-    let mut src = pattern(seed("recv-batch-full", n), n * size);
-    let src_mr = local_mr(&pd, &mut src);
+    let mut dst = registered(&pd, vec![FILL; n * size]);
+    let src = registered(&pd, pattern(seed("recv-batch-full", n), n * size));
     let mut taken = 0;
     let refused = b.scope(|sb| {
-        let mut lists = scatter_chunks(&dst_mr, &mut dst, size);
+        let mut lists = scatter_chunks(&mut dst, size);
         let mut wrs: Vec<_> = lists
             .iter_mut()
             .map(|l| ReceiveWorkRequest::new(l))
@@ -322,9 +300,8 @@ fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
         // still wait for them. Fill them from the peer.
         taken = sb.outstanding();
         assert!(taken >= 8 && taken < n, "{taken} of {n} receives posted");
-        let gathers: Vec<_> = src[..taken * size]
-            .chunks(size)
-            .map(|c| [src_mr.gather_element(c)])
+        let gathers: Vec<_> = (0..taken)
+            .map(|i| [src.gather(i * size..(i + 1) * size)])
             .collect();
         let sends: Vec<_> = gathers.iter().map(|g| SendWorkRequest::new(g)).collect();
         a.send_batch(&sends)?;

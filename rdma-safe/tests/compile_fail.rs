@@ -5,8 +5,10 @@
 //!
 //! Regenerate the expected output after a compiler upgrade with
 //! `TRYBUILD=overwrite cargo test -p rdma-safe --test compile_fail`, then
-//! review every `.stderr`: each must fail on the misusing line with a
-//! borrow-checker error, not on a typo.
+//! review every `.stderr`: each must fail on the misusing line with the error
+//! its first comment line names — a borrow-checker error for buffers, scopes
+//! and elements; E0133 for a raw registration without `unsafe`; a missing
+//! trait or method where the API refuses a type — not on a typo.
 
 #[test]
 fn misuse_does_not_compile() {
@@ -23,6 +25,11 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::Channel>();
     send_sync::<rdma_safe::ProtectionDomain>();
     send_sync::<rdma_safe::MemoryRegion>();
+    send_sync::<rdma_safe::AlignedBuffer>();
+    send_sync::<rdma_safe::RegisteredBuffer>();
+    send_sync::<rdma_safe::RegisteredBuffer<Vec<u8>>>();
+    send_sync::<rdma_safe::RegisteredBuffer<Box<[u8]>>>();
+    send_sync::<rdma_safe::RegisteredBuffer<&'static mut [u8]>>();
     send_sync::<rdma_safe::RemoteMemoryRegion>();
     send_sync::<rdma_safe::GatherElement<'static>>();
     send_sync::<rdma_safe::ScatterElement<'static>>();
@@ -30,4 +37,5 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::ScopedPendingWork<'static>>();
     send_sync::<rdma_safe::TransportError>();
     send_sync::<rdma_safe::ScopeError<rdma_safe::TransportError>>();
+    send_sync::<rdma_safe::Error>();
 }

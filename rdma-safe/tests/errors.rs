@@ -39,9 +39,8 @@ fn assert_work_completion(
 fn assert_unusable(ch: &mut rdma_safe::Channel, pd: &rdma_safe::ProtectionDomain) {
     assert!(!ch.is_usable());
     assert!(ch.unusable_reason().is_some());
-    let mut buf = vec![1u8; 16];
-    let mr = local_mr(pd, &mut buf);
-    match ch.send(SendWorkRequest::new(&[mr.gather_element(&buf)])) {
+    let buf = registered(pd, vec![1u8; 16]);
+    match ch.send(SendWorkRequest::new(&[buf.gather(..)])) {
         Err(TransportError::Unusable(why)) => assert!(!why.is_empty()),
         other => panic!("expected Unusable, got {other:?}"),
     }
@@ -59,13 +58,12 @@ fn bad_rkey_is_a_remote_access_error() {
     let target_mr = unsafe { shared_mr(&pd, &mut target) };
     let good = target_mr.remote();
     let bad = RemoteMemoryRegion::new(good.address(), good.length(), good.rkey() ^ 0x00ff_ff00);
-    let mut src = pattern(seed("bad rkey", 4096), 4096);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("bad rkey", 4096), 4096));
 
-    let result = a.write(WriteWorkRequest::new(&[src_mr.gather_element(&src)], bad));
+    let result = a.write(WriteWorkRequest::new(&[src.gather(..)], bad));
     assert_work_completion(result, Operation::Write, WcStatus::RemoteAccessError);
     let err = a
-        .write(WriteWorkRequest::new(&[src_mr.gather_element(&src)], good))
+        .write(WriteWorkRequest::new(&[src.gather(..)], good))
         .expect_err("the channel is shut down");
     assert!(matches!(err, TransportError::Unusable(_)), "{err:?}");
     assert_unusable(&mut a, &pd);
@@ -86,12 +84,8 @@ fn remote_range_outside_the_region_is_a_remote_access_error() {
     let good = target_mr.remote();
     // A fabricated region claiming to extend past the registered one.
     let beyond = RemoteMemoryRegion::new(good.address() + 4000, 200, good.rkey());
-    let mut dst = vec![FILL; 200];
-    let dst_mr = local_mr(&pd, &mut dst);
-    let result = a.read(ReadWorkRequest::new(
-        &mut [dst_mr.scatter_element(&mut dst)],
-        beyond,
-    ));
+    let mut dst = registered(&pd, vec![FILL; 200]);
+    let result = a.read(ReadWorkRequest::new(&mut [dst.scatter(..)], beyond));
     assert_work_completion(result, Operation::Read, WcStatus::RemoteAccessError);
     assert_unusable(&mut a, &pd);
     assert_untouched(&dst, "target of the rejected read");
@@ -118,10 +112,9 @@ fn access_not_granted_is_a_remote_access_error() {
         )
     }
     .expect("register write-only region");
-    let mut dst = vec![FILL; 512];
-    let dst_mr = local_mr(&pd, &mut dst);
+    let mut dst = registered(&pd, vec![FILL; 512]);
     let result = a.read(ReadWorkRequest::new(
-        &mut [dst_mr.scatter_element(&mut dst)],
+        &mut [dst.scatter(..)],
         target_mr.remote(),
     ));
     assert_work_completion(result, Operation::Read, WcStatus::RemoteAccessError);
@@ -141,8 +134,8 @@ fn unchecked_gather_outside_its_region_is_a_local_protection_error() {
     // packet leaves.
     for op in [Operation::Write, Operation::Send] {
         let (mut a, b) = pair(&pd);
-        let mut registered = vec![0u8; 4096];
-        let mr = local_mr(&pd, &mut registered);
+        let buf = registered(&pd, vec![0u8; 4096]);
+        let mr = buf.region();
         let outside = pattern(seed("outside", 256), 256);
         assert!(!mr.encloses_slice(&outside));
         let mut target = vec![FILL; 256];
@@ -172,8 +165,8 @@ fn unchecked_scatter_outside_its_region_is_a_local_protection_error() {
     let mut src = pattern(seed("scatter outside", 256), 256);
     // SAFETY: `src` outlives `src_mr` and is only read.
     let src_mr = unsafe { shared_mr(&pd, &mut src) };
-    let mut registered = vec![0u8; 4096];
-    let mr = local_mr(&pd, &mut registered);
+    let buf = registered(&pd, vec![0u8; 4096]);
+    let mr = buf.region();
     let mut outside = vec![FILL; 256];
     let result = a.read(ReadWorkRequest::new(
         &mut [mr.scatter_element_unchecked(&mut outside)],
@@ -192,19 +185,17 @@ fn unchecked_scatter_outside_its_region_is_a_local_protection_error() {
 #[should_panic(expected = "is not within memory region")]
 fn debug_checked_gather_element_outside_its_region_panics() {
     let pd = pd();
-    let mut registered = vec![0u8; 64];
-    let mr = local_mr(&pd, &mut registered);
+    let buf = registered(&pd, vec![0u8; 64]);
     let outside = vec![0u8; 8];
-    let _ = mr.gather_element(&outside);
+    let _ = buf.region().gather_element(&outside);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn checked_constructors_report_slices_outside_the_region() {
     let pd = pd();
-    let mut buf = vec![0u8; 4096];
-    let mr = local_mr(&pd, &mut buf);
-    let (mr_addr, mr_len) = (mr.address(), mr.length());
+    let mut buf = registered(&pd, vec![0u8; 4096]);
+    let (mr_addr, mr_len) = (buf.region().address(), buf.region().length());
     let mut elsewhere = vec![0u8; 100];
     let elsewhere_addr = elsewhere.as_ptr() as usize;
 
@@ -214,29 +205,39 @@ fn checked_constructors_report_slices_outside_the_region() {
         mr_addr,
         mr_len,
     };
+    let mr = buf.region();
     assert_eq!(mr.gather_element_checked(&elsewhere).unwrap_err(), expected);
     assert_eq!(
         mr.scatter_element_checked(&mut elsewhere).unwrap_err(),
         expected
     );
     assert!(expected.to_string().contains("not within memory region"));
-    assert!(rdma_safe::GatherElement::new_checked(&mr, &elsewhere).is_err());
-    assert!(rdma_safe::ScatterElement::new_checked(&mr, &mut elsewhere).is_err());
+    assert!(rdma_safe::GatherElement::new_checked(mr, &elsewhere).is_err());
+    assert!(rdma_safe::ScatterElement::new_checked(mr, &mut elsewhere).is_err());
 
     // Slices inside (including empty ones at both ends) are accepted.
     assert_eq!(mr.gather_element_checked(&buf).unwrap().len(), 4096);
     assert!(mr.gather_element_checked(&buf[..0]).unwrap().is_empty());
     assert!(mr.gather_element_checked(&buf[4096..]).unwrap().is_empty());
+    let (mr, bytes) = buf.split_mut();
     assert_eq!(
-        mr.scatter_element_checked(&mut buf[4000..]).unwrap().len(),
+        mr.scatter_element_checked(&mut bytes[4000..])
+            .unwrap()
+            .len(),
         96
     );
     // A slice that straddles the region's end (a longer buffer, registered
-    // only in part) is outside.
-    let mut longer = [0u8; 200];
-    let part = local_mr(&pd, &mut longer[..100]);
+    // only in part) is outside. Only a raw registration can leave the rest
+    // of a buffer accessible beside the region.
+    let mut longer = vec![0u8; 200];
+    // SAFETY: `longer` is neither resized nor freed while `part` lives
+    // (`part` is dropped explicitly below, before `longer`), so the range
+    // stays on the pages pinned here; nothing is posted with the region.
+    let part = unsafe { MemoryRegion::register_local_mr(&pd, longer.as_mut_ptr(), 100) }
+        .expect("register the first half");
     assert!(part.gather_element_checked(&longer[50..150]).is_err());
     assert!(part.gather_element_checked(&longer[..100]).is_ok());
+    drop(part);
     // `TooLong` (over u32::MAX bytes inside a region) would need a 4 GiB
     // registration; its message is all that can be checked cheaply.
     assert!(ScatterGatherElementError::TooLong(1 << 32)
@@ -254,12 +255,11 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     // operations completed.
     let exposed_mr = unsafe { shared_mr(&pd, &mut exposed) };
     let small = exposed_mr.remote().slice(0, 100).unwrap();
-    let mut src = pattern(seed("too long", 200), 200);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("too long", 200), 200));
 
     // A write longer than the remote range.
     let err = a
-        .write(WriteWorkRequest::new(&[src_mr.gather_element(&src)], small))
+        .write(WriteWorkRequest::new(&[src.gather(..)], small))
         .expect_err("write longer than the remote range");
     assert!(
         matches!(
@@ -272,14 +272,10 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
         "{err:?}"
     );
     // A read longer than the remote range.
-    let mut dst = vec![FILL; 200];
+    let mut dst = registered(&pd, vec![FILL; 200]);
     let dst_len = dst.len();
-    let dst_mr = local_mr(&pd, &mut dst);
     let err = a
-        .read(ReadWorkRequest::new(
-            &mut [dst_mr.scatter_element(&mut dst)],
-            small,
-        ))
+        .read(ReadWorkRequest::new(&mut [dst.scatter(..)], small))
         .expect_err("read longer than the remote range");
     assert!(
         matches!(
@@ -295,7 +291,7 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     let max = a.capabilities().max_send_sge as usize;
     let many: Vec<_> = src
         .chunks(src.len() / (max + 1))
-        .map(|c| src_mr.gather_element(c))
+        .map(|c| src.region().gather_element(c))
         .collect();
     assert!(many.len() > max);
     let err = a
@@ -314,7 +310,8 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     let max_recv = b.capabilities().max_recv_sge as usize;
     let err = b
         .scope(|s| {
-            let mut scatter: Vec<_> = dst
+            let (dst_mr, bytes) = dst.split_mut();
+            let mut scatter: Vec<_> = bytes
                 .chunks_mut(dst_len / (max_recv + 1))
                 .map(|c| dst_mr.scatter_element(c))
                 .collect();
@@ -336,11 +333,8 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
 
     // Nothing reached the NIC: both channels still work.
     assert!(a.is_usable() && b.is_usable());
-    a.write(WriteWorkRequest::new(
-        &[src_mr.gather_element(&src[..100])],
-        small,
-    ))
-    .expect("a write that fits");
+    a.write(WriteWorkRequest::new(&[src.gather(..100)], small))
+        .expect("a write that fits");
     drop(exposed_mr);
     assert_bytes(&exposed[..100], &src[..100], "the write that fit");
     assert_untouched(&exposed[100..], "past the range");
@@ -353,13 +347,12 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
 fn send_to_a_peer_that_never_receives_times_out() {
     let pd = pd();
     let (mut a, b) = pair_with_timeout(&pd, SHORT);
-    let mut src = pattern(seed("rnr", 1000), 1000);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("rnr", 1000), 1000));
 
     // rnr_retry is 7 (retry forever): without the bounded wait this send
     // would never complete.
     let start = Instant::now();
-    let result = a.send(SendWorkRequest::new(&[src_mr.gather_element(&src)]));
+    let result = a.send(SendWorkRequest::new(&[src.gather(..)]));
     let took = start.elapsed();
     match result {
         Err(TransportError::Timeout {
@@ -383,13 +376,10 @@ fn send_to_a_peer_that_never_receives_times_out() {
 fn receive_that_never_gets_a_message_times_out() {
     let pd = pd();
     let (a, mut b) = pair_with_timeout(&pd, SHORT);
-    let mut rx = vec![FILL; 1000];
-    let rx_mr = local_mr(&pd, &mut rx);
+    let mut rx = registered(&pd, vec![FILL; 1000]);
 
     let start = Instant::now();
-    let result = b.receive(ReceiveWorkRequest::new(&mut [
-        rx_mr.scatter_element(&mut rx)
-    ]));
+    let result = b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)]));
     let took = start.elapsed();
     match result {
         Err(TransportError::Timeout {
@@ -413,20 +403,18 @@ fn receive_that_never_gets_a_message_times_out() {
 fn timeout_in_a_scope_flushes_everything_else() {
     let pd = pd();
     let (mut a, b) = pair_with_timeout(&pd, SHORT);
-    let mut src = pattern(seed("scope timeout", 4 * 256), 4 * 256);
-    let src_mr = local_mr(&pd, &mut src);
-    let mut rx = vec![FILL; 4 * 256];
-    let rx_mr = local_mr(&pd, &mut rx);
+    let src = registered(&pd, pattern(seed("scope timeout", 4 * 256), 4 * 256));
+    let mut rx = registered(&pd, vec![FILL; 4 * 256]);
 
     let start = Instant::now();
     let result = a.scope(|s| {
         // Receives that nobody will fill, and sends nobody receives.
-        for c in rx.chunks_mut(256) {
-            let _ = s.post_receive(ReceiveWorkRequest::new(&mut [rx_mr.scatter_element(c)]))?;
+        for mut c in scatter_chunks(&mut rx, 256) {
+            let _ = s.post_receive(ReceiveWorkRequest::new(&mut c))?;
         }
         let mut sends = Vec::new();
-        for c in src.chunks(256) {
-            sends.push(s.post_send(SendWorkRequest::new(&[src_mr.gather_element(c)]))?);
+        for i in 0..4 {
+            sends.push(s.post_send(SendWorkRequest::new(&[src.gather(i * 256..(i + 1) * 256)]))?);
         }
         assert_eq!(s.outstanding(), 8);
         let first = sends.remove(0).wait();
@@ -473,10 +461,9 @@ fn failure_left_to_the_scope_is_an_auto_poll_error() {
     let target_mr = unsafe { shared_mr(&pd, &mut target) };
     let good = target_mr.remote();
     let bad = RemoteMemoryRegion::new(good.address(), good.length(), good.rkey() ^ 0x00ff_ff00);
-    let mut src = pattern(seed("auto poll", 64), 64);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("auto poll", 64), 64));
     let result = a.scope(|s| {
-        let _unpolled = s.post_write(WriteWorkRequest::new(&[src_mr.gather_element(&src)], bad))?;
+        let _unpolled = s.post_write(WriteWorkRequest::new(&[src.gather(..)], bad))?;
         Ok::<_, TransportError>("closure result")
     });
     match result {
@@ -526,17 +513,15 @@ fn assert_failed_with(
 fn message_longer_than_the_receive_buffer_is_an_error() {
     let pd = pd();
     let (mut a, mut b) = pair_with_timeout(&pd, SHORT);
-    let mut tx = pattern(seed("too long message", 150), 150);
-    let tx_mr = local_mr(&pd, &mut tx);
-    let mut rx = vec![FILL; 200];
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("too long message", 150), 150));
+    let mut rx = registered(&pd, vec![FILL; 200]);
 
     let start = Instant::now();
     let (sent, got) = b
         .scope(|s| {
-            let mut scatter = [rx_mr.scatter_element(&mut rx[..100])];
+            let mut scatter = [rx.scatter(..100)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-            let sent = a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]));
+            let sent = a.send(SendWorkRequest::new(&[tx.gather(..)]));
             Ok::<_, TransportError>((sent, recv.wait()))
         })
         .expect("scope");
@@ -572,10 +557,9 @@ fn peer_gone_ends_in_bounded_time() {
     let pd = pd();
     let (mut a, b) = pair_with_timeout(&pd, SHORT);
     drop(b);
-    let mut tx = pattern(seed("peer gone", 64), 64);
-    let tx_mr = local_mr(&pd, &mut tx);
+    let tx = registered(&pd, pattern(seed("peer gone", 64), 64));
     let start = Instant::now();
-    let result = a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]));
+    let result = a.send(SendWorkRequest::new(&[tx.gather(..)]));
     // Retry exhaustion on hardware; rxe treats retry_cnt 7 (the default) as
     // "retry forever", so there the channel's timeout ends it.
     assert_failed_with(&result, Operation::Send, &[WcStatus::RetryExceeded], true);
@@ -593,14 +577,11 @@ fn full_send_queue_is_a_post_error() {
     // run out.
     drop(b);
     let depth = a.capabilities().max_send_wr as usize;
-    let mut tx = pattern(seed("queue full", 8), 8);
-    let tx_mr = local_mr(&pd, &mut tx);
+    let tx = registered(&pd, pattern(seed("queue full", 8), 8));
     let remote = RemoteMemoryRegion::new(0x10_0000, 8, 0x1234);
     let result = a.scope(|s| {
         for i in 0..8 * depth {
-            if let Err(e) =
-                s.post_write(WriteWorkRequest::new(&[tx_mr.gather_element(&tx)], remote))
-            {
+            if let Err(e) = s.post_write(WriteWorkRequest::new(&[tx.gather(..)], remote)) {
                 return Err((i, s.outstanding(), e));
             }
         }
@@ -636,12 +617,11 @@ fn region_of_another_protection_domain_is_rejected_by_the_nic() {
     // SAFETY: `target` outlives `target_mr`; Rust reads it only after the
     // (failed) write completed.
     let target_mr = unsafe { shared_mr(&pd, &mut target) };
-    let mut src = pattern(seed("other pd", 128), 128);
     // A checked element: the slice is inside its region, but the region
     // belongs to a domain the channel is not in.
-    let foreign_mr = local_mr(&other_pd, &mut src);
+    let foreign = registered(&other_pd, pattern(seed("other pd", 128), 128));
     let result = a.write(WriteWorkRequest::new(
-        &[foreign_mr.gather_element_checked(&src).unwrap()],
+        &[foreign.try_gather(..).unwrap()],
         target_mr.remote(),
     ));
     // Protection error by the spec; rxe (Linux 6.1) reports a local QP
@@ -668,13 +648,12 @@ fn forced_inline_larger_than_allowed_is_a_post_error() {
     let pd = pd();
     let (mut a, b) = pair_with(&pd, |c| c.max_inline_data(64));
     let limit = a.capabilities().max_inline_data as usize;
-    let mut src = pattern(seed("inline too large", 4096), 4096);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("inline too large", 4096), 4096));
     let mut target = vec![FILL; 4096];
     // SAFETY: `target` outlives `target_mr`; Rust reads it only after the
     // write completed.
     let target_mr = unsafe { shared_mr(&pd, &mut target) };
-    let too_long = [src_mr.gather_element(&src[..limit + 1])];
+    let too_long = [src.gather(..limit + 1)];
     let err = a
         .write(WriteWorkRequest::new(&too_long, target_mr.remote()).inline(true))
         .expect_err("inline payload above max_inline_data");
@@ -690,16 +669,10 @@ fn forced_inline_larger_than_allowed_is_a_post_error() {
     );
     assert!(a.is_usable());
     // Forcing inline off for a small payload, and on within the limit, work.
-    a.write(
-        WriteWorkRequest::new(&[src_mr.gather_element(&src[..8])], target_mr.remote())
-            .inline(false),
-    )
-    .expect("non-inline small write");
-    a.write(
-        WriteWorkRequest::new(&[src_mr.gather_element(&src[..limit])], target_mr.remote())
-            .inline(true),
-    )
-    .expect("inline write at the limit");
+    a.write(WriteWorkRequest::new(&[src.gather(..8)], target_mr.remote()).inline(false))
+        .expect("non-inline small write");
+    a.write(WriteWorkRequest::new(&[src.gather(..limit)], target_mr.remote()).inline(true))
+        .expect("inline write at the limit");
     drop(target_mr);
     assert_bytes(&target[..limit], &src[..limit], "inline write");
     assert_untouched(&target[limit..], "past the inline write");

@@ -33,10 +33,12 @@ fn handshake_over_tcp_then_send_and_write() {
             let (mut stream, _) = listener.accept().expect("accept");
             let client_ep = server.handshake(&mut stream).expect("server handshake");
             assert_eq!(server.remote_endpoint(), Some(client_ep));
-            let rx_mr = local_mr(&pd, &mut received);
+            // Borrowed registration: `received` is lent to it until it is
+            // dropped at the end of this closure.
+            let mut rx = registered(&pd, &mut received[..]);
             server
                 .scope(|s| {
-                    let mut scatter = [rx_mr.scatter_element(&mut received)];
+                    let mut scatter = [rx.scatter(..)];
                     let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
                     stream.write_all(b"posted").unwrap();
                     let got = recv.wait()?;
@@ -60,25 +62,20 @@ fn handshake_over_tcp_then_send_and_write() {
         let mut stream = TcpStream::connect(addr).expect("connect");
         let server_ep = client.handshake(&mut stream).expect("client handshake");
         assert_eq!(client.remote_endpoint(), Some(server_ep));
-        let mut msg_buf = msg.clone();
-        let msg_mr = local_mr(&pd, &mut msg_buf);
+        let msg_buf = registered(&pd, msg.clone());
         let mut ready = [0u8; 6];
         stream.read_exact(&mut ready).unwrap();
         assert_eq!(&ready, b"posted");
         client
-            .send(SendWorkRequest::new(&[msg_mr.gather_element(&msg_buf)]))
+            .send(SendWorkRequest::new(&[msg_buf.gather(..)]))
             .expect("client send");
         let mut region = [0u8; REMOTE_REGION_ENCODED_LEN];
         stream.read_exact(&mut region).unwrap();
         let remote = RemoteMemoryRegion::from_bytes(&region).expect("remote region");
         assert_eq!(remote.length(), LEN as u64);
-        let mut block_buf = block.clone();
-        let block_mr = local_mr(&pd, &mut block_buf);
+        let block_buf = registered(&pd, block.clone().into_boxed_slice());
         client
-            .write(WriteWorkRequest::new(
-                &[block_mr.gather_element(&block_buf)],
-                remote,
-            ))
+            .write(WriteWorkRequest::new(&[block_buf.gather(..)], remote))
             .expect("client write");
         stream.write_all(b"done").unwrap();
         server_side.join().expect("server thread");

@@ -26,14 +26,13 @@ fn many_outstanding_operations_polled_out_of_order() {
     const N: usize = 64;
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("many", N), N * CHUNK);
-    let mut rx = vec![FILL; N * CHUNK];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("many", N), N * CHUNK));
+    let mut rx = registered(&pd, vec![FILL; N * CHUNK]);
 
     b.scope(|sb| {
         let mut receives = Vec::new();
-        for chunk in rx.chunks_mut(CHUNK) {
+        let (rx_mr, rx_bytes) = rx.split_mut();
+        for chunk in rx_bytes.chunks_mut(CHUNK) {
             let mut scatter = [rx_mr.scatter_element(chunk)];
             receives.push(sb.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
         }
@@ -42,8 +41,8 @@ fn many_outstanding_operations_polled_out_of_order() {
 
         a.scope(|sa| {
             let mut sends: Vec<Option<ScopedPendingWork<'_>>> = Vec::new();
-            for (i, chunk) in tx.chunks(CHUNK).enumerate() {
-                let g = [tx_mr.gather_element(&chunk[..msg_len(i)])];
+            for i in 0..N {
+                let g = [tx.gather(i * CHUNK..i * CHUNK + msg_len(i))];
                 let wr = SendWorkRequest::new(&g).with_immediate(i as u32);
                 sends.push(Some(sa.post_send(wr)?));
             }
@@ -102,13 +101,12 @@ fn wait_for_later_operation_first() {
     // completions (reaped on the way) for their own handles.
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("later first", 3), 3 * 100);
-    let mut rx = vec![FILL; 3 * 100];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("later first", 3), 3 * 100));
+    let mut rx = registered(&pd, vec![FILL; 3 * 100]);
     let outcomes: Vec<WorkSuccess> = b
         .scope(|sb| {
-            let mut handles: Vec<_> = rx
+            let (rx_mr, rx_bytes) = rx.split_mut();
+            let mut handles: Vec<_> = rx_bytes
                 .chunks_mut(100)
                 .map(|c| {
                     let mut sc = [rx_mr.scatter_element(c)];
@@ -116,11 +114,14 @@ fn wait_for_later_operation_first() {
                 })
                 .collect::<Result<_, _>>()?;
             a.scope(|sa| {
-                for (i, c) in tx.chunks(100).enumerate() {
+                for i in 0..3 {
                     // Dropped handles: the scope waits for them.
-                    drop(sa.post_send(
-                        SendWorkRequest::new(&[tx_mr.gather_element(c)]).with_immediate(i as u32),
-                    )?);
+                    drop(
+                        sa.post_send(
+                            SendWorkRequest::new(&[tx.gather(i * 100..(i + 1) * 100)])
+                                .with_immediate(i as u32),
+                        )?,
+                    );
                 }
                 Ok::<_, TransportError>(())
             })
@@ -148,19 +149,16 @@ fn one_scatter_element_reused_for_sequential_receives() {
     let (mut a, mut b) = pair(&pd);
     let lens = [100usize, 1, 4000, 37];
     let msgs: Vec<Vec<u8>> = lens.iter().map(|&n| pattern(seed("reuse", n), n)).collect();
-    let mut tx = msgs.concat();
-    let tx_mr = local_mr(&pd, &mut tx);
-    let mut rx = vec![FILL; 4096];
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, msgs.concat());
+    let mut rx = registered(&pd, vec![FILL; 4096]);
 
     b.scope(|s| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         let mut offset = 0;
         for (i, &n) in lens.iter().enumerate() {
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
             a.send(
-                SendWorkRequest::new(&[tx_mr.gather_element(&tx[offset..offset + n])])
-                    .with_immediate(i as u32),
+                SendWorkRequest::new(&[tx.gather(offset..offset + n)]).with_immediate(i as u32),
             )?;
             let got = recv.wait()?;
             assert_eq!(got.bytes(), n, "message {i}");
@@ -188,18 +186,16 @@ fn one_scatter_element_reused_for_sequential_receives() {
 fn closure_error_still_drains_outstanding_work() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("closure error", 512), 512);
-    let mut rx = vec![FILL; 512];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("closure error", 512), 512));
+    let mut rx = registered(&pd, vec![FILL; 512]);
 
     let result: Result<(), ScopeError<&str>> = b.scope(|s| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         // Neither polled nor kept: the scope must wait for it.
         let _unpolled = s
             .post_receive(ReceiveWorkRequest::new(&mut scatter))
             .map_err(|_| "post")?;
-        a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))
+        a.send(SendWorkRequest::new(&[tx.gather(..)]))
             .map_err(|_| "send")?;
         Err("the closure gives up")
     });
@@ -219,16 +215,14 @@ fn closure_error_still_drains_outstanding_work() {
 fn closure_panic_resumes_after_draining() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("closure panic", 3000), 3000);
-    let mut rx = vec![FILL; 3000];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("closure panic", 3000), 3000));
+    let mut rx = registered(&pd, vec![FILL; 3000]);
 
     let caught = catch_unwind(AssertUnwindSafe(|| {
         b.scope(|s| {
-            let mut scatter = [rx_mr.scatter_element(&mut rx)];
+            let mut scatter = [rx.scatter(..)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-            a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+            a.send(SendWorkRequest::new(&[tx.gather(..)]))?;
             let _still_outstanding = recv;
             if tx.len() == 3000 {
                 panic!("closure panics with a receive outstanding");
@@ -247,12 +241,11 @@ fn closure_panic_resumes_after_draining() {
     assert_bytes(&rx, &tx, "received before the panic resumed");
 
     // The channel still works after the panic.
-    let mut again = vec![FILL; 3000];
-    let again_mr = local_mr(&pd, &mut again);
+    let mut again = registered(&pd, vec![FILL; 3000]);
     b.scope(|s| {
-        let mut scatter = [again_mr.scatter_element(&mut again)];
+        let mut scatter = [again.scatter(..)];
         let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-        a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+        a.send(SendWorkRequest::new(&[tx.gather(..)]))?;
         recv.wait()
     })
     .expect("transfer after the panic");
@@ -267,24 +260,22 @@ fn forgotten_handle_is_still_waited_for() {
     const DELAY: Duration = Duration::from_millis(1500);
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("forget", 70_000), 70_000);
-    let mut rx = vec![FILL; 70_000];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("forget", 70_000), 70_000));
+    let mut rx = registered(&pd, vec![FILL; 70_000]);
     let (posted_tx, posted_rx) = mpsc::channel::<()>();
 
     let (scope_time, sent) = std::thread::scope(|t| {
         // The peer sends only well after the scope's closure has returned.
-        let (a, tx, tx_mr) = (&mut a, &tx, &tx_mr);
+        let (a, tx) = (&mut a, &tx);
         let sender = t.spawn(move || {
             posted_rx.recv().expect("receive posted");
             std::thread::sleep(DELAY);
-            a.send(SendWorkRequest::new(&[tx_mr.gather_element(tx)]))
+            a.send(SendWorkRequest::new(&[tx.gather(..)]))
                 .expect("delayed send")
         });
         let start = Instant::now();
         b.scope(|s| {
-            let mut scatter = [rx_mr.scatter_element(&mut rx)];
+            let mut scatter = [rx.scatter(..)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
             // `ScopedPendingWork` has no `Drop` (the scope, not the handle,
             // waits), so clippy calls this a plain drop; forgetting is still
@@ -315,18 +306,15 @@ fn forgotten_handle_is_still_waited_for() {
 fn manual_scope_with_unpolled_work_panics_after_draining() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("manual unpolled", 2048), 2048);
-    let mut rx = vec![FILL; 2048];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("manual unpolled", 2048), 2048));
+    let mut rx = registered(&pd, vec![FILL; 2048]);
 
     b.scope(|sb| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         let recv = sb.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
         let caught = catch_unwind(AssertUnwindSafe(|| {
             a.manual_scope(|s| {
-                let _left_unpolled =
-                    s.post_send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+                let _left_unpolled = s.post_send(SendWorkRequest::new(&[tx.gather(..)]))?;
                 Ok::<_, TransportError>(())
             })
         }));
@@ -357,13 +345,12 @@ fn manual_scope_with_unpolled_work_panics_after_draining() {
 fn manual_scope_error_and_success_do_not_panic() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("manual err", 64), 64);
-    let mut rx = vec![FILL; 128];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("manual err", 64), 64));
+    let mut rx = registered(&pd, vec![FILL; 128]);
 
     b.scope(|sb| {
-        let (first, second) = rx.split_at_mut(64);
+        let (rx_mr, rx_bytes) = rx.split_mut();
+        let (first, second) = rx_bytes.split_at_mut(64);
         let mut sc1 = [rx_mr.scatter_element(first)];
         let mut sc2 = [rx_mr.scatter_element(second)];
         let recv1 = sb.post_receive(ReceiveWorkRequest::new(&mut sc1))?;
@@ -373,7 +360,7 @@ fn manual_scope_error_and_success_do_not_panic() {
         // the work was drained.
         let failed = a.manual_scope(|s| {
             let _unpolled = s
-                .post_send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))
+                .post_send(SendWorkRequest::new(&[tx.gather(..)]))
                 .map_err(|e| e.to_string())?;
             Err::<(), String>("stopped early".to_owned())
         });
@@ -382,7 +369,7 @@ fn manual_scope_error_and_success_do_not_panic() {
 
         // Everything polled: the closure's value comes back.
         let bytes = a.manual_scope(|s| {
-            let send = s.post_send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+            let send = s.post_send(SendWorkRequest::new(&[tx.gather(..)]))?;
             let done = send.wait()?;
             assert_eq!(s.outstanding(), 0);
             Ok::<_, TransportError>(done.bytes())
@@ -405,16 +392,14 @@ fn manual_scope_error_and_success_do_not_panic() {
 fn scoped_handle_waited_on_another_thread() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("other thread", 900), 900);
-    let mut rx = vec![FILL; 900];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("other thread", 900), 900));
+    let mut rx = registered(&pd, vec![FILL; 900]);
     b.scope(|s| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
         let got = std::thread::scope(|t| {
             let waiter = t.spawn(move || recv.wait());
-            a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx)]))?;
+            a.send(SendWorkRequest::new(&[tx.gather(..)]))?;
             waiter.join().expect("waiter thread")
         })?;
         assert_eq!(got.bytes(), 900);

@@ -22,19 +22,17 @@ fn imm(tag: &str, len: usize) -> u32 {
 fn send_receive(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, scoped: bool) {
     let pd = a.pd().clone();
     let tag = format!("send imm={with_imm} scoped={scoped}");
-    let mut tx = pattern(seed(&tag, len), len.max(1));
-    let mut rx = vec![FILL; len + CANARY];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed(&tag, len), len.max(1)));
+    let mut rx = registered(&pd, vec![FILL; len + CANARY]);
     let immediate = with_imm.then(|| imm(&tag, len));
 
     let (sent, got) = if scoped {
         b.scope(|sb| {
-            let mut scatter = [rx_mr.scatter_element(&mut rx)];
+            let mut scatter = [rx.scatter(..)];
             let recv = sb.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
             let sent = a
                 .scope(|sa| {
-                    let g = gather(&tx_mr, &tx[..len]);
+                    let g = gather(&tx, 0..len);
                     let mut wr = SendWorkRequest::new(&g);
                     if let Some(i) = immediate {
                         wr = wr.with_immediate(i);
@@ -49,12 +47,8 @@ fn send_receive(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, sc
         .expect("scoped receive")
     } else {
         std::thread::scope(|t| {
-            let receiver = t.spawn(|| {
-                b.receive(ReceiveWorkRequest::new(&mut [
-                    rx_mr.scatter_element(&mut rx)
-                ]))
-            });
-            let g = gather(&tx_mr, &tx[..len]);
+            let receiver = t.spawn(|| b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)])));
+            let g = gather(&tx, 0..len);
             let mut wr = SendWorkRequest::new(&g);
             if let Some(i) = immediate {
                 wr = wr.with_immediate(i);
@@ -82,8 +76,7 @@ fn send_receive(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, sc
 fn write(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, scoped: bool) {
     let pd = a.pd().clone();
     let tag = format!("write imm={with_imm} scoped={scoped}");
-    let mut src = pattern(seed(&tag, len), len.max(1));
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed(&tag, len), len.max(1)));
     let mut target = vec![FILL; len + CANARY];
     // SAFETY: `target` is declared before and so outlives `target_mr`; Rust
     // reads it only after the write has completed.
@@ -92,7 +85,7 @@ fn write(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, scoped: b
     let immediate = with_imm.then(|| imm(&tag, len));
 
     let post_write = |a: &mut Channel| {
-        let g = gather(&src_mr, &src[..len]);
+        let g = gather(&src, 0..len);
         let mut wr = WriteWorkRequest::new(&g, remote);
         if let Some(i) = immediate {
             wr = wr.with_immediate(i);
@@ -136,21 +129,20 @@ fn read(a: &mut Channel, len: usize, scoped: bool) {
     // read it too, and nobody writes it.
     let src_mr = unsafe { shared_mr(&pd, &mut src) };
     let remote = src_mr.remote().slice(0, len as u64).expect("sub-range");
-    let mut dst = vec![FILL; len + CANARY];
-    let dst_mr = local_mr(&pd, &mut dst);
+    let mut dst = registered(&pd, vec![FILL; len + CANARY]);
 
     // Scatter lists are invariant in their data lifetime, so a scoped read
     // builds its list inside the scope closure.
     let done = if scoped {
         a.scope(|s| {
-            let mut list = scatter(&dst_mr, &mut dst[..len]);
+            let mut list = scatter(&mut dst, 0..len);
             let wr = ReadWorkRequest::new(&mut list, remote);
             assert_eq!(wr.len(), len);
             s.post_read(wr)?.wait()
         })
         .expect("scoped read")
     } else {
-        let mut list = scatter(&dst_mr, &mut dst[..len]);
+        let mut list = scatter(&mut dst, 0..len);
         a.read(ReadWorkRequest::new(&mut list, remote))
             .expect("blocking read")
     };
@@ -236,15 +228,13 @@ fn zero_length_elements_carry_zero_bytes() {
     // Zero-length SGEs (as opposed to empty lists) inside registered buffers.
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("zero sge", 0), 16);
-    let mut rx = vec![FILL; 16];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("zero sge", 0), 16));
+    let mut rx = registered(&pd, vec![FILL; 16]);
     let got = b
         .scope(|s| {
-            let mut scatter = [rx_mr.scatter_element(&mut rx[..0])];
+            let mut scatter = [rx.scatter(..0)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-            let sent = a.send(SendWorkRequest::new(&[tx_mr.gather_element(&tx[5..5])]))?;
+            let sent = a.send(SendWorkRequest::new(&[tx.gather(5..5)]))?;
             assert_eq!(sent.bytes(), 0);
             recv.wait()
         })
@@ -268,26 +258,18 @@ fn multi_sge_send_gather_three_scatter_two() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
     let data = pattern(seed("multi-sge send", TOTAL), TOTAL);
-    let (mut tx1, mut tx2) = (data[..G1].to_vec(), data[G1..].to_vec());
-    let (tx1_mr, tx2_mr) = (local_mr(&pd, &mut tx1), local_mr(&pd, &mut tx2));
-    let mut rx1 = vec![FILL; S1];
-    let mut rx2 = vec![FILL; TOTAL - S1 + CANARY];
-    let (rx1_mr, rx2_mr) = (local_mr(&pd, &mut rx1), local_mr(&pd, &mut rx2));
+    let tx1 = registered(&pd, data[..G1].to_vec());
+    let tx2 = registered(&pd, data[G1..].to_vec());
+    let mut rx1 = registered(&pd, vec![FILL; S1]);
+    let mut rx2 = registered(&pd, vec![FILL; TOTAL - S1 + CANARY]);
 
     let got = b
         .scope(|s| {
-            let mut scatter = [
-                rx1_mr.scatter_element(&mut rx1),
-                rx2_mr.scatter_element(&mut rx2),
-            ];
+            let mut scatter = [rx1.scatter(..), rx2.scatter(..)];
             let wr = ReceiveWorkRequest::new(&mut scatter);
             assert_eq!(wr.len(), TOTAL + CANARY);
             let recv = s.post_receive(wr)?;
-            let g = [
-                tx1_mr.gather_element(&tx1),
-                tx2_mr.gather_element(&tx2[..G2 - G1]),
-                tx2_mr.gather_element(&tx2[G2 - G1..]),
-            ];
+            let g = [tx1.gather(..), tx2.gather(..G2 - G1), tx2.gather(G2 - G1..)];
             let wr = SendWorkRequest::new(&g).with_immediate(3);
             assert_eq!(wr.len(), TOTAL);
             a.send(wr)?;
@@ -309,34 +291,26 @@ fn multi_sge_write_and_read() {
     let pd = pd();
     let (mut a, b) = pair(&pd);
     let data = pattern(seed("multi-sge write", TOTAL), TOTAL);
-    let (mut tx1, mut tx2) = (data[..G1].to_vec(), data[G1..].to_vec());
-    let (tx1_mr, tx2_mr) = (local_mr(&pd, &mut tx1), local_mr(&pd, &mut tx2));
+    let tx1 = registered(&pd, data[..G1].to_vec());
+    let tx2 = registered(&pd, data[G1..].to_vec());
     let mut exposed = vec![FILL; TOTAL + CANARY];
     // SAFETY: `exposed` outlives `exposed_mr`; Rust reads it only after the
     // write and read completed.
     let exposed_mr = unsafe { shared_mr(&pd, &mut exposed) };
     let remote = exposed_mr.remote();
 
-    let g = [
-        tx1_mr.gather_element(&tx1),
-        tx2_mr.gather_element(&tx2[..G2 - G1]),
-        tx2_mr.gather_element(&tx2[G2 - G1..]),
-    ];
+    let g = [tx1.gather(..), tx2.gather(..G2 - G1), tx2.gather(G2 - G1..)];
     let written = a
         .scope(|s| s.post_write(WriteWorkRequest::new(&g, remote))?.wait())
         .expect("multi-SGE write");
     assert_eq!(written.bytes(), TOTAL);
 
     // Read it back into two pieces of two regions.
-    let mut rx1 = vec![FILL; S1];
-    let mut rx2 = vec![FILL; TOTAL - S1 + CANARY];
-    let (rx1_mr, rx2_mr) = (local_mr(&pd, &mut rx1), local_mr(&pd, &mut rx2));
+    let mut rx1 = registered(&pd, vec![FILL; S1]);
+    let mut rx2 = registered(&pd, vec![FILL; TOTAL - S1 + CANARY]);
     let back = a
         .read(ReadWorkRequest::new(
-            &mut [
-                rx1_mr.scatter_element(&mut rx1),
-                rx2_mr.scatter_element(&mut rx2[..TOTAL - S1]),
-            ],
+            &mut [rx1.scatter(..), rx2.scatter(..TOTAL - S1)],
             remote,
         ))
         .expect("multi-SGE read");
@@ -366,24 +340,19 @@ fn remote_sub_ranges_touch_exactly_their_bytes() {
     let remote = RemoteMemoryRegion::from_bytes(&exposed_mr.remote().to_bytes()).unwrap();
     assert_eq!(remote, exposed_mr.remote());
 
-    let mut src = pattern(seed("sub-range src", 100), 100);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("sub-range src", 100), 100));
     let sub = remote.slice(1234, 100).expect("in bounds");
     assert_eq!(sub.address(), remote.address() + 1234);
-    a.write(WriteWorkRequest::new(&[src_mr.gather_element(&src)], sub))
+    a.write(WriteWorkRequest::new(&[src.gather(..)], sub))
         .expect("write to a sub-range");
     // A write shorter than the sub-range, at its start.
     let tail = remote.slice_from(LEN as u64 - 10).expect("in bounds");
-    a.write(WriteWorkRequest::new(
-        &[src_mr.gather_element(&src[..3])],
-        tail,
-    ))
-    .expect("write to the last 10 bytes");
+    a.write(WriteWorkRequest::new(&[src.gather(..3)], tail))
+        .expect("write to the last 10 bytes");
 
-    let mut back = vec![FILL; 64 + CANARY];
-    let back_mr = local_mr(&pd, &mut back);
+    let mut back = registered(&pd, vec![FILL; 64 + CANARY]);
     a.read(ReadWorkRequest::new(
-        &mut [back_mr.scatter_element(&mut back[..64])],
+        &mut [back.scatter(..64)],
         remote.slice(5000, 64).unwrap(),
     ))
     .expect("read from a sub-range");
@@ -434,8 +403,8 @@ fn inline_sends_and_writes() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn memory_region_reports_its_range() {
     let pd = pd();
-    let mut buf = vec![0u8; 4096];
-    let mr = local_mr(&pd, &mut buf);
+    let buf = registered(&pd, vec![0u8; 4096]);
+    let mr = buf.region();
     assert_eq!(mr.address(), buf.as_ptr() as usize);
     assert_eq!(mr.length(), 4096);
     assert!(mr.encloses_slice(&buf));

@@ -28,17 +28,15 @@ fn poll_until_done(mut work: PendingWork<'_>) -> TransportResult<WorkSuccess> {
 fn send_and_receive_unpolled_poll_and_wait() {
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("unpolled send", 5000), 5000);
-    let mut rx = vec![FILL; 5000 + CANARY];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("unpolled send", 5000), 5000));
+    let mut rx = registered(&pd, vec![FILL; 5000 + CANARY]);
     {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         // SAFETY: `recv` is waited for below, never leaked.
         let recv = unsafe { b.receive_unpolled(ReceiveWorkRequest::new(&mut scatter)) }
             .expect("post receive");
         assert_eq!(b.outstanding(), 1);
-        let g = [tx_mr.gather_element(&tx)];
+        let g = [tx.gather(..)];
         // SAFETY: `send` is polled to completion below, never leaked.
         let send = unsafe { a.send_unpolled(SendWorkRequest::new(&g).with_immediate(77)) }
             .expect("post send");
@@ -61,21 +59,19 @@ fn send_and_receive_unpolled_poll_and_wait() {
 fn write_and_read_unpolled() {
     let pd = pd();
     let (mut a, b) = pair(&pd);
-    let mut src = pattern(seed("unpolled write", 70_000), 70_000);
-    let src_mr = local_mr(&pd, &mut src);
+    let src = registered(&pd, pattern(seed("unpolled write", 70_000), 70_000));
     let mut exposed = vec![FILL; 70_000];
     // SAFETY: `exposed` outlives `exposed_mr`; Rust reads it only after the
     // operations completed.
     let exposed_mr = unsafe { shared_mr(&pd, &mut exposed) };
     let remote = exposed_mr.remote();
-    let mut back = vec![FILL; 70_000];
-    let back_mr = local_mr(&pd, &mut back);
+    let mut back = registered(&pd, vec![FILL; 70_000]);
     {
-        let g = [src_mr.gather_element(&src)];
+        let g = [src.gather(..)];
         // SAFETY: waited for below, never leaked.
         let w = unsafe { a.write_unpolled(WriteWorkRequest::new(&g, remote)) }.expect("write");
         assert_eq!(w.wait().expect("write").opcode(), WcOpcode::RdmaWrite);
-        let mut scatter = [back_mr.scatter_element(&mut back)];
+        let mut scatter = [back.scatter(..)];
         // SAFETY: polled to completion below, never leaked.
         let r =
             unsafe { a.read_unpolled(ReadWorkRequest::new(&mut scatter, remote)) }.expect("read");
@@ -96,20 +92,18 @@ fn dropping_pending_work_waits_for_it() {
     const DELAY: Duration = Duration::from_millis(1000);
     let pd = pd();
     let (mut a, mut b) = pair(&pd);
-    let mut tx = pattern(seed("drop waits", 3000), 3000);
-    let mut rx = vec![FILL; 3000];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("drop waits", 3000), 3000));
+    let mut rx = registered(&pd, vec![FILL; 3000]);
 
     let dropped_after = std::thread::scope(|t| {
-        let mut scatter = [rx_mr.scatter_element(&mut rx)];
+        let mut scatter = [rx.scatter(..)];
         // SAFETY: dropped (which waits) below, never leaked.
         let recv = unsafe { b.receive_unpolled(ReceiveWorkRequest::new(&mut scatter)) }
             .expect("post receive");
-        let (a, tx, tx_mr) = (&mut a, &tx, &tx_mr);
+        let (a, tx) = (&mut a, &tx);
         let sender = t.spawn(move || {
             std::thread::sleep(DELAY);
-            a.send(SendWorkRequest::new(&[tx_mr.gather_element(tx)]))
+            a.send(SendWorkRequest::new(&[tx.gather(..)]))
                 .expect("delayed send")
         });
         let start = Instant::now();
@@ -126,8 +120,8 @@ fn dropping_pending_work_waits_for_it() {
 
     // Dropping already-completed work returns at once; several at a time.
     {
-        let g = [tx_mr.gather_element(&tx[..10])];
-        let mut scatter = [rx_mr.scatter_element(&mut rx[..10])];
+        let g = [tx.gather(..10)];
+        let mut scatter = [rx.scatter(..10)];
         // SAFETY: both are dropped below, never leaked.
         let (r, s) = unsafe {
             (
@@ -159,16 +153,12 @@ fn completed_pending_work_releases_the_queue_pair() {
     for qpn in qpns {
         assert!(live.contains(&qpn), "QP {qpn} not listed: {live:?}");
     }
-    let mut tx = pattern(seed("release", 256), 256);
-    let mut rx = vec![FILL; 3 * 256];
-    let tx_mr = local_mr(&pd, &mut tx);
-    let rx_mr = local_mr(&pd, &mut rx);
+    let tx = registered(&pd, pattern(seed("release", 256), 256));
+    let mut rx = registered(&pd, vec![FILL; 3 * 256]);
     {
-        let mut chunks = rx.chunks_mut(256);
-        let mut sc: Vec<[_; 1]> = (0..3)
-            .map(|_| [rx_mr.scatter_element(chunks.next().unwrap())])
-            .collect();
-        let g = [tx_mr.gather_element(&tx)];
+        let mut sc = scatter_chunks(&mut rx, 256);
+        assert_eq!(sc.len(), 3);
+        let g = [tx.gather(..)];
         for (i, scatter) in sc.iter_mut().enumerate() {
             // SAFETY: each is finished (polled, waited for or dropped) in
             // this iteration, never leaked.

@@ -4,8 +4,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::json::Json;
-use crate::util::{self, Result, Workspace};
+use serde::Deserialize;
+
+use crate::process;
+use crate::workspace::{self, Workspace};
+use crate::Result;
 
 /// One executable cargo built.
 #[derive(Debug, Clone)]
@@ -58,15 +61,76 @@ fn package_name(id: &str) -> String {
     id.split_whitespace().next().unwrap_or(id).to_string()
 }
 
+/// A line of cargo's JSON messages; xtask reads only the artifacts.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+enum Message {
+    CompilerArtifact(ArtifactMessage),
+    #[serde(other)]
+    Other,
+}
+
+/// The members of a `compiler-artifact` message that xtask reads.
+#[derive(Debug, Deserialize)]
+struct ArtifactMessage {
+    package_id: String,
+    /// When missing, the workspace root stands in for its directory.
+    manifest_path: Option<PathBuf>,
+    target: TargetMessage,
+    profile: ProfileMessage,
+    /// `null` for targets that are not executables.
+    executable: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TargetMessage {
+    kind: Vec<String>,
+    name: String,
+    src_path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProfileMessage {
+    test: bool,
+}
+
+/// The executable a line of cargo's JSON messages announces, if it is a
+/// `compiler-artifact` message with one; `root` is the package directory
+/// when the message names no manifest.
+fn artifact(line: &str, root: &Path) -> Option<Artifact> {
+    let Ok(Message::CompilerArtifact(msg)) = serde_json::from_str(line) else {
+        return None;
+    };
+    let exe = msg.executable?;
+    let manifest_dir = match msg.manifest_path {
+        Some(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
+        None => root.to_path_buf(),
+    };
+    Some(Artifact {
+        package: package_name(&msg.package_id),
+        manifest_dir,
+        kind: msg
+            .target
+            .kind
+            .first()
+            .map_or("?", String::as_str)
+            .to_string(),
+        name: msg.target.name,
+        src_path: msg.target.src_path,
+        exe,
+        test: msg.profile.test,
+    })
+}
+
 /// Runs `cargo <args> --message-format=json-render-diagnostics` in the
 /// workspace (diagnostics still reach the terminal) and returns every
 /// executable it produced, deduplicated.
 pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Artifact>> {
-    let mut cmd = util::cargo();
+    let mut cmd = workspace::cargo();
     cmd.args(args)
         .arg("--message-format=json-render-diagnostics")
         .current_dir(&ws.root);
-    util::echo(&cmd);
+    process::echo(&cmd);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -81,49 +145,8 @@ pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Art
                 println!("{line}");
                 continue;
             }
-            let Ok(msg) = Json::parse(&line) else {
+            let Some(art) = artifact(&line, &ws.root) else {
                 continue;
-            };
-            if msg.str_at("reason") != Some("compiler-artifact") {
-                continue;
-            }
-            let Some(exe) = msg.str_at("executable") else {
-                continue;
-            };
-            let target = msg.get("target");
-            let first_kind = target
-                .and_then(|t| t.get("kind"))
-                .and_then(Json::as_array)
-                .and_then(|k| k.first())
-                .and_then(Json::as_str)
-                .unwrap_or("?");
-            let manifest_dir = msg
-                .str_at("manifest_path")
-                .map(|p| {
-                    Path::new(p)
-                        .parent()
-                        .map(Path::to_path_buf)
-                        .unwrap_or_default()
-                })
-                .unwrap_or_else(|| ws.root.clone());
-            let art = Artifact {
-                package: package_name(msg.str_at("package_id").unwrap_or("?")),
-                manifest_dir,
-                kind: first_kind.to_string(),
-                name: target
-                    .and_then(|t| t.str_at("name"))
-                    .unwrap_or("?")
-                    .to_string(),
-                src_path: target
-                    .and_then(|t| t.str_at("src_path"))
-                    .map(PathBuf::from)
-                    .unwrap_or_default(),
-                exe: PathBuf::from(exe),
-                test: msg
-                    .get("profile")
-                    .and_then(|p| p.get("test"))
-                    .and_then(Json::as_bool)
-                    == Some(true),
             };
             if !found.iter().any(|a| a.exe == art.exe) {
                 found.push(art);
@@ -134,8 +157,8 @@ pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Art
     if !status.success() {
         return Err(format!(
             "`{}` failed ({})",
-            util::display_cmd(&cmd),
-            util::describe(status)
+            process::display_cmd(&cmd),
+            process::describe(status)
         )
         .into());
     }
@@ -144,7 +167,38 @@ pub(crate) fn cargo_executables(ws: &Workspace, args: &[&str]) -> Result<Vec<Art
 
 #[cfg(test)]
 mod tests {
-    use super::package_name;
+    use super::*;
+
+    #[test]
+    fn reads_executables_from_cargo_messages() {
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/a#0.1.0","manifest_path":"/w/a/Cargo.toml","target":{"kind":["lib"],"crate_types":["lib"],"name":"a","src_path":"/w/a/src/lib.rs","edition":"2021","doc":true,"doctest":true,"test":true},"profile":{"opt_level":"0","debuginfo":2,"test":true},"features":[],"filenames":["/w/target/debug/deps/a-1"],"executable":"/w/target/debug/deps/a-1","fresh":false,"u":"\u00e9\ud83d\ude00\n"}"#;
+        let a = artifact(line, Path::new("/elsewhere")).expect("an executable");
+        assert_eq!(a.package, "a");
+        assert_eq!(a.manifest_dir, Path::new("/w/a"));
+        assert_eq!((a.kind.as_str(), a.name.as_str()), ("lib", "a"));
+        assert_eq!(a.src_path, Path::new("/w/a/src/lib.rs"));
+        assert_eq!(a.exe, Path::new("/w/target/debug/deps/a-1"));
+        assert!(a.test);
+        assert_eq!(a.label(), "a lib");
+
+        // Without a manifest path the workspace root stands in.
+        let old = line.replace(r#""manifest_path":"/w/a/Cargo.toml","#, "");
+        let a = artifact(&old, Path::new("/elsewhere")).expect("an executable");
+        assert_eq!(a.manifest_dir, Path::new("/elsewhere"));
+
+        // A library's artifact has no executable; other messages are skipped.
+        let lib = line.replace(
+            r#""executable":"/w/target/debug/deps/a-1""#,
+            r#""executable":null"#,
+        );
+        assert!(artifact(&lib, Path::new("/")).is_none());
+        assert!(artifact(
+            r#"{"reason":"build-finished","success":true}"#,
+            Path::new("/")
+        )
+        .is_none());
+        assert!(artifact("{\"reason\":", Path::new("/")).is_none());
+    }
 
     #[test]
     fn package_ids() {

@@ -12,9 +12,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::process;
 use crate::rxe::{self, Plan, RunOptions};
 use crate::setup;
-use crate::util::{self, heading, shell_quote, Result, Workspace};
+use crate::shell::shell_quote;
+use crate::workspace::{self, Workspace};
+use crate::{heading, Result};
 
 const HELP: &str = "\
 usage: cargo xtask demo [OPTIONS]
@@ -161,10 +164,10 @@ fn plan(bin: &Path) -> Plan {
 /// Builds the example programs in release mode (echoing the command) and
 /// returns the directory holding them.
 pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
-    let mut cmd = util::cargo();
+    let mut cmd = workspace::cargo();
     cmd.args(["build", "--release", "-p", "rdma-examples"])
         .current_dir(&ws.root);
-    util::run(&mut cmd)?;
+    process::run(&mut cmd)?;
     let bin = ws.target.join("release");
     for name in ["devices", "rc_pingpong", "perf"] {
         if !bin.join(name).is_file() {

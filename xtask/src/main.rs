@@ -1,21 +1,35 @@
-//! `cargo xtask` — the workspace's automation, in Rust with no dependencies
-//! (it is what installs the system libraries the other crates need).
+//! `cargo xtask` — the workspace's automation. It is what installs the
+//! system libraries the other crates need, so it and its few dependencies
+//! (serde, serde_json) are pure Rust and build on a bare machine.
 //!
-//! One module per task; [`rxe`] is the runner they share ("run these steps on
-//! a soft-RoCE device, natively or in a VM") and `ci/vm-run.sh` is its
-//! device-side half.
+//! One module per task ([`setup`], [`test_rxe`], [`demo`], [`bench`](mod@bench),
+//! [`vm`]); [`rxe`] is the runner they share ("run these steps on a
+//! soft-RoCE device, natively or in a VM") and `ci/vm-run.sh` is its
+//! device-side half. Beside them: [`process`] runs commands (echoed, with
+//! a time limit), [`artifacts`] collects what cargo built, [`workspace`],
+//! [`host`] and [`shell`] hold the small facts and quoting the tasks share.
 
 mod artifacts;
 mod bench;
 mod demo;
-mod json;
+mod host;
+mod process;
 mod rxe;
 mod setup;
+mod shell;
 mod test_rxe;
-mod util;
 mod vm;
+mod workspace;
 
 use std::process::ExitCode;
+
+/// Errors are messages for a human; `main` prints them after `error: `.
+pub(crate) type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// Prints a section heading.
+pub(crate) fn heading(text: &str) {
+    println!("\n=== {text} ===");
+}
 
 const HELP: &str = "\
 usage: cargo xtask <TASK> [ARGS...]

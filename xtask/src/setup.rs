@@ -3,7 +3,9 @@
 
 use std::process::{Command, ExitCode};
 
-use crate::util::{self, quiet_ok, quiet_output, Result};
+use crate::host;
+use crate::process::{self, capture, quiet_ok, quiet_output};
+use crate::Result;
 
 /// The apt packages the workspace needs, and why.
 pub(crate) const APT_PACKAGES: &[(&str, &str)] = &[
@@ -35,7 +37,7 @@ const PIP_PACKAGE: &str = "python3-pip";
 /// Which of `packages` dpkg does not report as installed; `None` when this
 /// is not a dpkg-based system.
 fn missing_packages<'a>(packages: &[&'a str]) -> Option<Vec<&'a str>> {
-    util::which("dpkg-query")?;
+    host::which("dpkg-query")?;
     // Unknown packages make dpkg-query exit 1 but it still prints the rest.
     let out = Command::new("dpkg-query")
         .args(["-W", "-f=${Package} ${Status}\\n"])
@@ -60,7 +62,7 @@ fn missing_packages<'a>(packages: &[&'a str]) -> Option<Vec<&'a str>> {
 
 /// `vng --version`, if vng runs.
 fn vng_version() -> Option<String> {
-    quiet_output(Command::new(util::vng()).arg("--version")).map(|s| s.trim().to_string())
+    quiet_output(Command::new(host::vng()).arg("--version")).map(|s| s.trim().to_string())
 }
 
 fn pip_works() -> bool {
@@ -122,8 +124,8 @@ the commands to run and exits non-zero.";
 
 /// Does the work; `Ok(false)` when the user has to run commands themselves.
 fn setup() -> Result<bool> {
-    let root = util::is_root();
-    let have_apt = util::which("apt-get").is_some();
+    let root = host::is_root();
+    let have_apt = host::which("apt-get").is_some();
     let mut todo_by_hand: Vec<String> = Vec::new();
     let sudo = if root { "" } else { "sudo " };
 
@@ -164,12 +166,12 @@ fn setup() -> Result<bool> {
                     missing.join(" ")
                 );
                 if root && have_apt {
-                    util::run(
+                    process::run(
                         Command::new("apt-get")
                             .arg("update")
                             .env("DEBIAN_FRONTEND", "noninteractive"),
                     )?;
-                    util::run(
+                    process::run(
                         Command::new("apt-get")
                             .args(["install", "-y", "--no-install-recommends"])
                             .args(&missing)
@@ -231,13 +233,13 @@ fn setup() -> Result<bool> {
 
 fn install_vng() -> Result<()> {
     let base = ["-m", "pip", "install", "virtme-ng"];
-    let first = util::run_captured(Command::new("python3").args(base), None)?;
+    let first = capture::run(Command::new("python3").args(base), None)?;
     if first.success() {
         return Ok(());
     }
     if first.output.contains("externally-managed-environment") {
         println!("setup: this Python is externally managed (PEP 668); retrying with --break-system-packages");
-        let second = util::run_captured(
+        let second = capture::run(
             Command::new("python3")
                 .args(base)
                 .arg("--break-system-packages"),

@@ -13,9 +13,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::artifacts::{self, Artifact};
+use crate::process::capture;
 use crate::rxe::{self, Plan, RunOptions};
 use crate::setup;
-use crate::util::{self, heading, Result, Workspace};
+use crate::workspace::{self, Workspace};
+use crate::{heading, Result};
 
 const HELP: &str = "\
 usage: cargo xtask test-rxe [OPTIONS] [-- LIBTEST-ARGS...]
@@ -169,13 +171,13 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         host_lines.push("skipped (--no-host)".into());
     } else {
         heading("test-rxe: doctests on the host");
-        let mut doc = util::cargo();
+        let mut doc = workspace::cargo();
         doc.args(["test", "--workspace", "--doc"])
             .current_dir(&ws.root);
         if !libtest_args.is_empty() {
             doc.arg("--").args(&libtest_args);
         }
-        let c = util::run_captured(&mut doc, None)?;
+        let c = capture::run(&mut doc, None)?;
         totals.add_output(&c.output);
         ok &= c.success();
         host_lines.push(format!("doctests: {}", verdict(c.success())));
@@ -184,13 +186,13 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
                 "test-rxe: {} on the host (uses trybuild)",
                 a.label()
             ));
-            let mut cmd = util::cargo();
+            let mut cmd = workspace::cargo();
             cmd.args(["test", "-p", &a.package, "--test", &a.name])
                 .current_dir(&ws.root);
             if !libtest_args.is_empty() {
                 cmd.arg("--").args(&libtest_args);
             }
-            let c = util::run_captured(&mut cmd, None)?;
+            let c = capture::run(&mut cmd, None)?;
             totals.add_output(&c.output);
             ok &= c.success();
             host_lines.push(format!("{}: {}", a.label(), verdict(c.success())));

@@ -5,7 +5,8 @@
 use std::process::ExitCode;
 
 use crate::rxe::{self, Plan, RunOptions, Want};
-use crate::util::{Result, Workspace};
+use crate::workspace::Workspace;
+use crate::Result;
 
 const HELP: &str = "\
 usage: cargo xtask vm [OPTIONS] -- CMD [ARG...]

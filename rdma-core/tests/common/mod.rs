@@ -12,7 +12,7 @@
 use rdma_core::sys;
 use rdma_core::{
     AccessFlags, AddressVector, CompChannel, CompQueue, Context, GidEntry, MemoryRegion, Mtu,
-    ProtectionDomain, QpType, QueuePair, RtrParams, RtsParams, WorkCompletion,
+    ProtectionDomain, QpType, QueuePair, RtrParams, RtsParams, Sge, WorkCompletion,
 };
 use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
@@ -142,6 +142,11 @@ impl Buf {
             length: u32::try_from(len).unwrap(),
             lkey: self.lkey(),
         }
+    }
+    /// The typed SGE over `len` bytes from `offset`.
+    pub(crate) fn entry(&self, offset: usize, len: usize) -> Sge {
+        let raw = self.sge(offset, len);
+        Sge::new(raw.addr, raw.length, raw.lkey)
     }
     /// Copies `data` in at `offset`. Only while the NIC is not using the range.
     pub(crate) fn write(&self, offset: usize, data: &[u8]) {
@@ -357,7 +362,17 @@ impl TestDevice {
         b: &QueuePair,
         tweak: impl Fn(&mut RtsParams),
     ) {
-        let access = Buf::full_access();
+        self.connect_with_access(a, b, Buf::full_access(), tweak);
+    }
+
+    /// As [`connect_with`](Self::connect_with), granting peers `access`.
+    pub(crate) fn connect_with_access(
+        &self,
+        a: &QueuePair,
+        b: &QueuePair,
+        access: AccessFlags,
+        tweak: impl Fn(&mut RtsParams),
+    ) {
         let (psn_a, psn_b) = (0x1234, 0x5678);
         for (qp, peer, rq_psn, sq_psn) in [(a, b, psn_b, psn_a), (b, a, psn_a, psn_b)] {
             qp.to_init(PORT, access).expect("RESET -> INIT");

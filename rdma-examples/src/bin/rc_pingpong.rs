@@ -35,11 +35,10 @@ use clap::Parser;
 use rdma_core::{LinkLayer, Mtu, WcStatus};
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
-use rdma_examples::pages::PageBuf;
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::{cli, device, flatten_scope, BoxError, Result};
 use rdma_safe::{
-    ConnectOptions, Endpoint, Gid, MemoryRegion, ReceiveWorkRequest, SendWorkRequest,
+    ConnectOptions, Endpoint, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
     TransportError,
 };
 use std::collections::VecDeque;
@@ -161,11 +160,9 @@ fn run(o: &Options) -> Result<()> {
     // `tx` (the C program uses one buffer for both; Rust's borrows want
     // the NIC's writes and reads apart).
     let slot = o.size.max(1);
-    let mut buf = PageBuf::zeroed(
-        2 * slot,
-        &format!("two message buffers of -s {} bytes", o.size),
-    )?;
-    let mr = MemoryRegion::register_local_mr(&pd, buf.as_mut_ptr(), buf.len())?;
+    let mut buf = RegisteredBuffer::new(&pd, 2 * slot)
+        .map_err(|e| format!("two message buffers of -s {} bytes: {e}", o.size))?;
+    let (mr, buf) = buf.split_mut();
     let (rx, tx) = buf.split_at_mut(slot);
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
     tx.fill(0x7b);

@@ -11,8 +11,10 @@
 #![allow(dead_code, unreachable_pub)]
 
 use rdma_safe::{
-    Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain, ScatterElement,
+    Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain, RegisteredBuffer,
+    ScatterElement, StableBuffer,
 };
+use std::ops::Range;
 use std::time::Duration;
 
 /// Byte that unwritten parts of target buffers hold.
@@ -66,10 +68,13 @@ pub fn pair_with_timeout(pd: &ProtectionDomain, timeout: Duration) -> (Channel, 
     pair_with(pd, |b| b.timeout(timeout))
 }
 
-/// Registers `buf` for local access. `buf` must be non-empty.
-pub fn local_mr(pd: &ProtectionDomain, buf: &mut [u8]) -> MemoryRegion {
-    MemoryRegion::register_local_mr(pd, buf.as_mut_ptr(), buf.len())
-        .unwrap_or_else(|e| panic!("register {} bytes for local access: {e}", buf.len()))
+/// Registers `buf` for local access; the registration owns (or, for a
+/// `&mut [u8]`, exclusively borrows) it until dropped or `into_inner`.
+/// `buf` must be non-empty.
+pub fn registered<B: StableBuffer>(pd: &ProtectionDomain, buf: B) -> RegisteredBuffer<B> {
+    let len = buf.len();
+    RegisteredBuffer::register(pd, buf)
+        .unwrap_or_else(|e| panic!("register {len} bytes for local access: {e}"))
 }
 
 /// Registers `buf` with remote read and write access.
@@ -84,28 +89,44 @@ pub unsafe fn shared_mr(pd: &ProtectionDomain, buf: &mut [u8]) -> MemoryRegion {
         .unwrap_or_else(|e| panic!("register {} bytes for remote access: {e}", buf.len()))
 }
 
-/// A gather list over `data`: empty for an empty slice (a zero-byte
-/// operation), otherwise one checked element.
-pub fn gather<'a>(mr: &'a MemoryRegion, data: &'a [u8]) -> Vec<GatherElement<'a>> {
-    if data.is_empty() {
+/// A gather list over `range` of `buf`: empty for an empty range (a
+/// zero-byte operation), otherwise one element (which panics if the range is
+/// outside the buffer).
+pub fn gather<B: StableBuffer>(
+    buf: &RegisteredBuffer<B>,
+    range: Range<usize>,
+) -> Vec<GatherElement<'_>> {
+    if range.is_empty() {
         Vec::new()
     } else {
-        vec![mr
-            .gather_element_checked(data)
-            .expect("slice inside its region")]
+        vec![buf.gather(range)]
     }
 }
 
-/// A scatter list over `data`: empty for an empty slice, otherwise one
-/// checked element.
-pub fn scatter<'a>(mr: &'a MemoryRegion, data: &'a mut [u8]) -> Vec<ScatterElement<'a>> {
-    if data.is_empty() {
+/// A scatter list over `range` of `buf`: empty for an empty range, otherwise
+/// one element.
+pub fn scatter<B: StableBuffer>(
+    buf: &mut RegisteredBuffer<B>,
+    range: Range<usize>,
+) -> Vec<ScatterElement<'_>> {
+    if range.is_empty() {
         Vec::new()
     } else {
-        vec![mr
-            .scatter_element_checked(data)
-            .expect("slice inside its region")]
+        vec![buf.scatter(range)]
     }
+}
+
+/// One single-element scatter list per `chunk`-byte piece of `buf`'s
+/// memory (the last piece may be shorter).
+pub fn scatter_chunks<B: StableBuffer>(
+    buf: &mut RegisteredBuffer<B>,
+    chunk: usize,
+) -> Vec<[ScatterElement<'_>; 1]> {
+    let (mr, bytes) = buf.split_mut();
+    bytes
+        .chunks_mut(chunk)
+        .map(|c| [mr.scatter_element(c)])
+        .collect()
 }
 
 /// A 64-bit seed from a test's tag and a size, so that every test and size

@@ -4,7 +4,7 @@
 //! private)`; [`Completions`] fires the callbacks as completions arrive.
 
 use rdma_safe::{
-    Channel, GatherElement, PollingScope, ReadWorkRequest, RemoteMemoryRegion, ScatterElement,
+    GatherElement, PollingScope, ReadWorkRequest, RemoteMemoryRegion, ScatterElement,
     ScopedPendingWork, TransportResult, WorkSuccess, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ impl<'scope, 'cb> Completions<'scope, 'cb> {
 /// # Errors
 /// The post failed (the callback then does not fire).
 pub(crate) fn rdma_write<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &[GatherElement<'scope>],
@@ -112,7 +112,7 @@ pub(crate) fn rdma_write<'scope, 'cb>(
 /// # Errors
 /// The post failed (the callback then does not fire).
 pub(crate) fn rdma_read<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &mut [ScatterElement<'scope>],

@@ -43,11 +43,10 @@ use evpl::{rdma_read, rdma_write, Completions};
 use protocol::{CHUNK, DEPTH, IOVS, ROUNDS, SIZE};
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Heartbeat, Link};
-use rdma_examples::pages::PageBuf;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{cli, device, flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, MemoryRegion, ProtectionDomain, ScatterElement, TransportResult,
+    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, TransportResult,
     WorkSuccess, REMOTE_REGION_ENCODED_LEN,
 };
 use std::cell::{Cell, RefCell};
@@ -276,24 +275,16 @@ fn client(o: &Options, host: &str) -> Result<()> {
     // registered on its own; piece j of chunk k lives in buffer j.
     let wparts = split(chunk, iovs, false);
     let rparts = split(chunk, iovs, true);
-    let iovecs = |parts: &[usize], what: &str| -> Result<Vec<PageBuf>> {
+    let iovecs = |parts: &[usize], what: &str| -> Result<Vec<RegisteredBuffer>> {
         let mut v = Vec::new();
         v.try_reserve_exact(parts.len())?;
         for p in parts {
-            v.push(PageBuf::zeroed(p * chunks, what)?);
+            v.push(RegisteredBuffer::new(&pd, p * chunks).map_err(|e| format!("{what}: {e}"))?);
         }
         Ok(v)
     };
     let mut src = iovecs(&wparts, "the source iovecs (the server's region size)")?;
     let mut dst = iovecs(&rparts, "the target iovecs (the server's region size)")?;
-    let src_mrs = src
-        .iter_mut()
-        .map(|b| MemoryRegion::register_local_mr(&pd, b.as_mut_ptr(), b.len()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let dst_mrs = dst
-        .iter_mut()
-        .map(|b| MemoryRegion::register_local_mr(&pd, b.as_mut_ptr(), b.len()))
-        .collect::<Result<Vec<_>, _>>()?;
     let timeout = channel.timeout();
 
     // The server hears from us at least every HEARTBEAT until DONE.
@@ -314,7 +305,6 @@ fn client(o: &Options, host: &str) -> Result<()> {
         let reads = Tally::default();
         let started = Instant::now();
         let (src_ref, dst_ref) = (&src, &mut dst);
-        let (src_mrs, dst_mrs) = (&src_mrs, &dst_mrs);
         let (wt, rt) = (&writes, &reads);
         flatten_scope(channel.scope(|s| -> Result<(), BoxError> {
             // Per chunk: a gather list over the sources, a scatter list over
@@ -322,14 +312,15 @@ fn client(o: &Options, host: &str) -> Result<()> {
             let mut gathers: Vec<Vec<GatherElement<'_>>> = vec![Vec::with_capacity(iovs); chunks];
             for (j, buf) in src_ref.iter().enumerate() {
                 for (k, piece) in buf.chunks(wparts[j]).enumerate() {
-                    gathers[k].push(src_mrs[j].gather_element(piece));
+                    gathers[k].push(buf.region().gather_element(piece));
                 }
             }
             let mut scatters: Vec<Vec<ScatterElement<'_>>> =
                 (0..chunks).map(|_| Vec::with_capacity(iovs)).collect();
             for (j, buf) in dst_ref.iter_mut().enumerate() {
-                for (k, piece) in buf.chunks_mut(rparts[j]).enumerate() {
-                    scatters[k].push(dst_mrs[j].scatter_element(piece));
+                let (mr, bytes) = buf.split_mut();
+                for (k, piece) in bytes.chunks_mut(rparts[j]).enumerate() {
+                    scatters[k].push(mr.scatter_element(piece));
                 }
             }
 

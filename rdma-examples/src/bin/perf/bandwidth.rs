@@ -10,7 +10,7 @@ use rdma_examples::net::Link;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScatterElement,
+    PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScatterElement,
     ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
 };
 use std::collections::VecDeque;
@@ -26,8 +26,7 @@ pub(crate) fn serve_send_bw(
     link: &mut Link,
 ) -> Result<()> {
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
-    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-    let rx = &mut side.rx;
+    let (rx_mr, rx) = side.rx.split_mut();
     let refill = batch_size(p.rx_depth);
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
@@ -61,7 +60,7 @@ pub(crate) fn serve_send_bw(
 /// `posted % lists.len()` on (fewer where the ring wraps); their handles go
 /// to the back of `recvs`. Returns how many were posted.
 fn post_ring<'scope, 'd: 'scope>(
-    s: &mut PollingScope<'scope, '_, Channel>,
+    s: &mut PollingScope<'scope, '_>,
     lists: &mut [[ScatterElement<'d>; 1]],
     posted: usize,
     n: usize,
@@ -96,12 +95,12 @@ pub(crate) fn run_bw(
         Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth),
         _ => 1,
     };
-    let buf = &mut side.local[..size * chunks];
+    let (mr, buf) = side.local.split_mut();
+    let buf = &mut buf[..size * chunks];
     match p.test {
         Test::ReadBw => buf.fill(0),
         _ => pattern::fill(buf, seed(size, BY_CLIENT), 0),
     }
-    let mr = &side.local_mr;
     let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let origin = Stamp::now();

@@ -10,7 +10,7 @@ use rdma_examples::net::Link;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
+    GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
     ScatterElement, ScopedPendingWork, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
@@ -23,8 +23,9 @@ pub(crate) fn serve_send_lat(
     side: &mut Side,
     link: &mut Link,
 ) -> Result<()> {
-    let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-    let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+    let (rx_mr, rx) = side.rx.split_mut();
+    let rx = &mut rx[..size];
+    let (local, local_mr) = (&side.local[..size], side.local.region());
     flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
         let mut scatter = [rx_mr.scatter_element(rx)];
         let gather = [local_mr.gather_element(local)];
@@ -63,7 +64,7 @@ struct LatRing<'scope> {
 
 impl<'scope> LatRing<'scope> {
     fn new(
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
         iters: usize,
     ) -> Result<Self> {
@@ -81,7 +82,7 @@ impl<'scope> LatRing<'scope> {
     /// Re-posts one owed receive; false if none is owed.
     fn repost(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
     ) -> Result<bool> {
         if self.owed == 0 || self.posted == self.iters {
@@ -120,7 +121,7 @@ impl<'scope> LatRing<'scope> {
     /// arrived.
     fn next_message(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
     ) -> Result<rdma_safe::WorkSuccess> {
         let mut pending = self.recvs.pop_front().ok_or("no receive posted")?;
@@ -141,7 +142,7 @@ impl<'scope> LatRing<'scope> {
     /// send (one in flight) and making sure receives wait for the answer.
     fn send(
         &mut self,
-        s: &mut PollingScope<'scope, '_, Channel>,
+        s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
         gather: &[GatherElement<'scope>],
         imm: u32,
@@ -182,7 +183,7 @@ pub(crate) fn serve_write_lat(
 /// then poll the send completion while the peer is busy with the answer —
 /// which keeps the completion off the critical path.
 fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> Result<()> {
-    let (local, local_mr) = (&side.local[..size], &side.local_mr);
+    let (local, local_mr) = (&side.local[..size], side.local.region());
     side.channel.write(WriteWorkRequest::new(
         &[local_mr.gather_element(local)],
         remote,
@@ -241,8 +242,9 @@ pub(crate) fn run_lat(
             let _ = clock::ticks_per_sec();
             for _ in 0..iters {
                 let t0 = Stamp::now();
+                let (mr, local) = side.local.split_mut();
                 side.channel.read(ReadWorkRequest::new(
-                    &mut [side.local_mr.scatter_element(&mut side.local[..size])],
+                    &mut [mr.scatter_element(&mut local[..size])],
                     remote,
                 ))?;
                 samples.push(Stamp::now().ticks_since(t0));
@@ -268,8 +270,9 @@ pub(crate) fn run_lat(
             pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
             let _ = clock::ticks_per_sec();
             side.rx[..size].fill(0);
-            let rx_mr = side.rx_mr.as_ref().ok_or("no receive buffers")?;
-            let (rx, local, local_mr) = (&mut side.rx[..size], &side.local[..size], &side.local_mr);
+            let (rx_mr, rx) = side.rx.split_mut();
+            let rx = &mut rx[..size];
+            let (local, local_mr) = (&side.local[..size], side.local.region());
             let samples_ref = &mut samples;
             flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
                 let mut scatter = [rx_mr.scatter_element(rx)];

@@ -64,10 +64,9 @@ use bandwidth::{read_chunks, ring_slots};
 use options::Options;
 use protocol::{Params, Test};
 use rdma_examples::net::{self, Link};
-use rdma_examples::pages::PageBuf;
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    Channel, MemoryRegion, ProtectionDomain, RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN,
+    Channel, ProtectionDomain, RegisteredBuffer, RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN,
 };
 use report::{Out, RULE};
 use std::process::ExitCode;
@@ -115,11 +114,9 @@ fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Resul
 struct Side {
     channel: Channel,
     /// Local source/target of the side's own operations.
-    local: PageBuf,
-    local_mr: MemoryRegion,
+    local: RegisteredBuffer,
     /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
-    rx: PageBuf,
-    rx_mr: Option<MemoryRegion>,
+    rx: RegisteredBuffer,
     slots: usize,
 }
 
@@ -209,8 +206,8 @@ fn setup(
         Test::ReadBw => max * read_chunks(usize::MAX, max, p.tx_depth),
         _ => max,
     };
-    let mut local = PageBuf::zeroed(local_len, "the message buffer (-s)")?;
-    let local_mr = MemoryRegion::register_local_mr(pd, local.as_mut_ptr(), local.len())?;
+    let local = RegisteredBuffer::new(pd, local_len)
+        .map_err(|e| format!("the message buffer (-s): {e}"))?;
     // Receive slots: send_bw rotates over up to rx_depth of them (within
     // RING_BYTES; more receives than slots are posted, a slot is reused
     // while an earlier receive into it is still posted: Rust reads none of
@@ -221,22 +218,12 @@ fn setup(
         Test::SendLat => 1,
         _ => 0,
     };
-    let mut rx = PageBuf::zeroed((slots * max).max(1), "the receive slots (-s, -r)")?;
-    let rx_mr = if slots > 0 {
-        Some(MemoryRegion::register_local_mr(
-            pd,
-            rx.as_mut_ptr(),
-            rx.len(),
-        )?)
-    } else {
-        None
-    };
+    let rx = RegisteredBuffer::new(pd, (slots * max).max(1))
+        .map_err(|e| format!("the receive slots (-s, -r): {e}"))?;
     Ok(Side {
         channel,
         local,
-        local_mr,
         rx,
-        rx_mr,
         slots,
     })
 }

@@ -1,0 +1,180 @@
+//! [`ChannelBuilder`]: creating a channel's completion queue and queue pair.
+
+use super::{Channel, DEFAULT_TIMEOUT};
+use crate::endpoint::Endpoint;
+use crate::engine::{Limits, WorkQueue};
+use crate::error::{IbvError, IbvResult};
+use crate::pd::ProtectionDomain;
+use rdma_core::{AccessFlags, Mtu, QpCapabilities, QpType, QueuePair};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Builder for a [`Channel`]; from [`Channel::builder`] or
+/// [`ProtectionDomain::channel_builder`].
+#[derive(Debug, Clone)]
+pub struct ChannelBuilder<'f1> {
+    pd: Option<&'f1 ProtectionDomain>,
+    port: u8,
+    gid_index: Option<u32>,
+    caps: QpCapabilities,
+    cq_size: Option<u32>,
+    timeout: Duration,
+    completion_events: bool,
+    mtu: Option<Mtu>,
+}
+
+impl<'f1> ChannelBuilder<'f1> {
+    pub(super) fn new() -> Self {
+        ChannelBuilder {
+            pd: None,
+            port: 1,
+            gid_index: None,
+            caps: QpCapabilities::default(),
+            cq_size: None,
+            timeout: DEFAULT_TIMEOUT,
+            completion_events: false,
+            mtu: None,
+        }
+    }
+
+    /// The protection domain (required).
+    pub fn pd(mut self, pd: &'f1 ProtectionDomain) -> Self {
+        self.pd = Some(pd);
+        self
+    }
+    /// Device port (default 1).
+    pub fn port(mut self, port: u8) -> Self {
+        self.port = port;
+        self
+    }
+    /// Local GID index to send from (default: the port's RoCE v2 IPv4 GID,
+    /// else its first valid GID).
+    pub fn gid_index(mut self, index: u32) -> Self {
+        self.gid_index = Some(index);
+        self
+    }
+    /// Send queue depth: outstanding sends, writes and reads (default 128).
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.caps.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth: outstanding receives (default 128).
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.caps.max_recv_wr = n;
+        self
+    }
+    /// Maximum SGEs per send/write/read request (default 4).
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.caps.max_send_sge = n;
+        self
+    }
+    /// Maximum SGEs per receive request (default 4).
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.caps.max_recv_sge = n;
+        self
+    }
+    /// Bytes a send or write may carry inline (copied at post time; default 0).
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.caps.max_inline_data = n;
+        self
+    }
+    /// Completion queue size (default: send depth + receive depth).
+    pub fn cq_size(mut self, n: u32) -> Self {
+        self.cq_size = Some(n);
+        self
+    }
+    /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// Sleep on completion events instead of busy polling while waiting
+    /// (lower CPU use, higher latency; default off).
+    pub fn completion_events(mut self, on: bool) -> Self {
+        self.completion_events = on;
+        self
+    }
+    /// Path MTU to use (default: the port's active MTU, capped by the peer's).
+    pub fn mtu(mut self, mtu: Mtu) -> Self {
+        self.mtu = Some(mtu);
+        self
+    }
+
+    /// Creates the channel: a CQ, an RC queue pair in the INIT state, and the
+    /// local [`Endpoint`] to hand to the peer.
+    ///
+    /// # Errors
+    /// [`IbvError::InvalidArgument`] without a protection domain or when the
+    /// port has no usable GID; otherwise the failing verb's error.
+    pub fn build(self) -> IbvResult<Channel> {
+        let pd = self
+            .pd
+            .ok_or_else(|| IbvError::InvalidArgument("ChannelBuilder needs .pd(..)".into()))?;
+        let ctx = pd.context();
+        let port_attr = ctx.query_port(self.port)?;
+        let gid = match self.gid_index {
+            Some(i) => ctx.query_gid_entry(self.port, i)?,
+            None => ctx.preferred_gid(self.port)?,
+        };
+        let gid_index = u8::try_from(gid.index).map_err(|_| {
+            IbvError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
+        })?;
+        let channel = if self.completion_events {
+            Some(ctx.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq_size = self
+            .cq_size
+            .unwrap_or(self.caps.max_send_wr + self.caps.max_recv_wr)
+            .max(1);
+        let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
+        let qp = QueuePair::builder(pd.as_core(), QpType::Rc, &cq, &cq)
+            .capabilities(self.caps)
+            .build()?;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        qp.to_init(self.port, access)?;
+        let mtu = self.mtu.or(port_attr.active_mtu()).unwrap_or(Mtu::Mtu1024);
+        let local = Endpoint {
+            qp_num: qp.qp_num(),
+            psn: random_psn(qp.qp_num()),
+            port: self.port,
+            lid: port_attr.lid(),
+            gid: gid.gid,
+            gid_index,
+            mtu,
+        };
+        let caps = qp.capabilities();
+        // Providers may grant more inline space than asked for (rxe raises 0
+        // to 16); inline by default only what the caller asked for.
+        let limits = Limits {
+            caps,
+            inline_default: caps.max_inline_data.min(self.caps.max_inline_data),
+        };
+        Ok(Channel {
+            needs_grh: port_attr.needs_grh(),
+            queue: Arc::new(WorkQueue::new(qp, cq, self.completion_events, limits)),
+            pd: pd.clone(),
+            local,
+            gid,
+            timeout: self.timeout,
+            remote: None,
+            scope_ids: Vec::new(),
+        })
+    }
+}
+
+fn random_psn(seed: u32) -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(seed);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() as u32) & 0x00ff_ffff
+}

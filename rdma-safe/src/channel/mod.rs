@@ -1,0 +1,153 @@
+//! [`Channel`]: the user's reliable connection — a façade over the engine
+//! ([`WorkQueue`]) with its protection domain, endpoints and timeout.
+//!
+//! [`WorkQueue`]: crate::engine::WorkQueue
+
+mod builder;
+mod connect;
+mod ops;
+
+pub use builder::ChannelBuilder;
+pub use connect::ConnectOptions;
+
+use crate::endpoint::Endpoint;
+use crate::engine::WorkQueue;
+use crate::error::IbvResult;
+use crate::pd::ProtectionDomain;
+use rdma_core::{GidEntry, QpCapabilities};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bound on every blocking wait.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A safe RDMA communication endpoint built on a reliable-connected queue
+/// pair.
+///
+/// Operations borrow their memory through [`GatherElement`](crate::GatherElement)s and
+/// [`ScatterElement`](crate::ScatterElement)s. The blocking operations ([`send`](Self::send),
+/// [`receive`](Self::receive), [`write`](Self::write), [`read`](Self::read))
+/// return only once the NIC is done with the memory; [`scope`](Self::scope)
+/// and [`manual_scope`](Self::manual_scope) let many operations be in flight
+/// at once and still guarantee that, before they return, every operation has
+/// completed. Every wait is bounded by the channel's
+/// [timeout](ChannelBuilder::timeout): when it expires, the queue pair is
+/// moved to the error state and its outstanding work drained (flushed) before
+/// the call returns, and the channel becomes unusable.
+///
+/// A channel belongs to a [`ProtectionDomain`] and may use any memory region
+/// registered in it.
+pub struct Channel {
+    queue: Arc<WorkQueue>,
+    /// The port's link layer needs a GRH (RoCE), queried once at build.
+    needs_grh: bool,
+    pd: ProtectionDomain,
+    local: Endpoint,
+    gid: GidEntry,
+    timeout: Duration,
+    remote: Option<Endpoint>,
+    /// The id list of the last scope, kept so that a loop of short scopes
+    /// does not allocate one per iteration.
+    pub(crate) scope_ids: Vec<u64>,
+}
+
+impl Channel {
+    /// A builder for a channel (set its protection domain with
+    /// [`ChannelBuilder::pd`]).
+    pub fn builder<'f1>() -> ChannelBuilder<'f1> {
+        ChannelBuilder::new()
+    }
+
+    /// The channel's protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// What the peer needs to connect to this channel.
+    pub fn local_endpoint(&self) -> Endpoint {
+        self.local
+    }
+
+    /// The peer's endpoint, once connected.
+    pub fn remote_endpoint(&self) -> Option<Endpoint> {
+        self.remote
+    }
+
+    /// The local GID entry used for addressing.
+    pub fn gid(&self) -> GidEntry {
+        self.gid
+    }
+
+    /// The queue capacities granted by the device.
+    pub fn capabilities(&self) -> QpCapabilities {
+        self.queue.limits().caps
+    }
+
+    /// The bound on blocking waits.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes the bound on blocking waits.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Why the channel is unusable, if an earlier failure or timeout shut it
+    /// down (its queue pair is then in the error state).
+    pub fn unusable_reason(&self) -> Option<String> {
+        self.queue.unusable()
+    }
+
+    /// Whether the channel can still carry operations.
+    pub fn is_usable(&self) -> bool {
+        self.unusable_reason().is_none()
+    }
+
+    /// Work requests posted and not yet completed and claimed. Always 0
+    /// outside a scope, except for leaked [`PendingWork`](crate::PendingWork).
+    pub fn outstanding(&self) -> usize {
+        self.queue.counters().3
+    }
+
+    /// Totals since creation: (work requests posted, work requests seen
+    /// complete). A batch counts as its number of requests on both sides.
+    /// Completions never outnumber posts.
+    pub fn totals(&self) -> (u64, u64) {
+        let (p, c, _, _) = self.queue.counters();
+        (p, c)
+    }
+
+    /// The QP number of the channel's queue pair.
+    pub fn qp_num(&self) -> u32 {
+        self.queue.qp().qp_num()
+    }
+
+    /// `ibv_query_qp`—The current state of the channel's queue pair
+    /// (`ReadyToSend` once connected, `Error` after a failure or timeout).
+    ///
+    /// The queue pair itself is not exposed: moving it to another state or
+    /// polling its completion queue behind the channel's back would break
+    /// the bookkeeping that decides when borrowed memory is released.
+    pub fn qp_state(&self) -> IbvResult<rdma_core::QpState> {
+        self.queue.qp().state()
+    }
+
+    /// The engine, for scopes and pending work.
+    pub(crate) fn queue(&self) -> &Arc<WorkQueue> {
+        &self.queue
+    }
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("local", &self.local)
+            .field("remote", &self.remote)
+            .field("caps", &self.queue.limits().caps)
+            .field("timeout", &self.timeout)
+            .field("unusable", &self.unusable_reason())
+            .finish()
+    }
+}

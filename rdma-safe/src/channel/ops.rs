@@ -1,0 +1,217 @@
+//! The operations of a [`Channel`]: blocking, unpolled and scoped.
+
+use super::Channel;
+use crate::error::{IbvError, IbvResult, ScopeError, TransportError, TransportResult};
+use crate::pending::PendingWork;
+use crate::scope::PollingScope;
+use crate::work::{
+    ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
+};
+
+impl Channel {
+    // ----- blocking operations ------------------------------------------------
+
+    /// Posts a send and blocks until it completes (bounded by the timeout).
+    pub fn send<'op>(&'op mut self, wr: SendWorkRequest<'op, 'op>) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_send(&wr)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts a receive and blocks until a message arrives in it (bounded by
+    /// the timeout).
+    pub fn receive<'op>(
+        &'op mut self,
+        mut wr: ReceiveWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_recv(&mut wr)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts an RDMA write and blocks until it completes (bounded by the
+    /// timeout).
+    pub fn write<'op>(
+        &'op mut self,
+        wr: WriteWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_write(&wr)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts an RDMA read and blocks until it completes (bounded by the
+    /// timeout).
+    pub fn read<'op>(
+        &'op mut self,
+        mut wr: ReadWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_read(&mut wr)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts a batch of sends with one `ibv_post_send` call, only the last
+    /// one signaled, and blocks until all completed (bounded by the
+    /// timeout). Fewer doorbells and completions than one call per send:
+    /// the way to move many small messages. The outcome reports the total
+    /// bytes; the first failure of any member fails the batch.
+    pub fn send_batch<'op>(
+        &'op mut self,
+        wrs: &[SendWorkRequest<'op, 'op>],
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_send_batch(wrs)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
+    /// last one signaled, and blocks until all completed (bounded by the
+    /// timeout). See [`send_batch`](Self::send_batch).
+    pub fn write_batch<'op>(
+        &'op mut self,
+        wrs: &[WriteWorkRequest<'op, 'op>],
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_write_batch(wrs)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
+    /// last one signaled, and blocks until all completed (bounded by the
+    /// timeout). Each read has its own exclusive scatter list. See
+    /// [`send_batch`](Self::send_batch).
+    pub fn read_batch<'op>(
+        &'op mut self,
+        wrs: &mut [ReadWorkRequest<'op, 'op>],
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_read_batch(wrs)?;
+        self.queue.wait(id, self.timeout)
+    }
+
+    // ----- unpolled operations ------------------------------------------------
+
+    /// Posts a send without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn send_unpolled<'data>(
+        &mut self,
+        wr: SendWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.queue.post_send(&wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
+    }
+
+    /// Posts a receive without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn receive_unpolled<'data>(
+        &mut self,
+        mut wr: ReceiveWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.queue.post_recv(&mut wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
+    }
+
+    /// Posts an RDMA write without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn write_unpolled<'data>(
+        &mut self,
+        wr: WriteWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.queue.post_write(&wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
+    }
+
+    /// Posts an RDMA read without polling for its completion.
+    ///
+    /// # Safety
+    /// The returned [`PendingWork`] must not be leaked (e.g. via
+    /// `mem::forget`): that would end the borrow of the data without dropping
+    /// it while the hardware may still access the memory. Prefer
+    /// [`scope`](Self::scope) or [`manual_scope`](Self::manual_scope), which
+    /// prevent this.
+    pub unsafe fn read_unpolled<'data>(
+        &mut self,
+        mut wr: ReadWorkRequest<'_, 'data>,
+    ) -> IbvResult<PendingWork<'data>> {
+        let id = self.queue.post_read(&mut wr).map_err(into_ibv)?;
+        Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
+    }
+
+    // ----- scopes --------------------------------------------------------------
+
+    /// Opens a polling scope that automatically polls all outstanding work
+    /// requests when it ends.
+    ///
+    /// This is the primary safe way to have many operations in flight. The
+    /// closure receives a [`PollingScope`] through which operations are
+    /// posted; each returns a handle that can be polled individually. When
+    /// the closure returns, every work request that was not polled is polled
+    /// to completion before this method returns — also if the closure
+    /// panicked (the panic resumes after the drain), and also for handles
+    /// that were `mem::forget`-ed: the scope, not the handle, owns the
+    /// obligation to wait.
+    ///
+    /// # Errors
+    /// * The closure returns `Err(e)`: outstanding work is still polled, then
+    ///   [`ScopeError::ClosureError`]`(e)` is returned.
+    /// * The closure returns `Ok(t)` but automatic polling finds a failed (or
+    ///   timed-out) request: [`ScopeError::AutoPollError`].
+    pub fn scope<'env, F, T, E>(&'env mut self, f: F) -> Result<T, ScopeError<E>>
+    where
+        F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env>) -> Result<T, E>,
+    {
+        let (result, errors, _unclaimed) = crate::scope::run(self, f);
+        match result {
+            Err(e) => Err(ScopeError::ClosureError(e)),
+            Ok(t) => match errors.into_iter().next() {
+                Some(err) => Err(ScopeError::AutoPollError(err)),
+                None => Ok(t),
+            },
+        }
+    }
+
+    /// Opens a polling scope that enforces manual polling of all work
+    /// requests.
+    ///
+    /// Like [`scope`](Self::scope), but the contract is that the closure
+    /// polls everything it posts, so the closure's result is returned
+    /// directly.
+    ///
+    /// # Panics
+    /// If the closure succeeds but leaves work unpolled: the work is first
+    /// polled to completion (so no memory is in use), then this panics as a
+    /// safety net. If the closure returns an error, outstanding work is
+    /// cleaned up without panicking.
+    pub fn manual_scope<'env, F, T, E>(&'env mut self, f: F) -> Result<T, E>
+    where
+        F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env>) -> Result<T, E>,
+    {
+        let (result, _errors, unclaimed) = crate::scope::run(self, f);
+        match result {
+            Ok(_) if unclaimed > 0 => panic!(
+                "manual_scope: the closure returned Ok but left {unclaimed} work request(s) unpolled \
+                 (they have now been polled to completion)"
+            ),
+            r => r,
+        }
+    }
+}
+
+fn into_ibv(e: TransportError) -> IbvError {
+    match e {
+        TransportError::Post { source, .. } | TransportError::Poll(source) => source,
+        other => IbvError::InvalidArgument(other.to_string()),
+    }
+}

@@ -1,0 +1,146 @@
+//! The engine: one queue pair, its completion queue, the building and
+//! posting of every work request, and the tracking of their completions.
+//!
+//! [`WorkQueue`] is the one place that turns a typed work request into a
+//! posted one ([`post`](self::post)) and a completion into a result
+//! ([`tracker`], [`wait`](self::wait)). The façade types — [`Channel`],
+//! scopes, [`PendingWork`] — borrow or share it; it never refers to them.
+//!
+//! [`Channel`]: crate::Channel
+//! [`PendingWork`]: crate::PendingWork
+
+mod post;
+mod tracker;
+mod wait;
+
+use crate::error::{Operation, TransportError, TransportResult};
+use rdma_core::{CompQueue, QpCapabilities, QueuePair};
+use std::ops::Range;
+use std::sync::{Mutex, MutexGuard};
+use tracker::Tracker;
+
+/// What a request may carry, fixed when the queue pair was created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The capacities the device granted.
+    pub(crate) caps: QpCapabilities,
+    /// Payloads up to this size go inline unless a request says otherwise
+    /// (what the user asked for, at most what the device granted).
+    pub(crate) inline_default: u32,
+}
+
+/// A reliable-connected queue pair with its completion tracking. Shared by
+/// a channel, its pending work and its scopes (`Arc` or borrow): every
+/// method takes `&self`, and the tracking state sits behind one lock.
+#[derive(Debug)]
+pub(crate) struct WorkQueue {
+    qp: QueuePair,
+    cq: CompQueue,
+    /// Sleep on the CQ's completion channel instead of spinning.
+    events: bool,
+    limits: Limits,
+    state: Mutex<Tracker>,
+}
+
+/// What the caller of [`WorkQueue::post`] does with the id it is given.
+pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
+
+impl WorkQueue {
+    pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool, limits: Limits) -> Self {
+        let sq_capacity = limits.caps.max_send_wr as usize;
+        WorkQueue {
+            qp,
+            cq,
+            events,
+            limits,
+            state: Mutex::new(Tracker::new(sq_capacity)),
+        }
+    }
+
+    /// The queue pair, for connecting it. Posting to it or moving it to a
+    /// state other than RTR/RTS behind the engine's back would break the
+    /// tracking that decides when borrowed memory is released.
+    pub(crate) fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tracker> {
+        // A panic while holding the lock leaves consistent state (every
+        // update is a single insert/remove), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts work through `post`, which receives the id to use: one request,
+    /// or a batch of `sq` send-queue requests of which only the last is
+    /// signaled (and carries the id; the others carry `id | BATCH_MEMBER`).
+    /// `sq` is 0 for receives. A batch that would overflow the send queue is
+    /// refused before anything is posted.
+    fn post(&self, op: Operation, len: usize, sq: u32, post: PostFn<'_>) -> TransportResult<u64> {
+        let mut st = self.lock();
+        if let Some(why) = &st.unusable {
+            return Err(TransportError::Unusable(why.clone()));
+        }
+        if sq > 1 && st.sq_in_flight + sq as usize > st.sq_capacity {
+            return Err(TransportError::Post {
+                operation: op,
+                source: rdma_core::Error::InvalidArgument(format!(
+                    "a batch of {sq} requests does not fit the send queue ({} of {} entries in use)",
+                    st.sq_in_flight, st.sq_capacity
+                )),
+            });
+        }
+        let id = st.next_wr_id;
+        post(id).map_err(|source| TransportError::Post {
+            operation: op,
+            source,
+        })?;
+        st.track(op, len, sq);
+        Ok(id)
+    }
+
+    /// Posts receives as one list through `post`, which is given the id of
+    /// the first (the others follow it, one apart) and returns how many it
+    /// posted and, if not all of `lens`, why it stopped. Every receive that
+    /// was posted is tracked, whether or not the list was posted whole; the
+    /// returned range names them.
+    fn post_receives(
+        &self,
+        lens: &[usize],
+        post: &mut dyn FnMut(u64) -> (usize, rdma_core::Result<()>),
+    ) -> (Range<u64>, TransportResult<()>) {
+        let mut st = self.lock();
+        if let Some(why) = &st.unusable {
+            return (0..0, Err(TransportError::Unusable(why.clone())));
+        }
+        let first = st.next_wr_id;
+        let (posted, rc) = post(first);
+        for &len in &lens[..posted.min(lens.len())] {
+            st.track(Operation::Receive, len, 0);
+        }
+        let end = st.next_wr_id;
+        let rc = rc.map_err(|source| TransportError::Post {
+            operation: Operation::Receive,
+            source,
+        });
+        (first..end, rc)
+    }
+
+    /// Counters: (posted, completed, in flight, tracked slots).
+    pub(crate) fn counters(&self) -> (u64, u64, usize, usize) {
+        let st = self.lock();
+        (
+            st.posted_total,
+            st.completed_total,
+            st.in_flight,
+            st.slots.len(),
+        )
+    }
+
+    pub(crate) fn unusable(&self) -> Option<String> {
+        self.lock().unusable.clone()
+    }
+}

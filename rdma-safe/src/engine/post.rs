@@ -1,0 +1,282 @@
+//! Posting: validating typed work requests and handing them to the NIC,
+//! one request or a batch per verb call.
+
+use super::tracker::BATCH_MEMBER;
+use super::WorkQueue;
+use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::remote::RemoteMemoryRegion;
+use crate::sge::{gather_sges, scatter_sges};
+use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
+use rdma_core::{RecvRequest, SendFlags, SendRequest};
+use std::ops::Range;
+
+impl WorkQueue {
+    /// Whether a payload of `len` bytes goes inline. A payload forced inline
+    /// must fit the queue pair's inline space: checked here, before anything
+    /// is posted, so that no member of a batch can fail inside the provider
+    /// after earlier members were posted.
+    fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> TransportResult<bool> {
+        match forced {
+            None => Ok(len > 0 && len <= self.limits.inline_default as usize),
+            Some(true) if len > self.limits.caps.max_inline_data as usize => {
+                Err(TransportError::Post {
+                    operation: op,
+                    source: IbvError::InvalidArgument(format!(
+                    "{len} bytes forced inline exceed the queue pair's inline limit of {} bytes",
+                    self.limits.caps.max_inline_data
+                )),
+                })
+            }
+            Some(on) => Ok(on),
+        }
+    }
+
+    fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {
+        if n > max as usize {
+            return Err(TransportError::Post {
+                operation: op,
+                source: IbvError::InvalidArgument(format!(
+                    "{n} SGEs exceed the channel's limit of {max}"
+                )),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates a send and builds its request (id and signaling are set
+    /// when it is posted).
+    fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
+        self.check_sges(
+            Operation::Send,
+            wr.gather.len(),
+            self.limits.caps.max_send_sge,
+        )?;
+        let sges = gather_sges(wr.gather);
+        let mut req = match wr.immediate {
+            Some(imm) => SendRequest::send_with_imm(0, sges, imm),
+            None => SendRequest::send(0, sges),
+        };
+        if wr.solicited {
+            req = req.solicited();
+        }
+        if self.inline_for(Operation::Send, wr.len(), wr.inline)? {
+            req = req.inline();
+        }
+        Ok(req)
+    }
+
+    /// Validates an RDMA write and builds its request.
+    fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
+        self.check_sges(
+            Operation::Write,
+            wr.gather.len(),
+            self.limits.caps.max_send_sge,
+        )?;
+        let len = wr.len();
+        check_remote_len(Operation::Write, len, &wr.remote)?;
+        let sges = gather_sges(wr.gather);
+        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+        let mut req = match wr.immediate {
+            Some(imm) => SendRequest::rdma_write_with_imm(0, sges, addr, rkey, imm),
+            None => SendRequest::rdma_write(0, sges, addr, rkey),
+        };
+        if self.inline_for(Operation::Write, len, wr.inline)? {
+            req = req.inline();
+        }
+        Ok(req)
+    }
+
+    /// Validates an RDMA read and builds its request.
+    fn read_request<'a>(
+        &self,
+        wr: &'a mut ReadWorkRequest<'_, '_>,
+    ) -> TransportResult<SendRequest<'a>> {
+        self.check_sges(
+            Operation::Read,
+            wr.scatter.len(),
+            self.limits.caps.max_send_sge,
+        )?;
+        check_remote_len(Operation::Read, wr.len(), &wr.remote)?;
+        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+        Ok(SendRequest::rdma_read(
+            0,
+            scatter_sges(wr.scatter),
+            addr,
+            rkey,
+        ))
+    }
+
+    pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> TransportResult<u64> {
+        let req = self.send_request(wr)?;
+        self.post_sends(Operation::Send, wr.len(), &mut [req])
+    }
+
+    pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> TransportResult<u64> {
+        let req = self.write_request(wr)?;
+        self.post_sends(Operation::Write, wr.len(), &mut [req])
+    }
+
+    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
+        let len = wr.len();
+        let req = self.read_request(wr)?;
+        self.post_sends(Operation::Read, len, &mut [req])
+    }
+
+    pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> TransportResult<u64> {
+        let mut reqs = wrs
+            .iter()
+            .map(|wr| self.send_request(wr))
+            .collect::<TransportResult<Vec<_>>>()?;
+        let len = wrs.iter().map(SendWorkRequest::len).sum();
+        self.post_sends(Operation::Send, len, &mut reqs)
+    }
+
+    pub(crate) fn post_write_batch(
+        &self,
+        wrs: &[WriteWorkRequest<'_, '_>],
+    ) -> TransportResult<u64> {
+        let mut reqs = wrs
+            .iter()
+            .map(|wr| self.write_request(wr))
+            .collect::<TransportResult<Vec<_>>>()?;
+        let len = wrs.iter().map(WriteWorkRequest::len).sum();
+        self.post_sends(Operation::Write, len, &mut reqs)
+    }
+
+    pub(crate) fn post_read_batch(
+        &self,
+        wrs: &mut [ReadWorkRequest<'_, '_>],
+    ) -> TransportResult<u64> {
+        let len = wrs.iter().map(ReadWorkRequest::len).sum();
+        let mut reqs = wrs
+            .iter_mut()
+            .map(|wr| self.read_request(wr))
+            .collect::<TransportResult<Vec<_>>>()?;
+        self.post_sends(Operation::Read, len, &mut reqs)
+    }
+
+    /// Posts one request, or a batch as one list with one `ibv_post_send`
+    /// call (one doorbell) of which only the last request is signaled. On a
+    /// reliable connection the send queue completes in order, so the last
+    /// request's completion — success, error or flush — means every earlier
+    /// one is finished too. Every request was validated before (SGE counts,
+    /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
+    /// provider has no reason to post part of the list.
+    fn post_sends(
+        &self,
+        op: Operation,
+        len: usize,
+        reqs: &mut [SendRequest<'_>],
+    ) -> TransportResult<u64> {
+        let Some(last) = reqs.len().checked_sub(1) else {
+            return Err(TransportError::Post {
+                operation: op,
+                source: IbvError::InvalidArgument("empty batch".into()),
+            });
+        };
+        self.post(op, len, reqs.len() as u32, &mut |id| {
+            for req in reqs[..last].iter_mut() {
+                req.set_wr_id(id | BATCH_MEMBER);
+            }
+            reqs[last].set_wr_id(id);
+            reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);
+            // SAFETY: every SGE comes from a `GatherElement` (a live `&[u8]`)
+            // or a `ScatterElement` (a live `&mut [u8]`) of a registration
+            // whose range stays on its pinned pages; they stay borrowed until
+            // the completion is claimed: blocking calls wait for it, scopes
+            // drain it before returning, and `PendingWork` waits on drop.
+            match unsafe { self.qp.post_send_list(reqs) } {
+                Ok(()) => Ok(()),
+                Err(e) if e.posted() == Some(0) => Err(e.into()),
+                // Part of the list was posted without its signaled end (or
+                // the provider did not say how much): its completion could
+                // never be observed, and returning would let the borrows end
+                // while the NIC may use the memory.
+                Err(e) => {
+                    crate::fatal::abort_with(format_args!("{e} after posting part of a batch"))
+                }
+            }
+        })
+    }
+
+    pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.check_sges(
+            Operation::Receive,
+            wr.scatter.len(),
+            self.limits.caps.max_recv_sge,
+        )?;
+        let len = wr.len();
+        let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
+        self.post(Operation::Receive, len, 0, &mut |id| {
+            req[0].set_wr_id(id);
+            // SAFETY: every SGE comes from a `ScatterElement`, a live
+            // `&mut [u8]` that stays exclusively borrowed until this
+            // request's completion is claimed (see `post_sends`).
+            unsafe { self.qp.post_recv_list(&mut req) }.map_err(rdma_core::Error::from)
+        })
+    }
+
+    /// Posts receives as one list with one `ibv_post_recv` call. Receives
+    /// complete one by one, in order, each with its own completion; the
+    /// returned range names the posted ones, which are tracked even when the
+    /// call fails part-way (the error is returned beside them).
+    pub(crate) fn post_recv_batch(
+        &self,
+        wrs: &mut [ReceiveWorkRequest<'_, '_>],
+    ) -> (Range<u64>, TransportResult<()>) {
+        let refuse = |e: TransportError| (0..0, Err(e));
+        if wrs.is_empty() {
+            return refuse(TransportError::Post {
+                operation: Operation::Receive,
+                source: IbvError::InvalidArgument("empty batch".into()),
+            });
+        }
+        for wr in wrs.iter() {
+            if let Err(e) = self.check_sges(
+                Operation::Receive,
+                wr.scatter.len(),
+                self.limits.caps.max_recv_sge,
+            ) {
+                return refuse(e);
+            }
+        }
+        let lens: Vec<usize> = wrs.iter().map(ReceiveWorkRequest::len).collect();
+        let mut reqs: Vec<RecvRequest<'_>> = wrs
+            .iter_mut()
+            .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)))
+            .collect();
+        self.post_receives(&lens, &mut |first| {
+            for (k, req) in reqs.iter_mut().enumerate() {
+                req.set_wr_id(first + k as u64);
+            }
+            // SAFETY: as in `post_recv`.
+            match unsafe { self.qp.post_recv_list(&mut reqs) } {
+                Ok(()) => (reqs.len(), Ok(())),
+                Err(e) => match e.posted() {
+                    // The receives before the one named are on the queue
+                    // and must be tracked.
+                    Some(k) => (k, Err(e.into())),
+                    // Without knowing which receives were posted, returning
+                    // could let the borrows end while the NIC may still
+                    // write into the buffers.
+                    None => crate::fatal::abort_with(format_args!(
+                        "{e} without naming the receive it stopped at"
+                    )),
+                },
+            }
+        })
+    }
+}
+
+fn check_remote_len(op: Operation, len: usize, remote: &RemoteMemoryRegion) -> TransportResult<()> {
+    if len as u64 > remote.length() {
+        return Err(TransportError::Post {
+            operation: op,
+            source: IbvError::InvalidArgument(format!(
+                "{len} bytes do not fit the remote region of {} bytes",
+                remote.length()
+            )),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! `target/bench.json`: the settings of the bench and, per test and size,
+//! every run's value, the medians, the ratio, the pairs and the verdict.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::judgement::{median, Cell, Comparison};
+use super::options::{Args, TX_DEPTH};
+use crate::rxe::Route;
+use crate::Result;
+
+/// The whole file.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    route: String,
+    kernel: &'a str,
+    iters: Iters,
+    reps: usize,
+    tx_depth: u32,
+    /// `--inline`, if given (it applies to write and send tests only).
+    inline: Option<u32>,
+    raw_dir: String,
+    results: Vec<Row>,
+}
+
+/// Operations per run before the size cap.
+#[derive(Debug, Serialize)]
+struct Iters {
+    bandwidth: u32,
+    latency: u32,
+}
+
+/// One test at one size.
+#[derive(Debug, Serialize)]
+struct Row {
+    test: &'static str,
+    perftest_program: &'static str,
+    size: u64,
+    iters: u32,
+    metric: &'static str,
+    /// `higher` or `lower`: which way the metric is better.
+    better: &'static str,
+    perftest: Values,
+    ours: Values,
+    ratio_ours_perftest: Option<f64>,
+    pairs: usize,
+    pairs_ours_better: usize,
+    target: f64,
+    meets_target: Option<bool>,
+}
+
+/// One tool's values for a test and size (rounded to 3 decimals).
+#[derive(Debug, Serialize)]
+struct Values {
+    median: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+    runs: Vec<f64>,
+    failed: usize,
+    printed_inf: usize,
+}
+
+impl Values {
+    fn of(cell: &Cell) -> Values {
+        Values {
+            median: median(&cell.values).map(round3),
+            min: cell.values.iter().copied().reduce(f64::min).map(round3),
+            max: cell.values.iter().copied().reduce(f64::max).map(round3),
+            runs: cell.values.iter().copied().map(round3).collect(),
+            failed: cell.failed,
+            printed_inf: cell.inf,
+        }
+    }
+}
+
+/// `v` rounded to 3 decimals: the precision both tools print.
+fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Writes the report to `path`.
+pub(super) fn write(
+    path: &Path,
+    a: &Args,
+    route: &Route,
+    kernel: &str,
+    raw: &Path,
+    rows: &[Comparison],
+) -> Result<()> {
+    let report = Report {
+        route: route.to_string(),
+        kernel,
+        iters: Iters {
+            bandwidth: a.bw_iters,
+            latency: a.lat_iters,
+        },
+        reps: a.reps,
+        tx_depth: TX_DEPTH,
+        inline: a.inline,
+        raw_dir: raw.to_string_lossy().into_owned(),
+        results: rows.iter().map(|c| row(a, c)).collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&report)?;
+    text.push('\n');
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+fn row(a: &Args, c: &Comparison) -> Row {
+    let (pairs_ours_better, pairs) = c.pairs();
+    Row {
+        test: c.test.name,
+        perftest_program: c.test.perftest,
+        size: c.size,
+        iters: a.iters(c.test, c.size),
+        metric: c.test.metric(),
+        better: if c.test.bw { "higher" } else { "lower" },
+        perftest: Values::of(&c.perftest),
+        ours: Values::of(&c.ours),
+        ratio_ours_perftest: c.ratio().map(round3),
+        pairs,
+        pairs_ours_better,
+        target: c.test.target(),
+        meets_target: c.meets(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_values() {
+        let mut cell = Cell::default();
+        cell.push(1, 11.0);
+        cell.push(2, 50.0);
+        cell.push(3, 9.0);
+        cell.inf = 1;
+        let v = serde_json::to_value(Values::of(&cell)).unwrap();
+        assert_eq!(
+            (v["min"].as_f64(), v["max"].as_f64()),
+            (Some(9.0), Some(50.0))
+        );
+        assert_eq!(
+            (v["failed"].as_u64(), v["printed_inf"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(v["median"].as_f64(), Some(11.0));
+        assert_eq!(round3(1.234_56), 1.235);
+        assert!(serde_json::to_value(Values::of(&Cell::default())).unwrap()["median"].is_null());
+    }
+}

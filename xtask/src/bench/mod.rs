@@ -1,0 +1,80 @@
+//! `cargo xtask bench` — compares our `perf` with perftest on the same rxe
+//! device, in the same boot (only ratios mean something under emulation).
+//!
+//! For every test (write_bw, read_bw, send_bw, write_lat, send_lat), size
+//! and repetition the plan runs perftest's server + client, then ours, with
+//! the same size, iterations and (bandwidth) tx depth 128, each pair on its
+//! own TCP port, alternating so that slow drifts of the guest hit both
+//! tools alike. Each run's raw output goes to `<out>/raw/` (the run's
+//! results directory, the only place the guest may write); the host parses
+//! it afterwards: perftest's text table, our `perf --json` lines. The
+//! medians over the repetitions go into a table and `target/bench.json`.
+//!
+//! Where things are: [`options`] (the command line), [`suite`] (the tests
+//! and their targets), [`plan`] (the runs and each tool's command line),
+//! [`results`] (reading the raw outputs), [`judgement`] (medians, ratio,
+//! pairs), [`table`] (what is printed) and [`json_report`] (bench.json).
+
+mod json_report;
+mod judgement;
+mod options;
+mod plan;
+mod results;
+mod suite;
+mod table;
+
+use std::process::ExitCode;
+
+use crate::demo::build_examples;
+use crate::rxe;
+use crate::setup;
+use crate::workspace::Workspace;
+use crate::{heading, Result};
+
+/// `cargo xtask bench`.
+pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
+    let Some(a) = options::parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !a.no_setup {
+        setup::ensure()?;
+    }
+    let ws = Workspace::locate();
+    let bin = build_examples(&ws)?;
+    let route = rxe::choose_route(&ws, "bench", a.run.want)?;
+    let runs = plan::runs(&a);
+    let plan = plan::plan(&a, &runs, &bin.join("perf"));
+    let outcome = rxe::run(&ws, "bench", &route, &plan, &a.run)?;
+    let raw = outcome.out.join("raw");
+    let rows = results::collect(&a, &runs, &outcome, &raw);
+
+    heading("bench results");
+    table::print(&a, &route, &rows);
+    let json_path = ws.target.join("bench.json");
+    let kernel = outcome.env("KERNEL").unwrap_or("unknown");
+    json_report::write(&json_path, &a, &route, kernel, &raw, &rows)?;
+    println!(
+        "\nwritten to {} (raw outputs in {})",
+        json_path.display(),
+        raw.display()
+    );
+    if let Some(why) = outcome.failure_reason() {
+        println!("problem: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let printed_inf: usize = rows.iter().map(|c| c.perftest.inf).sum();
+    if printed_inf > 0 {
+        println!(
+            "note: perftest printed `inf` in {printed_inf} run(s) (its cycles-to-usec conversion \
+             failed in the guest); those runs are left out of its medians"
+        );
+    }
+    if rows
+        .iter()
+        .any(|c| c.perftest.failed > 0 || c.ours.failed > 0)
+    {
+        println!("problem: some runs produced no result (\"fail\" above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}

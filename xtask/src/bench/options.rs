@@ -1,0 +1,223 @@
+//! The command line of `cargo xtask bench` and what it decides: tests,
+//! sizes, repetitions, iterations per run, inline data.
+
+use std::time::Duration;
+
+use super::suite::{Test, TESTS};
+use crate::rxe::RunOptions;
+use crate::Result;
+
+pub(super) const HELP: &str = "\
+usage: cargo xtask bench [OPTIONS]
+
+Runs perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
+ib_send_lat) and our perf (write_bw, read_bw, send_bw, write_lat, send_lat)
+on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
+iterations and tx depth (128 for bandwidth), alternating perftest and ours,
+and prints the medians: bandwidth as average MB/sec (higher is better),
+latency as t_typical usec (lower is better), the ratio ours/perftest, in
+how many repetitions ours beat the perftest run beside it (a sign test that
+tells a real gap from run-to-run noise), and whether the target is met
+(bandwidth ratio >= 1.00, latency <= 1.05). Writes the table to
+target/bench.json; raw outputs stay in
+target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
+perftest run that prints `inf` (its clock conversion failing in the guest)
+is reported and left out of the medians instead.
+
+options:
+  --reps N              repetitions of every test and size (default 3)
+  --iters N             operations per run (default 20000 for bandwidth, 5000
+                        for latency; perftest needs >= 5), capped so that a
+                        run moves at most 64 MiB (64 KiB: 1024, 1 MiB: 64)
+  --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
+                        (default 64,4K,64K,1M)
+  --tests T,...         only these tests (default write_bw,read_bw,send_bw,
+                        write_lat,send_lat)
+  --inline N            pass -I N to both tools in the write and send tests
+                        (reads carry no inline data; default: each tool's
+                        own; perftest turns inline off on devices it does
+                        not recognise, rxe among them, while our perf inlines
+                        up to 220/236 B in write/send latency tests):
+                        --inline 0 compares without inline data on both sides
+  --no-setup            do not check/install prerequisites first
+";
+
+/// Bandwidth tests keep this many operations in flight (both tools).
+pub(super) const TX_DEPTH: u32 = 128;
+/// A run moves at most this many bytes: large sizes get fewer iterations
+/// (both tools alike), so that a bench stays minutes long under emulation.
+pub(super) const MAX_RUN_BYTES: u64 = 64 << 20;
+
+/// Iterations of a run at `size`: `--iters`, capped by [`MAX_RUN_BYTES`],
+/// never below perftest's minimum of 5.
+fn iters_for(iters: u32, size: u64) -> u32 {
+    let cap = (MAX_RUN_BYTES / size.max(1)).max(5);
+    u64::from(iters).min(cap) as u32
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub(super) struct Args {
+    pub(super) run: RunOptions,
+    pub(super) reps: usize,
+    /// Operations per bandwidth run and per latency run (before the cap).
+    pub(super) bw_iters: u32,
+    pub(super) lat_iters: u32,
+    pub(super) sizes: Vec<u64>,
+    pub(super) tests: Vec<Test>,
+    pub(super) inline: Option<u32>,
+    pub(super) no_setup: bool,
+}
+
+impl Args {
+    /// Operations of a run of `test` at `size` (both tools alike).
+    pub(super) fn iters(&self, test: Test, size: u64) -> u32 {
+        let n = if test.bw {
+            self.bw_iters
+        } else {
+            self.lat_iters
+        };
+        iters_for(n, size)
+    }
+
+    /// The iterations per run, in words.
+    pub(super) fn iters_text(&self) -> String {
+        format!(
+            "{} iterations per bandwidth run, {} per latency run",
+            self.bw_iters, self.lat_iters
+        )
+    }
+}
+
+/// A message size: bytes, with an optional K or M suffix; 1 B to 8 MiB.
+fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .map(|n| n * mul)
+        .filter(|&n| n > 0 && n <= 8 << 20)
+}
+
+/// Parses the command line; `None` when it asked for `--help` (printed).
+pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
+    let mut a = Args {
+        run: RunOptions {
+            // By default 5 tests x 4 sizes x 3 repetitions x 2 tools = 120
+            // server/client runs: more than the runner's default limit allows
+            // under emulation.
+            timeout: Duration::from_secs(60 * 60),
+            ..RunOptions::default()
+        },
+        reps: 3,
+        // Long enough that a bandwidth run measures the steady state, not
+        // its start-up.
+        bw_iters: 20000,
+        lat_iters: 5000,
+        sizes: vec![64, 4096, 65536, 1 << 20],
+        tests: TESTS.to_vec(),
+        inline: None,
+        no_setup: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        if a.run.parse_arg(args, &mut i)? {
+            continue;
+        }
+        let value = |name: &str| -> Result<&String> {
+            args.get(i + 1)
+                .ok_or_else(|| format!("bench: {name} needs a value").into())
+        };
+        match args[i].as_str() {
+            "-h" | "--help" => {
+                println!("{HELP}{}", RunOptions::HELP);
+                return Ok(None);
+            }
+            "--no-setup" => a.no_setup = true,
+            "--reps" => {
+                a.reps = value("--reps")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or("bench: --reps needs a positive number")?;
+                i += 1;
+            }
+            "--iters" => {
+                a.bw_iters = value("--iters")?
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 5)
+                    .ok_or("bench: --iters needs a number >= 5 (perftest's minimum)")?;
+                a.lat_iters = a.bw_iters;
+                i += 1;
+            }
+            "--sizes" => {
+                let v = value("--sizes")?;
+                a.sizes = v
+                    .split(',')
+                    .map(|s| {
+                        parse_size(s).ok_or_else(|| format!("bench: bad size `{s}` in --sizes"))
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+                i += 1;
+            }
+            "--inline" => {
+                a.inline = Some(
+                    value("--inline")?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n <= 4096)
+                        .ok_or("bench: --inline needs a number of bytes (0..=4096)")?,
+                );
+                i += 1;
+            }
+            "--tests" => {
+                let v = value("--tests")?;
+                a.tests = v
+                    .split(',')
+                    .map(|s| {
+                        TESTS
+                            .iter()
+                            .copied()
+                            .find(|t| t.name == s.trim())
+                            .ok_or_else(|| format!("bench: unknown test `{s}` in --tests"))
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+                i += 1;
+            }
+            other => return Err(format!("bench: unknown argument `{other}` (see --help)").into()),
+        }
+        i += 1;
+    }
+    Ok(Some(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_sizes_get_fewer_iterations() {
+        assert_eq!(iters_for(2000, 64), 2000);
+        assert_eq!(iters_for(2000, 4096), 2000);
+        assert_eq!(iters_for(2000, 65536), 1024);
+        assert_eq!(iters_for(2000, 1 << 20), 64);
+        assert_eq!(
+            iters_for(2000, 64 << 20),
+            5,
+            "never below perftest's minimum"
+        );
+        assert_eq!(iters_for(10, 1 << 20), 10);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("0"), None);
+    }
+}

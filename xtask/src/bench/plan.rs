@@ -1,0 +1,183 @@
+//! The runs of a bench and the plan that runs them: per test, size and
+//! repetition perftest's server and client, then ours, with the same
+//! options, each pair on its own TCP port.
+
+use std::path::Path;
+
+use super::options::{Args, MAX_RUN_BYTES, TX_DEPTH};
+use super::suite::Test;
+use crate::rxe::Plan;
+use crate::shell::shell_quote;
+
+/// First TCP port; run k uses `BASE_PORT + k`.
+const BASE_PORT: u32 = 19000;
+
+/// Which program produced a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tool {
+    Perftest,
+    Ours,
+}
+
+impl Tool {
+    /// How the table, labels and file names call it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Tool::Perftest => "perftest",
+            Tool::Ours => "ours",
+        }
+    }
+}
+
+/// One server/client run in the plan.
+#[derive(Debug, Clone)]
+pub(super) struct Run {
+    pub(super) test: Test,
+    pub(super) tool: Tool,
+    pub(super) size: u64,
+    pub(super) rep: usize,
+}
+
+impl Run {
+    /// File name stem under `raw/`.
+    pub(super) fn stem(&self) -> String {
+        format!(
+            "{}-{}-{}-r{}",
+            self.tool.name(),
+            self.test.name,
+            self.size,
+            self.rep
+        )
+    }
+
+    /// The end of the run's step label in the plan (and so in `steps.tsv`).
+    pub(super) fn label_tail(&self) -> String {
+        format!(
+            "{} {} {} B rep {}",
+            self.tool.name(),
+            self.test.name,
+            self.size,
+            self.rep
+        )
+    }
+}
+
+/// Every run in plan order: per test and size, perftest and ours alternate.
+pub(super) fn runs(a: &Args) -> Vec<Run> {
+    let mut v = Vec::new();
+    for &test in &a.tests {
+        for &size in &a.sizes {
+            for rep in 1..=a.reps {
+                for tool in [Tool::Perftest, Tool::Ours] {
+                    v.push(Run {
+                        test,
+                        tool,
+                        size,
+                        rep,
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The options both tools take alike beyond size and iterations: the tx
+/// depth of bandwidth tests and `--inline`, for the tests that can inline.
+fn depth_and_inline(a: &Args, test: Test) -> String {
+    let mut options = String::new();
+    if test.bw {
+        options += &format!(" -t {TX_DEPTH}");
+    }
+    if let Some(n) = a.inline.filter(|_| test.inline) {
+        options += &format!(" -I {n}");
+    }
+    options
+}
+
+/// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`.
+pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
+    let perf = shell_quote(&perf.to_string_lossy());
+    let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
+    let mut p = Plan::new();
+    p.say(&format!(
+        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} \
+         (at most {} MiB per run) ==\n\
+         perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth{});\n\
+         each run prints its result line; raw outputs go to the results directory's raw/.",
+        runs.len(),
+        a.tests.len(),
+        a.sizes.len(),
+        a.reps,
+        a.iters_text(),
+        MAX_RUN_BYTES >> 20,
+        a.inline
+            .map_or(String::new(), |n| format!(", -I {n} for writes and sends"))
+    ));
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    for (k, r) in runs.iter().enumerate() {
+        let port = BASE_PORT + k as u32;
+        let (size, n) = (r.size, a.iters(r.test, r.size));
+        let extra = depth_and_inline(a, r.test);
+        let f = format!("f=\"$R/{}\"", r.stem());
+        // On success show only the result (the line after the table
+        // header, or our JSON line); on failure everything.
+        let (server, client) = match r.tool {
+            Tool::Perftest => {
+                let cmd = format!(
+                    "{} {dev} -s {size} -n {n}{extra} -F -p {port}",
+                    r.test.perftest
+                );
+                (
+                    format!(
+                        "{raw}; {f}; {cmd} >\"$f.server.txt\" 2>&1; rc=$?; \
+                         [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
+                    ),
+                    format!(
+                        "{raw}; {f}; {cmd} 127.0.0.1 >\"$f.client.txt\" 2>&1; rc=$?; \
+                         if [ $rc = 0 ]; then grep -A1 -e '#bytes' \"$f.client.txt\"; \
+                         else cat \"$f.client.txt\"; fi; exit $rc"
+                    ),
+                )
+            }
+            Tool::Ours => {
+                let name = r.test.name;
+                (
+                    format!(
+                        "{raw}; {f}; {perf} {name} {dev} -p {port} --json \
+                         >\"$f.server.json\" 2>\"$f.server.txt\"; rc=$?; \
+                         [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
+                    ),
+                    format!(
+                        "{raw}; {f}; {perf} {name} {dev} -s {size} -n {n}{extra} -p {port} --json 127.0.0.1 \
+                         >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
+                         if [ $rc = 0 ]; then cat \"$f.client.json\"; \
+                         else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
+                    ),
+                )
+            }
+        };
+        let label = format!("[{}/{}] {}", k + 1, runs.len(), r.label_tail());
+        p.server_client(&label, port as u16, &server, &client);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::options;
+    use super::super::suite::TESTS;
+    use super::*;
+
+    #[test]
+    fn inline_only_where_the_operation_can_carry_it() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = options::parse(&v(&["--inline", "0"])).unwrap().unwrap();
+        let by_name = |n: &str| TESTS.iter().copied().find(|t| t.name == n).unwrap();
+        assert_eq!(depth_and_inline(&a, by_name("write_bw")), " -t 128 -I 0");
+        assert_eq!(depth_and_inline(&a, by_name("read_bw")), " -t 128");
+        assert_eq!(depth_and_inline(&a, by_name("send_lat")), " -I 0");
+        let a = options::parse(&[]).unwrap().unwrap();
+        assert_eq!(depth_and_inline(&a, by_name("write_lat")), "");
+    }
+}

@@ -1,0 +1,138 @@
+//! Reading the raw outputs back on the host: perftest's text table and our
+//! `perf --json` lines, one value per run, gathered per test and size.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::judgement::Comparison;
+use super::options::Args;
+use super::plan::{Run, Tool};
+use super::suite::Test;
+use crate::rxe::Outcome;
+
+/// Every run's value, in a [`Comparison`] per test and size (in the order
+/// of `--tests`, then `--sizes`). A run counts only if its step passed
+/// (both sides exited 0) and its output holds a value; an infinite value
+/// is counted apart.
+pub(super) fn collect(a: &Args, runs: &[Run], outcome: &Outcome, raw: &Path) -> Vec<Comparison> {
+    let mut rows: Vec<Comparison> = Vec::new();
+    for &test in &a.tests {
+        for &size in &a.sizes {
+            rows.push(Comparison::new(test, size));
+        }
+    }
+    for r in runs {
+        let value = match r.tool {
+            Tool::Perftest => fs::read_to_string(raw.join(format!("{}.client.txt", r.stem())))
+                .ok()
+                .and_then(|t| parse_perftest(&t, r.test, r.size)),
+            Tool::Ours => fs::read_to_string(raw.join(format!("{}.client.json", r.stem())))
+                .ok()
+                .and_then(|t| parse_ours(&t, r.test, r.size)),
+        };
+        let label_tail = r.label_tail();
+        let passed = outcome
+            .steps
+            .iter()
+            .any(|s| s.passed && s.label.ends_with(&label_tail));
+        let row = rows
+            .iter_mut()
+            .find(|c| c.test.name == r.test.name && c.size == r.size)
+            .expect("every run has a row");
+        let cell = match r.tool {
+            Tool::Perftest => &mut row.perftest,
+            Tool::Ours => &mut row.ours,
+        };
+        match value.filter(|_| passed) {
+            Some(v) if v.is_finite() => cell.push(r.rep, v),
+            Some(_) => cell.inf += 1,
+            None => cell.failed += 1,
+        }
+    }
+    rows
+}
+
+/// perftest's result: the line after the `#bytes` header; field 3 (BW
+/// average) for bandwidth, field 4 (t_typical) for latency.
+fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
+    let mut lines = text.lines();
+    lines.find(|l| l.trim_start().starts_with("#bytes"))?;
+    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    if fields.first()?.parse::<u64>().ok()? != size {
+        return None;
+    }
+    fields.get(if test.bw { 3 } else { 4 })?.parse::<f64>().ok()
+}
+
+/// The members of a `perf --json` line that bench reads.
+#[derive(Debug, Deserialize)]
+struct PerfLine {
+    test: String,
+    /// Only the server's lines have one.
+    role: Option<String>,
+    bytes: u64,
+    bw_avg_mb_s: Option<f64>,
+    t_typical_us: Option<f64>,
+}
+
+/// Our result: the client's JSON line for `size` (no `role` member).
+fn parse_ours(text: &str, test: Test, size: u64) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<PerfLine>(l.trim()).ok())
+        .filter(|l| l.role.is_none() && l.test == test.name && l.bytes == size)
+        .find_map(|l| {
+            let value = if test.bw {
+                l.bw_avg_mb_s
+            } else {
+                l.t_typical_us
+            };
+            value.filter(|v| v.is_finite())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::suite::TESTS;
+    use super::*;
+
+    const PT_BW: &str = "\
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      200              23.27              20.17  \t\t   0.000323
+---------------------------------------------------------------------------------------
+";
+    const PT_LAT: &str = "\
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 4096    200          90.79          1309.18      101.94   \t       132.84      \t84.11  \t\t705.15  \t\t1309.18
+";
+
+    #[test]
+    fn parses_perftest_tables() {
+        assert_eq!(parse_perftest(PT_BW, TESTS[0], 65536), Some(20.17));
+        assert_eq!(parse_perftest(PT_BW, TESTS[0], 64), None);
+        assert_eq!(parse_perftest(PT_LAT, TESTS[4], 4096), Some(101.94));
+        assert_eq!(parse_perftest("error", TESTS[4], 4096), None);
+        // perftest's line when its clock conversion fails: a result, not a
+        // number to take the median of.
+        let inf = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n \
+                   4096    2000          inf            inf          inf      \t       inf\n";
+        let v = parse_perftest(inf, TESTS[4], 4096).expect("the line is there");
+        assert!(v.is_infinite());
+    }
+
+    #[test]
+    fn parses_our_json() {
+        let text = "{\"test\":\"send_lat\",\"role\":\"server\",\"bytes\":4096,\"iterations\":200,\"verified\":true}\n\
+            {\"test\":\"send_lat\",\"bytes\":4096,\"iterations\":200,\"t_min_us\":97.165,\"t_typical_us\":116.765,\"verified\":true}\n";
+        assert_eq!(parse_ours(text, TESTS[4], 4096), Some(116.765));
+        assert_eq!(parse_ours(text, TESTS[3], 4096), None);
+        let bw = "{\"test\":\"write_bw\",\"bytes\":1048576,\"iterations\":100,\"tx_depth\":128,\"bw_peak_mb_s\":40.668,\"bw_avg_mb_s\":37.263}";
+        assert_eq!(parse_ours(bw, TESTS[0], 1 << 20), Some(37.263));
+        assert_eq!(parse_ours(bw, TESTS[0], 64), None);
+        // perf writes a number that is not finite as null.
+        let null = bw.replace("37.263", "null");
+        assert_eq!(parse_ours(&null, TESTS[0], 1 << 20), None);
+    }
+}

@@ -1,0 +1,113 @@
+//! The table bench prints: what was run, the medians of both tools per test
+//! and size, the ratio, the pairs and the verdict, and the missed targets.
+
+use super::judgement::{median, Cell, Comparison};
+use super::options::{Args, MAX_RUN_BYTES, TX_DEPTH};
+use crate::rxe::Route;
+
+/// Prints the legend, one row per comparison and which targets were missed.
+pub(super) fn print(a: &Args, route: &Route, rows: &[Comparison]) {
+    println!("route: {route}");
+    println!(
+        "{} (at most {} MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
+        a.iters_text(),
+        MAX_RUN_BYTES >> 20,
+        a.reps
+    );
+    match a.inline {
+        Some(n) => {
+            println!("inline: -I {n} for both tools in write and send tests (reads take none)")
+        }
+        None => println!(
+            "inline: each tool's default (perftest: none on rxe; ours: up to 220/236 B in write/send latency)"
+        ),
+    }
+    println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
+    println!("latency:   t_typical usec (median of the run), lower is better");
+    println!(
+        "ratio: of the medians; pairs: repetitions in which ours beat the perftest run next to it;\n\
+         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n"
+    );
+    println!(
+        "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
+        "test", "size", "perftest", "ours", "ours/perftest", "pairs", "target"
+    );
+    let mut missed = Vec::new();
+    for c in rows {
+        let ratio = c.ratio();
+        let (wins, paired) = c.pairs();
+        let meets = c.meets();
+        if meets != Some(true) {
+            missed.push(format!(
+                "{} {} ({}, ours better in {wins} of {paired} pairs)",
+                c.test.name,
+                size_name(c.size),
+                ratio.map_or("no ratio".to_string(), |r| format!("{r:.3}"))
+            ));
+        }
+        println!(
+            "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
+            c.test.name,
+            size_name(c.size),
+            cell_text(&c.perftest, a.reps),
+            cell_text(&c.ours, a.reps),
+            ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
+            format!("{wins}/{paired}"),
+            match meets {
+                Some(true) => "met",
+                Some(false) => "MISSED",
+                None => "-",
+            }
+        );
+    }
+    if missed.is_empty() {
+        println!("\ntargets: met in all {} cells", rows.len());
+    } else {
+        println!(
+            "\ntargets: met in {} of {} cells; missed: {}",
+            rows.len() - missed.len(),
+            rows.len(),
+            missed.join("; ")
+        );
+    }
+}
+
+/// A tool's median, with how many of `reps` runs gave a value when some
+/// did not; `fail` when none did.
+fn cell_text(cell: &Cell, reps: usize) -> String {
+    match median(&cell.values) {
+        None => "fail".to_string(),
+        Some(m) if cell.failed > 0 || cell.inf > 0 => {
+            format!("{m:.2} ({}/{reps} ok)", cell.values.len())
+        }
+        Some(m) => format!("{m:.2}"),
+    }
+}
+
+/// `64 B`, `4 KiB`, `1 MiB`.
+fn size_name(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_and_sizes() {
+        // A perftest run that printed `inf` is reported, not counted.
+        let mut cell = Cell::default();
+        cell.push(1, 250.0);
+        cell.inf = 1;
+        assert_eq!(cell_text(&cell, 2), "250.00 (1/2 ok)");
+        assert_eq!(cell_text(&Cell::default(), 2), "fail");
+        assert_eq!(size_name(1 << 20), "1 MiB");
+        assert_eq!(size_name(64), "64 B");
+    }
+}
