@@ -196,7 +196,8 @@ fn rc_pingpong_says_when_the_size_is_too_large_for_the_machine() {
     } else {
         let f = fails_with(p, 1, "rc_pingpong: ");
         assert!(
-            f.output.contains("cannot allocate 2147483648 bytes")
+            f.output
+                .contains("-s 1073741824 bytes: out of memory allocating 2147483648 bytes")
                 || f.output.contains("ibv_reg_mr"),
             "{}",
             f.output
