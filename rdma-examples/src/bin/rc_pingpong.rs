@@ -231,6 +231,9 @@ fn run(o: &Options) -> Result<()> {
     let is_client = o.server.is_some();
     let (iters, size, rx_depth) = (o.iters, o.size, o.rx_depth);
     let elapsed = flatten_scope(channel.scope(|s| -> Result<_, BoxError> {
+        // A failed check ends the run at once: the receives still posted are
+        // flushed instead of waited for.
+        s.cancel_on_error();
         let mut rx_sge = [mr.scatter_element(rx)];
         let tx_sge = [mr.gather_element(tx)];
         // Receives complete in the order they were posted.
