@@ -116,9 +116,10 @@ impl MemoryRegion {
     /// Without remote flags only the first rule applies.
     ///
     /// # Errors
-    /// The error of `ibv_reg_mr`: `EINVAL` for a zero length or a flag
-    /// combination the device rejects (remote write without local write),
-    /// `EFAULT`/`ENOMEM` for memory that cannot be pinned (see `ulimit -l`).
+    /// The error of `ibv_reg_mr`: `EINVAL` for a flag combination the device
+    /// rejects (remote write without local write) and, on some providers, a
+    /// zero length (rxe accepts one), `EFAULT`/`ENOMEM` for memory that
+    /// cannot be pinned (see `ulimit -l`).
     pub unsafe fn register_mr_with_access(
         pd: &ProtectionDomain,
         address: *mut u8,
