@@ -184,3 +184,18 @@ fn random_psn(seed: u32) -> u32 {
     );
     (h.finish() as u32) & 0x00ff_ffff
 }
+
+impl ProtectionDomain {
+    /// Creates a channel with default capacities (see [`ChannelBuilder`]).
+    ///
+    /// # Errors
+    /// As [`ChannelBuilder::build`].
+    pub fn create_channel(&self) -> IbvResult<Channel> {
+        Channel::builder().pd(self).build()
+    }
+
+    /// A builder for a channel in this domain.
+    pub fn channel_builder(&self) -> ChannelBuilder<'_> {
+        Channel::builder().pd(self)
+    }
+}
