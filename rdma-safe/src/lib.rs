@@ -13,8 +13,13 @@
 //!   the range is not freed, reallocated or remapped while registered — a
 //!   documented departure from the design this crate follows, whose local
 //!   registration was safe (see the [`memory`] module for why it cannot be).
-//!   Registering with *remote* access is `unsafe` as well: a peer can then
-//!   read or write the memory at any time, outside any Rust borrow.
+//!   Registering a byte buffer with *remote* access is `unsafe` as well: a
+//!   peer can then read or write the memory at any time, outside any Rust
+//!   borrow. [`RemoteAccessBuffer`] is the safe way: memory Rust reaches only
+//!   through atomic 8-byte accesses, never as a slice (see its module docs).
+//! * **Atomics** ([`AtomicWorkRequest`]): compare-and-swap and fetch-and-add
+//!   on an aligned remote word, checked before posting; the old value lands
+//!   in an 8-byte scatter element, borrowed like any other.
 //! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
 //!   `&'a [u8]` (the NIC reads; nobody writes), a
 //!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
@@ -71,6 +76,7 @@
 //! `cargo xtask test-rxe` runs on a soft-RoCE device.
 
 mod aligned;
+mod atomic;
 mod channel;
 mod endpoint;
 mod engine;
@@ -82,11 +88,13 @@ mod pd;
 mod pending;
 mod registered;
 mod remote;
+mod remote_access;
 pub mod scope;
 mod sge;
 mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
+pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
@@ -98,6 +106,7 @@ pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
 pub use registered::RegisteredBuffer;
 pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
+pub use remote_access::RemoteAccessBuffer;
 pub use scope::{PollingScope, ScopedPendingWork};
 pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
 pub use work::{

@@ -9,6 +9,7 @@
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
+mod atomic;
 mod post;
 mod tracker;
 mod wait;
