@@ -20,6 +20,11 @@
 //! * **Atomics** ([`AtomicWorkRequest`]): compare-and-swap and fetch-and-add
 //!   on an aligned remote word, checked before posting; the old value lands
 //!   in an 8-byte scatter element, borrowed like any other.
+//! * **Memory windows** ([`Channel::lend`]): an exclusively borrowed slice is
+//!   lent to the peer through a type 2 window for the length of a closure;
+//!   the callee invalidates the window and deregisters the memory before the
+//!   borrow ends, so the peer's key fails afterwards (see the [`window`]
+//!   module for the threat model).
 //! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
 //!   `&'a [u8]` (the NIC reads; nobody writes), a
 //!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
@@ -88,9 +93,10 @@ mod pd;
 mod pending;
 mod registered;
 mod remote;
-mod remote_access;
+pub mod remote_access;
 pub mod scope;
 mod sge;
+pub mod window;
 mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};

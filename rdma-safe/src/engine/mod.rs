@@ -13,6 +13,7 @@ mod atomic;
 mod post;
 mod tracker;
 mod wait;
+mod window;
 
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
