@@ -25,6 +25,11 @@
 //!   the callee invalidates the window and deregisters the memory before the
 //!   borrow ends, so the peer's key fails afterwards (see the [`window`]
 //!   module for the threat model).
+//! * **Datagrams and shared receive queues** ([`DatagramEndpoint`],
+//!   [`SharedReceiveQueue`]): the receive memory is owned by the endpoint or
+//!   queue, reached by Rust only through atomic copies, and outlives every
+//!   queue pair that can write it; messages are copied out, so no user
+//!   memory is lent to a receive that may complete at any time.
 //! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
 //!   `&'a [u8]` (the NIC reads; nobody writes), a
 //!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
@@ -83,6 +88,7 @@
 mod aligned;
 mod atomic;
 mod channel;
+pub mod datagram;
 mod endpoint;
 mod engine;
 mod error;
@@ -96,12 +102,14 @@ mod remote;
 pub mod remote_access;
 pub mod scope;
 mod sge;
+pub mod srq;
 pub mod window;
 mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
 pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
+pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
     Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,
@@ -115,6 +123,7 @@ pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LE
 pub use remote_access::RemoteAccessBuffer;
 pub use scope::{PollingScope, ScopedPendingWork};
 pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
+pub use srq::{SharedReceive, SharedReceiveQueue};
 pub use work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };

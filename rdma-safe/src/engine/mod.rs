@@ -10,6 +10,7 @@
 //! [`PendingWork`]: crate::PendingWork
 
 mod atomic;
+mod datagram;
 mod post;
 mod tracker;
 mod wait;
@@ -18,7 +19,7 @@ mod window;
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
@@ -42,7 +43,15 @@ pub(crate) struct WorkQueue {
     events: bool,
     limits: Limits,
     state: Mutex<Tracker>,
+    /// Memory the queue pair's receives may write that lives outside the
+    /// engine (a shared receive queue's slots): dropped after `qp`, so it
+    /// outlives every use the NIC can make of it through this queue pair.
+    _keep_alive: Option<Arc<dyn KeepAlive>>,
 }
+
+/// Something a [`WorkQueue`] keeps alive for its queue pair.
+pub(crate) trait KeepAlive: Send + Sync + std::fmt::Debug {}
+impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
 
 /// What the caller of [`WorkQueue::post`] does with the id it is given.
 pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
@@ -56,7 +65,14 @@ impl WorkQueue {
             events,
             limits,
             state: Mutex::new(Tracker::new(sq_capacity)),
+            _keep_alive: None,
         }
+    }
+
+    /// Keeps `owner` alive until after the queue pair is destroyed.
+    pub(crate) fn keep_alive(mut self, owner: Arc<dyn KeepAlive>) -> Self {
+        self._keep_alive = Some(owner);
+        self
     }
 
     /// The queue pair, for connecting it. Posting to it or moving it to a

@@ -1,0 +1,105 @@
+//! `ud_pingpong` against rdma-core's `ibv_ud_pingpong` in both directions
+//! and against itself, on a real device (`cargo xtask test-rxe`). Each run
+//! is killed after [`TIMEOUT`]; each uses its own TCP port.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest one program may run (rxe runs under emulation in CI).
+const TIMEOUT: Duration = Duration::from_secs(60);
+const OURS: &str = env!("CARGO_BIN_EXE_ud_pingpong");
+const THEIRS: &str = "ibv_ud_pingpong";
+const ITERS: usize = 50;
+
+fn env_or(vars: &[&str], default: &str) -> String {
+    vars.iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| default.into())
+}
+
+fn spawn(program: &str, args: &[String]) -> Child {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+/// Waits for `child` until `deadline`, killing it then; its exit success
+/// and its output.
+fn finish(mut child: Child, deadline: Instant) -> (bool, String) {
+    let ok = loop {
+        match child.try_wait().expect("wait") {
+            Some(status) => break status.success(),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break false;
+            }
+            None => thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    let mut out = String::new();
+    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+    let _ = child.stderr.take().unwrap().read_to_string(&mut out);
+    (ok, out)
+}
+
+/// One ping-pong; both sides must end well and print the C program's
+/// summary for `size` bytes and [`ITERS`] iterations.
+fn pingpong(server: &str, client: &str, port: u16, size: usize) {
+    let (dev, gid) = (
+        env_or(&["RDMA_TEST_DEVICE", "RXE_DEVICE"], "rxe0"),
+        env_or(&["RXE_GID_INDEX"], "1"),
+    );
+    let common: Vec<String> = ["-d", &dev, "-g", &gid, "-n", &ITERS.to_string()]
+        .into_iter()
+        .chain(["-s", &size.to_string(), "-p", &port.to_string()])
+        .map(str::to_owned)
+        .collect();
+    let mut client_args = common.clone();
+    client_args.push("127.0.0.1".into());
+    let deadline = Instant::now() + TIMEOUT;
+    let s = spawn(server, &common);
+    // The server listens before it prints; the C program's stdout is
+    // block-buffered in a pipe, so give it a moment instead of a line.
+    thread::sleep(Duration::from_millis(500));
+    let c = spawn(client, &client_args);
+    let (c_ok, c_out) = finish(c, deadline);
+    let (s_ok, s_out) = finish(s, if c_ok { deadline } else { Instant::now() });
+    let report = format!("--- server {server}:\n{s_out}\n--- client {client}:\n{c_out}");
+    assert!(s_ok && c_ok, "a side failed\n{report}");
+    for out in [&s_out, &c_out] {
+        for needle in [
+            "  local address:  LID 0x".to_owned(),
+            "  remote address: LID 0x".to_owned(),
+            format!("{} bytes in ", size * ITERS * 2),
+            format!("{ITERS} iters in "),
+        ] {
+            assert!(out.contains(&needle), "missing `{needle}`\n{report}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn ud_pingpong_server_with_ibv_ud_pingpong_client() {
+    pingpong(OURS, THEIRS, 19300, 1);
+    pingpong(OURS, THEIRS, 19301, 1000);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn ud_pingpong_client_with_ibv_ud_pingpong_server() {
+    pingpong(THEIRS, OURS, 19310, 1);
+    pingpong(THEIRS, OURS, 19311, 1000);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn ud_pingpong_with_itself() {
+    pingpong(OURS, OURS, 19320, 1000);
+}
