@@ -19,7 +19,7 @@
 //! posting.
 
 use crate::channel::DEFAULT_TIMEOUT;
-use crate::engine::{Limits, WorkQueue};
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::pd::ProtectionDomain;
 use crate::remote_access::RemoteAccessBuffer;
@@ -198,7 +198,7 @@ impl DatagramEndpoint {
         let send_slot =
             RemoteAccessBuffer::with_access(pd, mtu.bytes() as usize, AccessFlags::LOCAL_WRITE)?;
         let mut endpoint = DatagramEndpoint {
-            queue: WorkQueue::new(qp, cq, false, limits),
+            queue: WorkQueue::new(qp, cq, false, limits, DeviceWatch::of(ctx)),
             receive_slots,
             send_slot,
             posted: VecDeque::with_capacity(RECEIVE_SLOTS),

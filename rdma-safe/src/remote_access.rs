@@ -44,8 +44,9 @@
 //! * **The memory outlives the registration.** The buffer owns its memory
 //!   and never hands out the `Box`; its `Drop` deregisters first (which
 //!   revokes the rkey: a peer's later access fails with a remote access
-//!   error) and frees second. `mem::forget` leaks both, which keeps the
-//!   pages alive: safe. Registration pins the pages of a heap block that is
+//!   error) and frees second; if deregistration fails it leaks both rather
+//!   than free memory peers may still reach. `mem::forget` leaks both,
+//!   which keeps the pages alive: safe. Registration pins the pages of a heap block that is
 //!   never reallocated, so the NIC's pages are the ones Rust accesses.
 //! * **Local operations.** A gather element over the buffer lets the NIC
 //!   read it while the peer may write it; a scatter element lets the NIC
@@ -306,12 +307,20 @@ fn pieces(range: Range<usize>) -> impl Iterator<Item = (usize, Range<usize>)> {
 
 impl Drop for RemoteAccessBuffer {
     fn drop(&mut self) {
-        // SAFETY: each field is dropped exactly once, here; the region first,
-        // so the rkey is revoked and the NIC's access ends before the words
-        // are freed.
-        unsafe {
-            ManuallyDrop::drop(&mut self.region);
-            ManuallyDrop::drop(&mut self.words);
+        // SAFETY: each field is taken exactly once, here, and never used
+        // again.
+        let (region, words) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.region),
+                ManuallyDrop::take(&mut self.words),
+            )
+        };
+        // Deregister first: that revokes the rkey and ends the NIC's access
+        // before the words may be freed. If it fails, peers may still reach
+        // the memory, so both are leaked rather than freed.
+        if let Err((region, e)) = region.close() {
+            log::error!("deregistering a remote-access buffer failed ({e}); leaking it");
+            std::mem::forget((region, words));
         }
     }
 }

@@ -19,11 +19,12 @@
 //! own completion queues see only their sends.
 
 use crate::aligned::AllocError;
+use crate::engine::DeviceWatch;
 use crate::error::{IbvResult, Operation, TransportError, TransportResult};
 use crate::pd::ProtectionDomain;
 use crate::remote_access::RemoteAccessBuffer;
 use crate::sge::scatter_sges;
-use rdma_core::{AccessFlags, AsyncEvent, CompQueue, RecvRequest, WorkCompletion};
+use rdma_core::{AccessFlags, CompQueue, RecvRequest, WorkCompletion};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -87,6 +88,8 @@ pub struct SharedReceiveQueue {
     batch: usize,
     completions: VecDeque<WorkCompletion>,
     wcs: Box<[WorkCompletion; 16]>,
+    /// The device's async events (shared with the channels on it).
+    watch: Arc<DeviceWatch>,
 }
 
 impl SharedReceiveQueue {
@@ -122,6 +125,7 @@ impl SharedReceiveQueue {
             batch: (n / 4).max(1),
             completions: VecDeque::new(),
             wcs: Box::new([WorkCompletion::default(); 16]),
+            watch: DeviceWatch::of(pd.context()),
         };
         queue.refill()?;
         Ok(queue)
@@ -262,28 +266,19 @@ impl SharedReceiveQueue {
         self.shared.srq.arm_limit(limit)
     }
 
-    /// Waits up to `timeout` for this queue's limit event. Other
-    /// asynchronous events of the device read meanwhile are logged and
-    /// dropped (the device has one event queue).
-    ///
-    /// # Errors
-    /// The error of `ibv_get_async_event`.
-    pub fn wait_limit_reached(&self, timeout: Duration) -> IbvResult<bool> {
-        let ctx = self.shared.srq.pd().context();
+    /// Waits up to `timeout` for this queue's limit event (read from the
+    /// device's event queue through the watch its channels share).
+    pub fn wait_limit_reached(&self, timeout: Duration) -> bool {
         let id = self.shared.srq.id();
         let start = Instant::now();
         loop {
-            let left = timeout.saturating_sub(start.elapsed());
-            match ctx.wait_async_event(left)? {
-                Some(AsyncEvent::SrqLimitReached { srq }) if srq == id => return Ok(true),
-                Some(other) => {
-                    log::info!("asynchronous event while waiting for the SRQ limit: {other:?}")
-                }
-                None => return Ok(false),
+            if self.watch.take_srq_limit(id) {
+                return true;
             }
             if start.elapsed() >= timeout {
-                return Ok(false);
+                return false;
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -6,7 +6,7 @@
 //! ud_pingpong -d rxe0 -g 1 -s 1000 10.0.2.15    client: send first
 //! ```
 //!
-//! Options `-p -d -i -s -r -n -g` as the C program (`-s` defaults to 2048 as
+//! Options `-p -d -i -s -r -n -g` as the C program (and `--timeout`) (`-s` defaults to 2048 as
 //! there, and must fit the port's MTU: 1024 on rxe over a 1500-byte
 //! Ethernet). The TCP exchange is `ibv_rc_pingpong`'s (`"LID:QPN:PSN:GID"`
 //! in 52 bytes each way, then `"done"`); datagrams carry QKey `0x11111111`.
@@ -19,138 +19,76 @@
 //! receives), the 40-byte GRH in front of every datagram is removed by the
 //! endpoint, and every datagram must be exactly `-s` bytes of the C
 //! program's fill byte `0x7b`. Not supported: `-e` (completion events),
-//! `-l` other than 0 and `-c`; they are refused.
+//! `-l` (service level) and `-c` (validation); clap refuses them.
 
-use rdma_examples::args::{self, Opt};
+use clap::Parser;
+use rdma_examples::limit::Limit;
+use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
-use rdma_examples::{net, open_pd, Result};
+use rdma_examples::{cli, device, Result};
 use rdma_safe::{DatagramAddress, DatagramEndpoint, Gid};
-use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The QKey both programs use.
 const QKEY: u32 = 0x1111_1111;
 /// What the C program fills its buffer with.
 const FILL: u8 = 0x7b;
 
-const OPTS: &[Opt] = &[
-    Opt::value(
-        Some('p'),
-        "port",
-        "port",
-        "listen on/connect to port <port> (default 18515)",
-    ),
-    Opt::value(
-        Some('d'),
-        "ib-dev",
-        "dev",
-        "use IB device <dev> (default first device found)",
-    ),
-    Opt::value(
-        Some('i'),
-        "ib-port",
-        "port",
-        "use port <port> of IB device (default 1)",
-    ),
-    Opt::value(
-        Some('s'),
-        "size",
-        "size",
-        "size of message to exchange (default 2048)",
-    ),
-    Opt::value(
-        Some('r'),
-        "rx-depth",
-        "dep",
-        "accepted for compatibility (the ring is fixed)",
-    ),
-    Opt::value(
-        Some('n'),
-        "iters",
-        "iters",
-        "number of exchanges (default 1000)",
-    ),
-    Opt::value(Some('l'), "sl", "sl", "service level value (only 0)"),
-    Opt::flag(Some('e'), "events", "sleep on CQ events (not supported)"),
-    Opt::value(Some('g'), "gid-idx", "gid index", "local port gid index"),
-    Opt::flag(Some('c'), "chk", "validate received buffer (not supported)"),
-    Opt::flag(Some('h'), "help", "show this help"),
-];
-
-const SYNOPSIS: &str = "\
-Usage:
-  ud_pingpong            start a server and wait for connection
-  ud_pingpong <host>     connect to server at <host>";
-
-#[derive(Debug)]
+/// Ping-pong over unreliable datagrams, wire-compatible with rdma-core's
+/// ibv_ud_pingpong; the options are the C program's.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ud_pingpong",
+    override_usage = "ud_pingpong [options]          start a server and wait for connection\n       \
+                      ud_pingpong [options] <host>   connect to server at <host>"
+)]
 struct Options {
+    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
     port: u16,
+    #[arg(
+        help = "use IB device <dev> (default first device found)",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
     ib_dev: Option<String>,
+    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
     ib_port: u8,
+    /// size of message to exchange (default 2048; at most the port's MTU)
+    #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "2048",
+          value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, 1 << 20)))]
     size: usize,
+    /// accepted for compatibility: the endpoint keeps its own receive ring
+    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
+          value_parser = cli::number::<usize>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
+    rx_depth: usize,
+    /// number of exchanges (default 1000)
+    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
+          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
     iters: usize,
+    /// local port gid index (default: the port's RoCE v2 GID)
+    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
+          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
     gid_idx: Option<u32>,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+    /// the server to connect to (none: be the server)
+    #[arg(value_name = "host")]
     server: Option<String>,
 }
 
-fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
-    if m.positionals.len() > 1 {
-        return Err(args::ArgError("more than one server name given".into()));
-    }
-    for (flag, set) in [("events", m.flag("events")), ("chk", m.flag("chk"))] {
-        if set {
-            return Err(args::ArgError(format!("--{flag} is not supported")));
-        }
-    }
-    if m.uint_in("sl", 0, 0, 0).is_err() {
-        return Err(args::ArgError(
-            "--sl: only service level 0 is supported".into(),
-        ));
-    }
-    m.uint_in("rx-depth", 500, 1, 1 << 20)?;
-    Ok(Options {
-        port: m.uint_in("port", 18515, 1, 65535)? as u16,
-        ib_dev: m.value("ib-dev").map(str::to_owned),
-        ib_port: m.uint_in("ib-port", 1, 1, 255)? as u8,
-        size: m.uint_in("size", 2048, 1, 1 << 20)? as usize,
-        iters: m.uint_in("iters", 1000, 1, u32::MAX.into())? as usize,
-        gid_idx: m.uint("gid-idx")?.map(|g| g as u32),
-        server: m.positionals.first().cloned(),
-    })
-}
-
 fn main() -> ExitCode {
-    let m = match args::parse(OPTS, std::env::args().skip(1)) {
-        Ok(m) if m.flag("help") => {
-            print!("{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::SUCCESS;
-        }
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("ud_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    let opts = match options(&m) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("ud_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    match run(&opts) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ud_pingpong: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::finish("ud_pingpong", run(&Options::parse()))
 }
 
 fn run(o: &Options) -> Result<()> {
-    let pd = open_pd(o.ib_dev.as_deref())?;
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
     let mut endpoint = DatagramEndpoint::on_port(&pd, QKEY, o.ib_port, o.gid_idx)?;
+    endpoint.set_timeout(o.timeout);
     if o.size > endpoint.max_message() {
         return Err(format!(
             "Requested size larger than port MTU ({})",
@@ -170,27 +108,29 @@ fn run(o: &Options) -> Result<()> {
     let remote = match &o.server {
         Some(host) => {
             println!("  local address:  {}", me.describe());
-            let mut s = net::connect(host, o.port, net::CONNECT_RETRY)?;
-            s.write_all(&me.to_wire())?;
+            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
+            let mut link = Link::new(s, o.timeout)?;
+            link.write_all(&me.to_wire())?;
             let mut msg = [0u8; MSG_LEN];
-            s.read_exact(&mut msg)
+            link.read_exact(&mut msg, "the server's address")
                 .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            s.write_all(DONE)?;
+            link.write_all(DONE)?;
             Dest::from_wire(&msg)?
         }
         None => {
             let listener = net::listen(o.port)
                 .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
             println!("  local address:  {}", me.describe());
-            let (mut s, _) = listener.accept()?;
+            let (s, _) = listener.accept()?;
             drop(listener);
+            let mut link = Link::new(s, o.timeout)?;
             let mut msg = [0u8; MSG_LEN];
-            s.read_exact(&mut msg)
+            link.read_exact(&mut msg, "the client's address")
                 .map_err(|e| format!("Couldn't read remote address: {e}"))?;
             let remote = Dest::from_wire(&msg)?;
-            s.write_all(&me.to_wire())?;
+            link.write_all(&me.to_wire())?;
             let mut done = [0u8; DONE.len()];
-            s.read_exact(&mut done)
+            link.read_exact(&mut done, "\"done\"")
                 .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
             remote
         }

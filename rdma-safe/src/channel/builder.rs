@@ -2,7 +2,7 @@
 
 use super::{Channel, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{Limits, WorkQueue};
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvError, IbvResult};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
@@ -178,12 +178,14 @@ impl<'f1> ChannelBuilder<'f1> {
         };
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
-            queue: Arc::new(match shared {
-                // The slots the queue pair's receives land in outlive it.
-                Some(s) => {
-                    WorkQueue::new(qp, cq, self.completion_events, limits).keep_alive(s.clone())
+            queue: Arc::new({
+                let queue =
+                    WorkQueue::new(qp, cq, self.completion_events, limits, DeviceWatch::of(ctx));
+                match shared {
+                    // The slots the queue pair's receives land in outlive it.
+                    Some(s) => queue.keep_alive(s.clone()),
+                    None => queue,
                 }
-                None => WorkQueue::new(qp, cq, self.completion_events, limits),
             }),
             pd: pd.clone(),
             local,

@@ -14,7 +14,10 @@ mod datagram;
 mod post;
 mod tracker;
 mod wait;
+mod watch;
 mod window;
+
+pub(crate) use watch::DeviceWatch;
 
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
@@ -42,6 +45,8 @@ pub(crate) struct WorkQueue {
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
     limits: Limits,
+    /// The device's async events, shared with the other queues on it.
+    watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
     /// Memory the queue pair's receives may write that lives outside the
     /// engine (a shared receive queue's slots): dropped after `qp`, so it
@@ -57,13 +62,20 @@ impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
 pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
 
 impl WorkQueue {
-    pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool, limits: Limits) -> Self {
+    pub(crate) fn new(
+        qp: QueuePair,
+        cq: CompQueue,
+        events: bool,
+        limits: Limits,
+        watch: Arc<DeviceWatch>,
+    ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         WorkQueue {
             qp,
             cq,
             events,
             limits,
+            watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
             _keep_alive: None,
         }
