@@ -2,8 +2,9 @@
 //! and against itself, on a real device (`cargo xtask test-rxe`). Each run
 //! is killed after [`TIMEOUT`]; each uses its own TCP port.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -19,33 +20,70 @@ fn env_or(vars: &[&str], default: &str) -> String {
         .unwrap_or_else(|| default.into())
 }
 
-fn spawn(program: &str, args: &[String]) -> Child {
-    Command::new(program)
+/// A running program whose stdout a thread collects line by line.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stdout: thread::JoinHandle<String>,
+}
+
+fn spawn(program: &str, args: &[String]) -> Proc {
+    let mut child = Command::new(program)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let (tx, lines) = mpsc::channel();
+    let out = child.stdout.take().expect("piped stdout");
+    let stdout = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    Proc {
+        child,
+        lines,
+        stdout,
+    }
 }
 
-/// Waits for `child` until `deadline`, killing it then; its exit success
-/// and its output.
-fn finish(mut child: Child, deadline: Instant) -> (bool, String) {
-    let ok = loop {
-        match child.try_wait().expect("wait") {
-            Some(status) => break status.success(),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break false;
+impl Proc {
+    /// Whether a line containing `needle` appears within `limit`.
+    fn wait_for_line(&self, needle: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
             }
-            None => thread::sleep(Duration::from_millis(50)),
         }
-    };
-    let mut out = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-    let _ = child.stderr.take().unwrap().read_to_string(&mut out);
-    (ok, out)
+        false
+    }
+
+    /// Waits until `deadline`, killing the program then; its exit success
+    /// and its output.
+    fn finish(mut self, deadline: Instant) -> (bool, String) {
+        let ok = loop {
+            match self.child.try_wait().expect("wait") {
+                Some(status) => break status.success(),
+                None if Instant::now() >= deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break false;
+                }
+                None => thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        let mut out = self.stdout.join().unwrap_or_default();
+        let _ = self.child.stderr.take().unwrap().read_to_string(&mut out);
+        (ok, out)
+    }
 }
 
 /// One ping-pong; both sides must end well and print the C program's
@@ -64,12 +102,20 @@ fn pingpong(server: &str, client: &str, port: u16, size: usize) {
     client_args.push("127.0.0.1".into());
     let deadline = Instant::now() + TIMEOUT;
     let s = spawn(server, &common);
-    // The server listens before it prints; the C program's stdout is
-    // block-buffered in a pipe, so give it a moment instead of a line.
-    thread::sleep(Duration::from_millis(500));
+    if server == OURS {
+        // Ours listens before it prints its address.
+        assert!(
+            s.wait_for_line("local address:", TIMEOUT / 2),
+            "the server never printed its address"
+        );
+    } else {
+        // The C program's stdout is block-buffered in a pipe: give it a
+        // moment instead of a line.
+        thread::sleep(Duration::from_millis(500));
+    }
     let c = spawn(client, &client_args);
-    let (c_ok, c_out) = finish(c, deadline);
-    let (s_ok, s_out) = finish(s, if c_ok { deadline } else { Instant::now() });
+    let (c_ok, c_out) = c.finish(deadline);
+    let (s_ok, s_out) = s.finish(if c_ok { deadline } else { Instant::now() });
     let report = format!("--- server {server}:\n{s_out}\n--- client {client}:\n{c_out}");
     assert!(s_ok && c_ok, "a side failed\n{report}");
     for out in [&s_out, &c_out] {

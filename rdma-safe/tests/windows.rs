@@ -177,3 +177,28 @@ fn bad_lends_are_refused_before_anything_is_posted() {
     assert_eq!(lender.totals(), (2, 2));
     assert_quiescent(&lender, "lender");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn window_key_is_useless_on_another_connection() {
+    // A type 2 window serves only the queue pair it was bound on: a peer on
+    // another connection into the same protection domain cannot use its key.
+    let pd = pd();
+    let (mut lender, mut peer) = pair(&pd);
+    let (_other_side, mut other_peer) = pair(&pd);
+    let mut memory = vec![FILL; 128];
+    let src = registered(&pd, pattern(13, 128));
+    let mut stranger = None;
+    let e = lender.lend(&mut memory, AccessFlags::REMOTE_WRITE, |_, w| {
+        stranger = Some(other_peer.write(WriteWorkRequest::new(&[src.gather(..)], w)));
+        // The rightful peer is unaffected by the stranger's failure.
+        peer.write(WriteWorkRequest::new(&[src.gather(..)], w))
+            .expect("the bound connection's peer writes");
+    });
+    e.expect("lend: the lender's connection was not the one refused");
+    assert_remote_access_error(
+        stranger.unwrap().unwrap_err(),
+        "the window's key on another connection",
+    );
+    assert_bytes(&memory, &pattern(13, 128), "written by the bound peer only");
+}
