@@ -1,5 +1,6 @@
-//! `ud_pingpong` against rdma-core's `ibv_ud_pingpong` in both directions
-//! and against itself, on a real device (`cargo xtask test-rxe`). Each run
+//! `ud_pingpong` and `srq_pingpong` against rdma-core's `ibv_ud_pingpong`
+//! and `ibv_srq_pingpong` in both directions and against themselves, on a
+//! real device (`cargo xtask test-rxe`). Each run
 //! is killed after [`TIMEOUT`]; each uses its own TCP port.
 
 use std::io::{BufRead, BufReader, Read};
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OURS: &str = env!("CARGO_BIN_EXE_ud_pingpong");
 const THEIRS: &str = "ibv_ud_pingpong";
+const OURS_SRQ: &str = env!("CARGO_BIN_EXE_srq_pingpong");
+const THEIRS_SRQ: &str = "ibv_srq_pingpong";
 const ITERS: usize = 50;
 
 fn env_or(vars: &[&str], default: &str) -> String {
@@ -89,6 +92,11 @@ impl Proc {
 /// One ping-pong; both sides must end well and print the C program's
 /// summary for `size` bytes and [`ITERS`] iterations.
 fn pingpong(server: &str, client: &str, port: u16, size: usize) {
+    pingpong_with(server, client, port, size, &[]);
+}
+
+/// [`pingpong`] with extra options for both sides.
+fn pingpong_with(server: &str, client: &str, port: u16, size: usize, extra: &[&str]) {
     let (dev, gid) = (
         env_or(&["RDMA_TEST_DEVICE", "RXE_DEVICE"], "rxe0"),
         env_or(&["RXE_GID_INDEX"], "1"),
@@ -96,13 +104,14 @@ fn pingpong(server: &str, client: &str, port: u16, size: usize) {
     let common: Vec<String> = ["-d", &dev, "-g", &gid, "-n", &ITERS.to_string()]
         .into_iter()
         .chain(["-s", &size.to_string(), "-p", &port.to_string()])
+        .chain(extra.iter().copied())
         .map(str::to_owned)
         .collect();
     let mut client_args = common.clone();
     client_args.push("127.0.0.1".into());
     let deadline = Instant::now() + TIMEOUT;
     let s = spawn(server, &common);
-    if server == OURS {
+    if server == OURS || server == OURS_SRQ {
         // Ours listens before it prints its address.
         assert!(
             s.wait_for_line("local address:", TIMEOUT / 2),
@@ -148,4 +157,24 @@ fn ud_pingpong_client_with_ibv_ud_pingpong_server() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn ud_pingpong_with_itself() {
     pingpong(OURS, OURS, 19320, 1000);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn srq_pingpong_server_with_ibv_srq_pingpong_client() {
+    pingpong(OURS_SRQ, THEIRS_SRQ, 19330, 4096);
+    pingpong_with(OURS_SRQ, THEIRS_SRQ, 19331, 100, &["-q", "4", "-r", "8"]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn srq_pingpong_client_with_ibv_srq_pingpong_server() {
+    pingpong(THEIRS_SRQ, OURS_SRQ, 19340, 4096);
+    pingpong_with(THEIRS_SRQ, OURS_SRQ, 19341, 100, &["-q", "4", "-r", "8"]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn srq_pingpong_with_itself() {
+    pingpong(OURS_SRQ, OURS_SRQ, 19350, 4096);
 }
