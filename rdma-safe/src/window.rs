@@ -24,8 +24,9 @@
 //! closure may have broken the connection, the channel may have timed out —
 //! so it is not what soundness rests on. Deregistering the region is: once
 //! `ibv_dereg_mr` returns, no key (the window's or any other) reaches the
-//! pages through it, whatever state the queue pair is in; the kernel waits
-//! for the device to drop its references first. The window is deallocated
+//! pages through it, whatever state the queue pair is in (that is the
+//! verb's contract, which every registration in this crate relies on when
+//! it frees memory after deregistering it). The window is deallocated
 //! before (a region with a bound window cannot be deregistered). If either
 //! fails, `lend` cannot prove the NIC is done with borrowed memory and the
 //! process aborts instead of returning.
