@@ -58,9 +58,12 @@
 //! who reads or writes it. [`MemoryRegion::register_shared_mr`] and
 //! [`MemoryRegion::register_mr_with_access`] (with remote flags) are therefore
 //! `unsafe`, and their callers promise to keep the memory allocated and
-//! treat it as shared mutable state while peers may access it.
+//! treat it as shared mutable state while peers may access it. Safe code
+//! that exposes memory to peers uses a [`RemoteAccessBuffer`] instead, which
+//! never lets Rust see the memory as a slice.
 //!
 //! [`RegisteredBuffer`]: crate::RegisteredBuffer
+//! [`RemoteAccessBuffer`]: crate::RemoteAccessBuffer
 //! [`StableBuffer`]: crate::StableBuffer
 //! [`AlignedBuffer`]: crate::AlignedBuffer
 

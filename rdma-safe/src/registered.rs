@@ -198,7 +198,7 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
 }
 
 /// Resolves `range` against a buffer of `len` bytes.
-fn bounds(
+pub(crate) fn bounds(
     range: &impl RangeBounds<usize>,
     len: usize,
 ) -> Result<Range<usize>, ScatterGatherElementError> {
@@ -276,6 +276,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // A reversed range is one of the inputs under test.
+    #[allow(clippy::reversed_empty_ranges)]
     fn ranges_resolve_like_slice_indexing() {
         assert_eq!(bounds(&(..), 10), Ok(0..10));
         assert_eq!(bounds(&(2..5), 10), Ok(2..5));

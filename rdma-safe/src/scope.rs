@@ -15,6 +15,7 @@
 //! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
 
+use crate::atomic::AtomicWorkRequest;
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
 use crate::error::{TransportError, TransportResult};
@@ -198,6 +199,19 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         mut wr: ReadWorkRequest<'_, 'scope>,
     ) -> TransportResult<ScopedPendingWork<'scope>> {
         let id = self.queue.post_read(&mut wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts a 64-bit atomic (see [`Channel::atomic`]); its result element
+    /// stays exclusively borrowed until the scope ends.
+    ///
+    /// # Errors
+    /// As [`Channel::atomic`]'s posting errors.
+    pub fn post_atomic(
+        &mut self,
+        mut wr: AtomicWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.queue.post_atomic(&mut wr)?;
         Ok(self.handle(id))
     }
 

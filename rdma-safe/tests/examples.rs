@@ -4,8 +4,12 @@
 
 mod common;
 
+// The examples' entry points are `pub` for their own `main`; inside this
+// test crate nothing re-exports them.
+#[allow(unreachable_pub)]
 #[path = "../examples/loopback.rs"]
 mod loopback;
+#[allow(unreachable_pub)]
 #[path = "../examples/tcp_write.rs"]
 mod tcp_write;
 

@@ -3,6 +3,7 @@
 //!
 //! [`WorkQueue`]: crate::engine::WorkQueue
 
+mod atomic;
 mod builder;
 mod connect;
 mod ops;

@@ -9,10 +9,13 @@
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
+mod atomic;
+mod datagram;
 mod post;
 mod tracker;
 mod wait;
 mod watch;
+mod window;
 
 pub(crate) use watch::DeviceWatch;
 
@@ -45,7 +48,15 @@ pub(crate) struct WorkQueue {
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
+    /// Memory the queue pair's receives may write that lives outside the
+    /// engine (a shared receive queue's slots): dropped after `qp`, so it
+    /// outlives every use the NIC can make of it through this queue pair.
+    _keep_alive: Option<Arc<dyn KeepAlive>>,
 }
+
+/// Something a [`WorkQueue`] keeps alive for its queue pair.
+pub(crate) trait KeepAlive: Send + Sync + std::fmt::Debug {}
+impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
 
 /// What the caller of [`WorkQueue::post`] does with the id it is given.
 pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
@@ -66,7 +77,14 @@ impl WorkQueue {
             limits,
             watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
+            _keep_alive: None,
         }
+    }
+
+    /// Keeps `owner` alive until after the queue pair is destroyed.
+    pub(crate) fn keep_alive(mut self, owner: Arc<dyn KeepAlive>) -> Self {
+        self._keep_alive = Some(owner);
+        self
     }
 
     /// The queue pair, for connecting it. Posting to it or moving it to a

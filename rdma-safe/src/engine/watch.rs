@@ -9,8 +9,8 @@
 //! instead of at the timeout. (rxe moves a queue pair to the error state
 //! without raising these events; the state check covers it there.)
 
-use rdma_core::{AsyncEvent, Context};
-use std::collections::HashMap;
+use rdma_core::{AsyncEvent, Context, SrqId};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 /// What the events so far said about one context's objects.
@@ -20,19 +20,24 @@ struct Record {
     broken_qps: HashMap<u32, &'static str>,
     /// The device itself failed.
     device_fatal: bool,
+    /// Shared receive queues whose limit event arrived and was not taken.
+    srq_limits: HashSet<SrqId>,
 }
 
 impl Record {
     fn note(&mut self, event: &AsyncEvent) {
         match event {
             AsyncEvent::DeviceFatal => self.device_fatal = true,
+            AsyncEvent::SrqLimitReached { srq } => {
+                self.srq_limits.insert(*srq);
+            }
             e if e.is_fatal() => {
                 if let Some(qp) = e.qp_num() {
                     self.broken_qps.entry(qp).or_insert(e.name());
                 }
             }
             // Informational events (port changes, communication
-            // established, SRQ limits) carry no verdict on a queue pair.
+            // established) carry no verdict on a queue pair.
             e => log::debug!("async event: {e}"),
         }
     }
@@ -92,6 +97,16 @@ impl DeviceWatch {
     /// Drains the pending events (without blocking) and says why `qp_num`
     /// can no longer work, if the device said so.
     pub(crate) fn broken(&self, qp_num: u32) -> Option<String> {
+        self.drain().verdict(qp_num)
+    }
+
+    /// Drains the pending events (without blocking) and takes the limit
+    /// event of `srq`, if one arrived since it was last taken.
+    pub(crate) fn take_srq_limit(&self, srq: SrqId) -> bool {
+        self.drain().srq_limits.remove(&srq)
+    }
+
+    fn drain(&self) -> MutexGuard<'_, Record> {
         let mut record = lock(&self.record);
         loop {
             match self.context.try_get_async_event() {
@@ -103,7 +118,7 @@ impl DeviceWatch {
                 }
             }
         }
-        record.verdict(qp_num)
+        record
     }
 }
 
