@@ -11,8 +11,8 @@ pub(super) const HELP: &str = "\
 usage: cargo xtask bench [OPTIONS]
 
 Runs perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
-ib_send_lat) and our perf (write_bw, read_bw, send_bw, write_lat, send_lat)
-on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
+ib_send_lat, ib_atomic_bw, ib_atomic_lat) and our perf (write_bw, read_bw,
+send_bw, write_lat, send_lat, atomic_bw, atomic_lat) on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
 iterations and tx depth (128 for bandwidth), alternating perftest and ours,
 and prints the medians: bandwidth as average MB/sec (higher is better),
 latency as t_typical usec (lower is better), the ratio ours/perftest, in
@@ -30,9 +30,10 @@ options:
                         for latency; perftest needs >= 5), capped so that a
                         run moves at most 64 MiB (64 KiB: 1024, 1 MiB: 64)
   --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
-                        (default 64,4K,64K,1M)
+                        (default 64,4K,64K,1M); the atomic tests always
+                        run 8 bytes (fetch-and-add) and ignore --sizes
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
-                        write_lat,send_lat)
+                        write_lat,send_lat,atomic_bw,atomic_lat)
   --inline N            pass -I N to both tools in the write and send tests
                         (reads carry no inline data; default: each tool's
                         own; perftest turns inline off on devices it does
@@ -78,6 +79,14 @@ impl Args {
             self.lat_iters
         };
         iters_for(n, size)
+    }
+
+    /// The sizes `test` runs: its fixed size, or `--sizes`.
+    pub(super) fn sizes_of(&self, test: Test) -> Vec<u64> {
+        match test.fixed_size {
+            Some(size) => vec![size],
+            None => self.sizes.clone(),
+        }
     }
 
     /// The iterations per run, in words.
@@ -212,6 +221,16 @@ mod tests {
             "never below perftest's minimum"
         );
         assert_eq!(iters_for(10, 1 << 20), 10);
+    }
+
+    #[test]
+    fn atomic_tests_run_eight_bytes_whatever_the_sizes() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&["--tests", "atomic_bw,write_bw", "--sizes", "64,4K"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.sizes_of(a.tests[0]), [8]);
+        assert_eq!(a.sizes_of(a.tests[1]), [64, 4096]);
     }
 
     #[test]

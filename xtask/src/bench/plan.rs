@@ -66,7 +66,7 @@ impl Run {
 pub(super) fn runs(a: &Args) -> Vec<Run> {
     let mut v = Vec::new();
     for &test in &a.tests {
-        for &size in &a.sizes {
+        for size in a.sizes_of(test) {
             for rep in 1..=a.reps {
                 for tool in [Tool::Perftest, Tool::Ours] {
                     v.push(Run {
@@ -80,6 +80,15 @@ pub(super) fn runs(a: &Args) -> Vec<Run> {
         }
     }
     v
+}
+
+/// The size option both tools take: `-s`, except for a test of fixed size
+/// (perftest's atomic tests have no size to choose).
+fn size_option(test: Test, size: u64) -> String {
+    match test.fixed_size {
+        Some(_) => String::new(),
+        None => format!(" -s {size}"),
+    }
 }
 
 /// The options both tools take alike beyond size and iterations: the tx
@@ -101,7 +110,7 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
     p.say(&format!(
-        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools), {} \
+        "== cargo xtask bench: {} runs ({} tests x {} sizes x {} reps x 2 tools; atomics 8 B only), {} \
          (at most {} MiB per run) ==\n\
          perftest and our perf alternate with identical -s/-n (and -t {TX_DEPTH} for bandwidth{});\n\
          each run prints its result line; raw outputs go to the results directory's raw/.",
@@ -119,15 +128,13 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         let port = BASE_PORT + k as u32;
         let (size, n) = (r.size, a.iters(r.test, r.size));
         let extra = depth_and_inline(a, r.test);
+        let s = size_option(r.test, size);
         let f = format!("f=\"$R/{}\"", r.stem());
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
             Tool::Perftest => {
-                let cmd = format!(
-                    "{} {dev} -s {size} -n {n}{extra} -F -p {port}",
-                    r.test.perftest
-                );
+                let cmd = format!("{} {dev}{s} -n {n}{extra} -F -p {port}", r.test.perftest);
                 (
                     format!(
                         "{raw}; {f}; {cmd} >\"$f.server.txt\" 2>&1; rc=$?; \
@@ -149,7 +156,7 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                          [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
                     ),
                     format!(
-                        "{raw}; {f}; {perf} {name} {dev} -s {size} -n {n}{extra} -p {port} --json 127.0.0.1 \
+                        "{raw}; {f}; {perf} {name} {dev}{s} -n {n}{extra} -p {port} --json 127.0.0.1 \
                          >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
                          if [ $rc = 0 ]; then cat \"$f.client.json\"; \
                          else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
@@ -179,5 +186,20 @@ mod tests {
         assert_eq!(depth_and_inline(&a, by_name("send_lat")), " -I 0");
         let a = options::parse(&[]).unwrap().unwrap();
         assert_eq!(depth_and_inline(&a, by_name("write_lat")), "");
+        assert_eq!(depth_and_inline(&a, by_name("atomic_bw")), " -t 128");
+        assert_eq!(depth_and_inline(&a, by_name("atomic_lat")), "");
+    }
+
+    #[test]
+    fn atomic_runs_are_eight_bytes_without_s() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = options::parse(&v(&["--tests", "atomic_bw,atomic_lat", "--reps", "1"]))
+            .unwrap()
+            .unwrap();
+        let r = runs(&a);
+        assert_eq!(r.len(), 4);
+        assert!(r.iter().all(|r| r.size == 8));
+        assert_eq!(size_option(a.tests[0], 8), "");
+        assert_eq!(size_option(TESTS[0], 64), " -s 64");
     }
 }

@@ -19,7 +19,7 @@ use crate::rxe::Outcome;
 pub(super) fn collect(a: &Args, runs: &[Run], outcome: &Outcome, raw: &Path) -> Vec<Comparison> {
     let mut rows: Vec<Comparison> = Vec::new();
     for &test in &a.tests {
-        for &size in &a.sizes {
+        for size in a.sizes_of(test) {
             rows.push(Comparison::new(test, size));
         }
     }

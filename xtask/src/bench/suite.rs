@@ -11,38 +11,61 @@ pub(super) struct Test {
     /// Sends and RDMA writes can carry their data inline in the work
     /// request; RDMA reads cannot, and perftest's read tests refuse `-I`.
     pub(super) inline: bool,
+    /// The one size the test runs whatever `--sizes` says (the atomics'
+    /// 8 bytes); neither tool is given `-s` then.
+    pub(super) fixed_size: Option<u64>,
 }
 
-pub(super) const TESTS: [Test; 5] = [
+pub(super) const TESTS: [Test; 7] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
         bw: true,
         inline: true,
+        fixed_size: None,
     },
     Test {
         name: "read_bw",
         perftest: "ib_read_bw",
         bw: true,
         inline: false,
+        fixed_size: None,
     },
     Test {
         name: "send_bw",
         perftest: "ib_send_bw",
         bw: true,
         inline: true,
+        fixed_size: None,
     },
     Test {
         name: "write_lat",
         perftest: "ib_write_lat",
         bw: false,
         inline: true,
+        fixed_size: None,
     },
     Test {
         name: "send_lat",
         perftest: "ib_send_lat",
         bw: false,
         inline: true,
+        fixed_size: None,
+    },
+    // Fetch-and-add, both tools' default atomic.
+    Test {
+        name: "atomic_bw",
+        perftest: "ib_atomic_bw",
+        bw: true,
+        inline: false,
+        fixed_size: Some(8),
+    },
+    Test {
+        name: "atomic_lat",
+        perftest: "ib_atomic_lat",
+        bw: false,
+        inline: false,
+        fixed_size: Some(8),
     },
 ];
 

@@ -23,6 +23,9 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     link.write_line(&p.to_line())?;
     protocol::decode_answer(&link.read_line("the server's answer to our parameters")?)?;
     let mut side = setup(o, p, &pd, &mut link, &out)?;
+    if p.test.is_atomic() {
+        return crate::atomic::client(o, &mut side, &mut link, &out);
+    }
     let server_region = if p.test.server_exposes() {
         Some(recv_region(&mut link, p.max_size())?)
     } else {
@@ -57,11 +60,11 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
         let report = match p.test {
-            Test::WriteBw | Test::ReadBw | Test::SendBw => {
+            Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw => {
                 let r = run_bw(p, o.verbose, size, &mut side, server_region)?;
                 Report::Bw(r)
             }
-            Test::WriteLat | Test::ReadLat | Test::SendLat => {
+            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat => {
                 let mut samples = run_lat(p, size, &mut side, server_region, &mut exposed)?;
                 Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
             }
@@ -98,7 +101,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
                             .ok_or_else(|| "last byte written by the server is wrong".to_owned())
                     })
             }
-            Test::WriteBw | Test::SendBw => Ok(()),
+            Test::WriteBw | Test::SendBw | Test::AtomicBw | Test::AtomicLat => Ok(()),
         };
         mine.map_err(|e| format!("{size} bytes: {e}"))?;
         print_report(&out, p, size, &report, o.verbose);

@@ -8,12 +8,14 @@
 //! perf --test read_lat -a 10.0.2.15     client, every size from 2 B to 8 MiB
 //! ```
 //!
-//! Tests: `write_bw`, `read_bw`, `send_bw` (bandwidth: `-t` operations in
+//! Tests: `write_bw`, `read_bw`, `send_bw`, `atomic_bw` (bandwidth: `-t` operations in
 //! flight, reported as peak and average MB/sec, MB = 2^20 bytes as in
 //! perftest, and message rate in Mpps) and `write_lat`, `read_lat`,
-//! `send_lat` (one operation at a time, reported as t_min, t_max,
+//! `send_lat`, `atomic_lat` (one operation at a time, reported as t_min, t_max,
 //! t_typical = median, t_avg, t_stdev, 99% and 99.9% percentiles in usec;
-//! write and send latency are half a round trip, read latency a whole read).
+//! write and send latency are half a round trip, read and atomic latency a
+//! whole operation). The atomic tests run 8-byte fetch-and-add or
+//! compare-and-swap (`-A`) on a word the server exposes; see [`atomic`].
 //!
 //! The client's test parameters (`-s`/`-a`, `-n`, `-t`, `-r`, `-I`) are
 //! sent to the server over the TCP connection, so the server needs only
@@ -52,6 +54,7 @@
 //! `--json`) add the time spent per post and the time the scope took to
 //! end, which is the safe API's own overhead.
 
+mod atomic;
 mod bandwidth;
 mod client;
 mod latency;
@@ -172,7 +175,7 @@ fn setup(
     let local_ep = channel.local_endpoint();
     let gid = channel.gid();
     out.say(RULE);
-    out.say(&format!("                    {}", p.test.title()));
+    out.say(&format!("                    {}", p.title()));
     out.say(&format!(
         " Device: {}  Port: {}  GID index: {} ({})  MTU: {}",
         pd.context().name(),

@@ -1,12 +1,12 @@
 //! `perf`'s command line (perftest's short flags), turned into the
 //! [`Options`] the server and client run with.
 
-use crate::protocol::{Params, Test, INLINE, ITERS, MAX_ALL, RX_DEPTH, SIZE, TX_DEPTH};
+use crate::protocol::{AtomicKind, Params, Test, INLINE, ITERS, MAX_ALL, RX_DEPTH, SIZE, TX_DEPTH};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rdma_examples::cli;
 use rdma_examples::limit::Limit;
-use rdma_safe::Mtu;
+use rdma_safe::{Mtu, ATOMIC_SIZE};
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
@@ -15,11 +15,12 @@ use std::time::Duration;
     override_usage = "perf [options] <test>            server: wait for one client\n       \
                       perf [options] <test> <host>     client: run <test> against the server at <host>\n       \
                       perf [options] --test <test> [<host>]",
-    after_help = "Tests: write_bw read_bw send_bw write_lat read_lat send_lat\n\
-                  The client's -s/-a/-n/-t/-r/-I/-e are sent to the server; both check the data."
+    after_help = "Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_bw atomic_lat\n\
+                  The client's -s/-a/-n/-t/-r/-I/-e/-A are sent to the server; both check the data.\n\
+                  Atomic tests operate on 8 bytes: -s other than 8 and -a do not apply."
 )]
 struct Args {
-    /// write_bw|read_bw|send_bw|write_lat|read_lat|send_lat
+    /// write_bw|read_bw|send_bw|write_lat|read_lat|send_lat|atomic_bw|atomic_lat
     #[arg(long = "test", value_name = "test")]
     test: Option<String>,
     #[arg(
@@ -60,6 +61,10 @@ struct Args {
     #[arg(short = 'I', long = "inline-size", value_name = "bytes",
           value_parser = cli::number::<u32>(INLINE))]
     inline_size: Option<u32>,
+    /// atomic of atomic_bw/atomic_lat: FETCH_AND_ADD (default) or CMP_AND_SWAP
+    #[arg(short = 'A', long = "atomic-type", alias = "atomic_type", value_name = "type",
+          value_parser = atomic_kind)]
+    atomic_type: Option<AtomicKind>,
     /// path MTU (default: the port's active MTU)
     #[arg(short = 'm', long = "mtu", value_name = "bytes", value_parser = mtu)]
     mtu: Option<Mtu>,
@@ -82,6 +87,11 @@ struct Args {
     /// the test (unless --test is given), then the server to connect to
     #[arg(value_name = "test|host")]
     positionals: Vec<String>,
+}
+
+fn atomic_kind(text: &str) -> Result<AtomicKind, String> {
+    AtomicKind::parse(text)
+        .ok_or_else(|| format!("-A/--atomic-type: `{text}` is not CMP_AND_SWAP or FETCH_AND_ADD"))
 }
 
 fn mtu(text: &str) -> Result<Mtu, String> {
@@ -128,7 +138,25 @@ impl Options {
             return Err("too many arguments".into());
         }
         let lat = !test.is_bw();
-        let sizes = if a.all {
+        if a.atomic_type.is_some() && !test.is_atomic() {
+            return Err(format!(
+                "-A/--atomic-type applies to atomic_bw and atomic_lat, not {test_name}"
+            ));
+        }
+        let sizes = if test.is_atomic() {
+            // 64-bit atomics: the size is fixed.
+            match (a.all, a.size) {
+                (true, _) => {
+                    return Err(format!("-a/--all does not apply to {test_name} (8 bytes)"))
+                }
+                (_, Some(s)) if s != ATOMIC_SIZE => {
+                    return Err(format!(
+                        "-s/--size: {test_name} operates on {ATOMIC_SIZE} bytes, not {s}"
+                    ))
+                }
+                _ => vec![ATOMIC_SIZE],
+            }
+        } else if a.all {
             (1..=23).map(|k| 1usize << k).collect()
         } else {
             vec![a.size.unwrap_or(if lat { 2 } else { 65536 })]
@@ -143,6 +171,7 @@ impl Options {
                 rx_depth: a.rx_depth,
                 inline: a.inline_size,
                 events: a.events,
+                atomic: a.atomic_type.unwrap_or_default(),
             },
             server,
             ib_dev: a.ib_dev,
@@ -178,6 +207,26 @@ mod tests {
         assert_eq!((o.params.sizes[0], o.params.tx_depth), (2, 1));
         assert!(o.json && o.server.is_none());
         assert_eq!(parse(&["read_bw", "-a"]).unwrap().params.sizes.len(), 23);
+        let o = parse(&["atomic_bw", "-A", "CMP_AND_SWAP", "host"]).unwrap();
+        assert_eq!(o.params.atomic, AtomicKind::CmpAndSwap);
+        assert_eq!(
+            (o.params.sizes.as_slice(), o.params.tx_depth),
+            (&[8][..], 128)
+        );
+        let o = parse(&["atomic_lat", "-s", "8"]).unwrap();
+        assert_eq!(o.params.atomic, AtomicKind::FetchAndAdd);
+        assert_eq!((o.params.iters, o.params.tx_depth), (1000, 1));
+    }
+
+    #[test]
+    fn atomic_tests_are_eight_bytes() {
+        let e = parse(&["atomic_bw", "-s", "64"]).unwrap_err();
+        assert!(e.contains("operates on 8 bytes, not 64"), "{e}");
+        assert!(parse(&["atomic_lat", "-a"])
+            .unwrap_err()
+            .contains("-a/--all"));
+        assert!(parse(&["write_bw", "-A", "FETCH_AND_ADD"]).is_err());
+        assert!(parse(&["atomic_bw", "-A", "XOR"]).is_err());
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //!
 //! 1. client → server: the test parameters, one line
 //!    (`PERF1 test=write_bw iters=5000 tx_depth=128 rx_depth=512 inline=auto
-//!    events=0 sizes=65536`); the server answers `OK` or `ERR <why>`.
+//!    events=0 atomic=FETCH_AND_ADD sizes=65536`); the server answers `OK`
+//!    or `ERR <why>`.
 //! 2. Both exchange queue pair addresses (`Channel::handshake`); the side
 //!    that exposes a buffer sends its region (`RemoteMemoryRegion::to_bytes`:
-//!    the server for write and read tests, the client too for write_lat).
+//!    the server for write, read and atomic tests, the client too for
+//!    write_lat).
 //! 3. Per size: server `GO <size>`, client `DONE <size>` after its last
 //!    operation, server `OK <size>` or `BAD <size> <why>`.
 //! 4. client `BYE`.
@@ -43,16 +45,20 @@ pub(crate) enum Test {
     WriteLat,
     ReadLat,
     SendLat,
+    AtomicBw,
+    AtomicLat,
 }
 
 impl Test {
-    pub(crate) const ALL: [Test; 6] = [
+    pub(crate) const ALL: [Test; 8] = [
         Test::WriteBw,
         Test::ReadBw,
         Test::SendBw,
         Test::WriteLat,
         Test::ReadLat,
         Test::SendLat,
+        Test::AtomicBw,
+        Test::AtomicLat,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -63,6 +69,8 @@ impl Test {
             Test::WriteLat => "write_lat",
             Test::ReadLat => "read_lat",
             Test::SendLat => "send_lat",
+            Test::AtomicBw => "atomic_bw",
+            Test::AtomicLat => "atomic_lat",
         }
     }
 
@@ -78,16 +86,31 @@ impl Test {
             Test::WriteLat => "RDMA_Write Latency Test",
             Test::ReadLat => "RDMA_Read Latency Test",
             Test::SendLat => "Send Latency Test",
+            Test::AtomicBw => "Atomic BW Test",
+            Test::AtomicLat => "Atomic Latency Test",
         }
     }
 
     pub(crate) fn is_bw(self) -> bool {
-        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+        matches!(
+            self,
+            Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw
+        )
     }
 
-    /// Whether the server exposes a buffer to the client.
+    /// Whether the test runs 64-bit atomics on a word the server exposes
+    /// (its own data path, in the `atomic` module; 8-byte operations only).
+    pub(crate) fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicBw | Test::AtomicLat)
+    }
+
+    /// Whether the server exposes a byte buffer to the client (the atomic
+    /// tests expose a word of their own instead).
     pub(crate) fn server_exposes(self) -> bool {
-        !matches!(self, Test::SendBw | Test::SendLat)
+        !matches!(
+            self,
+            Test::SendBw | Test::SendLat | Test::AtomicBw | Test::AtomicLat
+        )
     }
 
     pub(crate) fn uses_receives(self) -> bool {
@@ -105,6 +128,32 @@ impl Test {
     }
 }
 
+/// The atomic the atomic tests run (`-A`, perftest's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum AtomicKind {
+    /// Fetch-and-add of 1: operation `i` returns `i`.
+    #[default]
+    FetchAndAdd,
+    /// Compare-and-swap of `i` with `i + 1`: operation `i` succeeds (and
+    /// returns `i`) because a connection executes its atomics in order.
+    CmpAndSwap,
+}
+
+impl AtomicKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AtomicKind::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicKind::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<AtomicKind> {
+        [AtomicKind::FetchAndAdd, AtomicKind::CmpAndSwap]
+            .into_iter()
+            .find(|k| k.name() == s)
+    }
+}
+
 /// Test parameters, decided by the client and sent to the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Params {
@@ -117,6 +166,9 @@ pub(crate) struct Params {
     /// `None`: the test's default, reduced to 0 where the device refuses.
     pub(crate) inline: Option<u32>,
     pub(crate) events: bool,
+    /// The atomic tests' operation (sent as `atomic=`; a client that does
+    /// not send it means fetch-and-add).
+    pub(crate) atomic: AtomicKind,
 }
 
 impl Params {
@@ -124,13 +176,14 @@ impl Params {
     pub(crate) fn to_line(&self) -> String {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
         format!(
-            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} sizes={}",
+            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} atomic={} sizes={}",
             self.test.name(),
             self.iters,
             self.tx_depth,
             self.rx_depth,
             self.inline.map_or("auto".to_owned(), |n| n.to_string()),
             u8::from(self.events),
+            self.atomic.name(),
             sizes.join(",")
         )
     }
@@ -155,6 +208,7 @@ impl Params {
         let (mut test, mut sizes) = (None, Vec::new());
         let (mut iters, mut tx_depth, mut rx_depth) = (None, None, None);
         let (mut inline, mut events) = (None, None);
+        let mut atomic = AtomicKind::default();
         for w in words {
             let (k, v) = w
                 .split_once('=')
@@ -181,6 +235,14 @@ impl Params {
                         _ => return Err(format!("bad events={}", v.escape_debug()).into()),
                     })
                 }
+                "atomic" => {
+                    atomic = AtomicKind::parse(v).ok_or_else(|| {
+                        format!(
+                            "unknown atomic `{}` in the client's parameters",
+                            v.escape_debug()
+                        )
+                    })?
+                }
                 "sizes" => {
                     sizes.clear();
                     for s in v.split(',') {
@@ -194,6 +256,19 @@ impl Params {
             }
         }
         match (test, iters, tx_depth, rx_depth, inline, events) {
+            (Some(test), ..) if test.is_atomic() && sizes != [rdma_safe::ATOMIC_SIZE] => {
+                Err(format!(
+                    "{} operates on {} bytes, not sizes={}",
+                    test.name(),
+                    rdma_safe::ATOMIC_SIZE,
+                    sizes
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+                .into())
+            }
             (
                 Some(test),
                 Some(iters),
@@ -209,8 +284,19 @@ impl Params {
                 rx_depth,
                 inline,
                 events,
+                atomic,
             }),
             _ => Err(format!("incomplete parameters `{}`", quoted()).into()),
+        }
+    }
+
+    /// The banner of the test, e.g. `RDMA_Write BW Test` or
+    /// `Atomic FETCH_AND_ADD BW Test`.
+    pub(crate) fn title(&self) -> String {
+        match self.test {
+            Test::AtomicBw => format!("Atomic {} BW Test", self.atomic.name()),
+            Test::AtomicLat => format!("Atomic {} Latency Test", self.atomic.name()),
+            t => t.title().to_owned(),
         }
     }
 
@@ -308,6 +394,7 @@ mod tests {
             rx_depth: 512,
             inline: Some(220),
             events: true,
+            atomic: AtomicKind::FetchAndAdd,
         }
     }
 
@@ -321,6 +408,16 @@ mod tests {
             ..sample()
         };
         assert_eq!(Params::from_line(&all.to_line()).unwrap(), all);
+        let cas = Params {
+            test: Test::AtomicBw,
+            sizes: vec![8],
+            atomic: AtomicKind::CmpAndSwap,
+            ..sample()
+        };
+        assert_eq!(Params::from_line(&cas.to_line()).unwrap(), cas);
+        // A client without `atomic=` means fetch-and-add.
+        let old = sample().to_line().replace(" atomic=FETCH_AND_ADD", "");
+        assert_eq!(Params::from_line(&old).unwrap(), sample());
         let bad = |from: &str, to: &str| {
             let line = sample().to_line().replace(from, to);
             Params::from_line(&line).unwrap_err().to_string()
@@ -337,6 +434,13 @@ mod tests {
         assert!(bad("sizes=2,4096", &format!("sizes={many}")).contains("more than 23"));
         assert!(bad("iters=1000 ", "").contains("incomplete"));
         assert!(bad("test=write_lat", "test=nope").contains("unknown test"));
+        assert!(bad("atomic=FETCH_AND_ADD", "atomic=XOR").contains("unknown atomic"));
+        let line = cas.to_line().replace("sizes=8", "sizes=8,16");
+        let e = Params::from_line(&line).unwrap_err().to_string();
+        assert!(
+            e.contains("atomic_bw operates on 8 bytes, not sizes=8,16"),
+            "{e}"
+        );
         assert!(bad("PERF1", "GET /").contains("not a perf client"));
     }
 

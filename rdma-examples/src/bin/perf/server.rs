@@ -48,6 +48,9 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     link.write_line("OK")?;
     out.say(&format!("perf: client {peer}"));
     let mut side = setup(o, &p, &pd, &mut link, &out)?;
+    if p.test.is_atomic() {
+        return crate::atomic::serve(&p, &mut side, &mut link, &out);
+    }
 
     // The exposed buffer (one-sided tests). Declared before its region so
     // that the region is dropped first.
@@ -89,6 +92,9 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// The atomic tests have their own server loop ([`crate::atomic::serve`]).
+const ATOMIC_ELSEWHERE: &str = "the atomic tests are served by the atomic module";
+
 /// One size, server side: prepare, `GO`, serve, wait for `DONE`, verify.
 fn server_size(
     p: &Params,
@@ -113,6 +119,7 @@ fn server_size(
             );
         }
         Test::SendBw | Test::SendLat => side.rx.fill(0),
+        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
     }
     pattern::fill(&mut side.local[..size], seed(size, BY_SERVER), 0);
 
@@ -127,6 +134,7 @@ fn server_size(
             link.write_line(&format!("GO {size}"))?;
             serve_write_lat(p, size, side, exposed, remote)?;
         }
+        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
     }
     // A server that only exposes memory sees nothing of the client's run
     // but its DONE: the wait allows for the run. The others served every
@@ -190,6 +198,7 @@ fn server_size(
                 )?;
             }
         }
+        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
     }
     Ok(())
 }

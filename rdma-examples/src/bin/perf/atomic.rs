@@ -1,0 +1,273 @@
+//! The atomic tests, both sides: `atomic_bw` (`-t` 64-bit atomics in
+//! flight) and `atomic_lat` (one at a time, a whole round trip per sample),
+//! fetch-and-add or compare-and-swap (`-A`), beside perftest's
+//! `ib_atomic_bw` and `ib_atomic_lat`.
+//!
+//! The server exposes one word in a [`RemoteAccessBuffer`] (memory peers
+//! may update, registered without `unsafe`), zeroes it before `GO` and does
+//! nothing else until `DONE`. The client runs operation `i` as
+//! fetch-and-add of 1, or as compare-and-swap of `i` with `i + 1`. A
+//! reliable connection executes its atomics in order, so operation `i`
+//! finds the word at `i` either way: every compare-and-swap succeeds, every
+//! old value is exactly its index, and the word ends at `-n`. The server
+//! checks the final value, the client every old value.
+//!
+//! The client's old values land in a [`RemoteAccessBuffer`] of its own,
+//! registered for local access only, one word per operation in flight: Rust
+//! loads a word atomically as soon as its operation has completed, inside
+//! the scope, so a slot is free again before the ring comes round to it.
+
+use crate::bandwidth::BwRun;
+use crate::options::Options;
+use crate::protocol::{self, AtomicKind, Params, Test};
+use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
+use crate::report::{BW_HEADER, LAT_HEADER, RULE};
+use crate::{recv_region, send_region, Side};
+use rdma_examples::clock::{self, Stamp};
+use rdma_examples::net::{self, Link};
+use rdma_examples::stats::{Bandwidth, Latency};
+use rdma_examples::{flatten_scope, BoxError, Result};
+use rdma_safe::{
+    AccessFlags, AtomicWorkRequest, RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement,
+    ScopedPendingWork, ATOMIC_SIZE,
+};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The request of operation `i` on `remote`, its old value into `result`.
+fn request<'wr, 'd>(
+    kind: AtomicKind,
+    i: usize,
+    remote: RemoteMemoryRegion,
+    result: &'wr mut ScatterElement<'d>,
+) -> AtomicWorkRequest<'wr, 'd> {
+    match kind {
+        AtomicKind::FetchAndAdd => AtomicWorkRequest::fetch_and_add(remote, 1, result),
+        AtomicKind::CmpAndSwap => {
+            AtomicWorkRequest::compare_and_swap(remote, i as u64, i as u64 + 1, result)
+        }
+    }
+}
+
+/// Checks the old values the client's operations returned: operation `i`
+/// found `i` (see the module docs).
+///
+/// # Errors
+/// The first operation whose old value is wrong, and what that means.
+pub(crate) fn check_old_values(kind: AtomicKind, olds: &[u64]) -> Result<()> {
+    match olds.iter().enumerate().find(|&(i, &v)| v != i as u64) {
+        None => Ok(()),
+        Some((i, &v)) => {
+            let meaning = match kind {
+                AtomicKind::CmpAndSwap => {
+                    "the swap failed: an atomic was lost, repeated or reordered"
+                }
+                AtomicKind::FetchAndAdd => "an atomic was lost, repeated or reordered",
+            };
+            Err(format!("atomic {i} returned old value {v}, expected {i}: {meaning}").into())
+        }
+    }
+}
+
+/// Checks the server's word after `iters` operations.
+///
+/// # Errors
+/// Any other value.
+pub(crate) fn check_final_value(iters: usize, value: u64) -> Result<()> {
+    if value == iters as u64 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the exposed word is {value} after {iters} atomics, expected {iters}: \
+             an atomic was lost or repeated"
+        )
+        .into())
+    }
+}
+
+/// Serves the atomic tests: exposes the word, and per size zeroes it, says
+/// `GO`, waits for `DONE` and checks the word's final value.
+pub(crate) fn serve(p: &Params, side: &mut Side, link: &mut Link, out: &Out) -> Result<()> {
+    let word = RemoteAccessBuffer::new(side.channel.pd(), ATOMIC_SIZE)
+        .map_err(|e| format!("the exposed word: {e}"))?;
+    send_region(link, &word.remote())?;
+    for &size in &p.sizes {
+        let outcome = serve_size(p, size, &word, link);
+        let (reply, result) = match outcome {
+            Ok(()) => (format!("OK {size}"), Ok(())),
+            Err(e) => (format!("BAD {size} {e}"), Err(e)),
+        };
+        let _ = link.write_line(&reply.replace('\n', " "));
+        result.map_err(|e| format!("{size} bytes: {e}"))?;
+        print_server_size(out, p, size);
+    }
+    link.expect_line("BYE")?;
+    out.say("data verified");
+    Ok(())
+}
+
+fn serve_size(p: &Params, size: usize, word: &RemoteAccessBuffer, link: &mut Link) -> Result<()> {
+    word.words()[0].store(0, Ordering::Release);
+    link.write_line(&format!("GO {size}"))?;
+    let limit = p.run_allowance(size, link.timeout());
+    let line = link.read_line_within(limit, "the client's DONE")?;
+    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
+        format!(
+            "expected `DONE {size}` from the client, got `{}`",
+            line.escape_debug()
+        )
+    })?;
+    protocol::expect_size(done, size, "the client finished")?;
+    // The client's atomics have all completed: the word holds their sum.
+    check_final_value(p.iters, word.words()[0].load(Ordering::Acquire))
+}
+
+/// Runs the atomic test against the server on `link` (after `setup`).
+pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -> Result<()> {
+    let p = &o.params;
+    let remote = recv_region(link, ATOMIC_SIZE)?;
+    if remote.address() % ATOMIC_SIZE as u64 != 0 {
+        return Err(format!(
+            "the server's word at {:#x} is not 8-byte aligned",
+            remote.address()
+        )
+        .into());
+    }
+    // One result word per operation in flight; nobody but our NIC writes it.
+    let results = RemoteAccessBuffer::with_access(
+        side.channel.pd(),
+        p.tx_depth * ATOMIC_SIZE,
+        AccessFlags::LOCAL_WRITE,
+    )
+    .map_err(|e| format!("the result words (-t): {e}"))?;
+    if o.verbose {
+        out.say(&clock_cost());
+    }
+    out.say(if p.test.is_bw() {
+        BW_HEADER
+    } else {
+        LAT_HEADER
+    });
+    for &size in &p.sizes {
+        let go = link.expect_line("GO")?;
+        protocol::expect_size(&go, size, "the server is ready")?;
+        let mut olds = vec![0u64; p.iters];
+        let report = match p.test {
+            Test::AtomicBw => Report::Bw(run_bw(p, o.verbose, side, &results, remote, &mut olds)?),
+            _ => {
+                let mut samples = run_lat(p, side, &results, remote, &mut olds)?;
+                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+            }
+        };
+        link.write_line(&format!("DONE {size}"))?;
+        protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
+        check_old_values(p.atomic, &olds).map_err(|e| format!("{size} bytes: {e}"))?;
+        print_report(out, p, size, &report, o.verbose);
+    }
+    link.write_line("BYE")?;
+    out.say(RULE);
+    out.say("data verified");
+    Ok(())
+}
+
+/// atomic_bw, client side: up to `-t` atomics in flight in one scope, each
+/// with its own handle and result word; the old value of each is loaded as
+/// soon as it completed.
+fn run_bw(
+    p: &Params,
+    verbose: bool,
+    side: &mut Side,
+    results: &RemoteAccessBuffer,
+    remote: RemoteMemoryRegion,
+    olds: &mut [u64],
+) -> Result<BwRun> {
+    let (iters, depth, kind) = (p.iters, p.tx_depth, p.atomic);
+    let words = results.words();
+    let mut posted: Vec<f64> = Vec::with_capacity(iters);
+    let mut completed: Vec<f64> = Vec::with_capacity(iters);
+    let mut post_time = Duration::ZERO;
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
+    let (posted_ref, completed_ref, post_time_ref) = (&mut posted, &mut completed, &mut post_time);
+    let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
+        let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize)> = VecDeque::with_capacity(depth);
+        let mut next = 0;
+        while completed_ref.len() < iters {
+            // Operation `next` reuses the word of `next - depth`, which has
+            // completed and been read (at most `depth` are in flight).
+            while next < iters && inflight.len() < depth {
+                let slot = next % depth;
+                let mut result = results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)?;
+                let t0 = Stamp::now();
+                let handle = s.post_atomic(request(kind, next, remote, &mut result))?;
+                if verbose {
+                    *post_time_ref += t0.elapsed();
+                }
+                inflight.push_back((handle, next));
+                posted_ref.push((t0 - origin).as_secs_f64());
+                next += 1;
+            }
+            let (oldest, i) = inflight.pop_front().expect("an atomic is in flight");
+            oldest.wait()?;
+            completed_ref.push((Stamp::now() - origin).as_secs_f64());
+            olds[i] = words[i % depth].load(Ordering::Acquire);
+        }
+        Ok(Instant::now())
+    }))?;
+    let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
+    let bw = Bandwidth::from_times(ATOMIC_SIZE, &posted, &completed).ok_or("no operations")?;
+    Ok(BwRun {
+        bw,
+        post_ns_avg: if verbose {
+            post_time.as_secs_f64() * 1e9 / iters as f64
+        } else {
+            f64::NAN
+        },
+        scope_exit_us,
+    })
+}
+
+/// atomic_lat, client side: one atomic at a time; returns samples in usec
+/// (a whole round trip each, as perftest's `ib_atomic_lat` and `read_lat`).
+fn run_lat(
+    p: &Params,
+    side: &mut Side,
+    results: &RemoteAccessBuffer,
+    remote: RemoteMemoryRegion,
+    olds: &mut [u64],
+) -> Result<Vec<f64>> {
+    let mut samples: Vec<u64> = Vec::with_capacity(p.iters);
+    let word = &results.words()[0];
+    let _ = clock::ticks_per_sec();
+    for (i, old) in olds.iter_mut().enumerate() {
+        let mut result = results.scatter(..ATOMIC_SIZE)?;
+        let wr = request(p.atomic, i, remote, &mut result);
+        let t0 = Stamp::now();
+        side.channel.atomic(wr)?;
+        samples.push(Stamp::now().ticks_since(t0));
+        *old = word.load(Ordering::Acquire);
+    }
+    Ok(samples.into_iter().map(clock::micros).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_and_final_values_are_checked() {
+        assert!(check_old_values(AtomicKind::FetchAndAdd, &[0, 1, 2, 3]).is_ok());
+        let e = check_old_values(AtomicKind::CmpAndSwap, &[0, 1, 1, 3]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("atomic 2 returned old value 1, expected 2"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("swap failed"), "{e}");
+        assert!(check_old_values(AtomicKind::FetchAndAdd, &[1]).is_err());
+        assert!(check_final_value(5000, 5000).is_ok());
+        let e = check_final_value(5000, 4999).unwrap_err();
+        assert!(e.to_string().contains("is 4999 after 5000 atomics"), "{e}");
+    }
+}
