@@ -123,6 +123,22 @@ mod tests {
     }
 
     #[test]
+    fn parses_perftest_atomic_tables() {
+        // As ib_atomic_bw and ib_atomic_lat print them on rxe (rdma-core 44).
+        let bw =
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+                  8          20000            0.36               0.30   \t\t   0.039483\n";
+        let lat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n \
+                   8       5000          20.01          306.62       20.37    \t       21.97       \t10.50  \t\t55.17   \t\t225.43 \n";
+        let (atomic_bw, atomic_lat) = (TESTS[5], TESTS[6]);
+        assert_eq!(atomic_bw.name, "atomic_bw");
+        assert_eq!(parse_perftest(bw, atomic_bw, 8), Some(0.30));
+        assert_eq!(parse_perftest(lat, atomic_lat, 8), Some(20.37));
+        let ours = "{\"test\":\"atomic_lat\",\"bytes\":8,\"iterations\":5000,\"t_min_us\":21.597,\"t_typical_us\":22.308,\"verified\":true}";
+        assert_eq!(parse_ours(ours, atomic_lat, 8), Some(22.308));
+    }
+
+    #[test]
     fn parses_our_json() {
         let text = "{\"test\":\"send_lat\",\"role\":\"server\",\"bytes\":4096,\"iterations\":200,\"verified\":true}\n\
             {\"test\":\"send_lat\",\"bytes\":4096,\"iterations\":200,\"t_min_us\":97.165,\"t_typical_us\":116.765,\"verified\":true}\n";
