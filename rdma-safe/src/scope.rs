@@ -215,6 +215,18 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         Ok(self.handle(id))
     }
 
+    /// Posts a batch of atomics with one `ibv_post_send` call, only the last
+    /// one signaled; one handle covers the batch. Each atomic's result
+    /// element stays exclusively borrowed until the scope ends. Nothing is
+    /// posted if any of them is malformed.
+    pub fn post_atomic_batch<'d: 'scope>(
+        &mut self,
+        wrs: &mut [AtomicWorkRequest<'_, 'd>],
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.queue.post_atomic_batch(wrs)?;
+        Ok(self.handle(id))
+    }
+
     /// Asks that, if the closure fails (returns `Err` or panics), the work it
     /// left outstanding be ended at once instead of waited for: the queue
     /// pair is moved to the error state and its requests flushed before the

@@ -28,4 +28,15 @@ impl Channel {
         let id = self.queue.post_atomic(&mut wr)?;
         self.queue.wait(id, self.timeout)
     }
+
+    /// Posts a batch of atomics with one `ibv_post_send` call, only the last
+    /// signaled, and blocks until all completed (bounded by the timeout).
+    /// See [`send_batch`](Self::send_batch).
+    pub fn atomic_batch<'op>(
+        &'op mut self,
+        wrs: &mut [AtomicWorkRequest<'op, 'op>],
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_atomic_batch(wrs)?;
+        self.queue.wait(id, self.timeout)
+    }
 }

@@ -17,6 +17,34 @@ impl WorkQueue {
     /// breaks), and a remote region shorter than 8 bytes (the target would
     /// lie outside the range the peer handed out).
     pub(crate) fn post_atomic(&self, wr: &mut AtomicWorkRequest<'_, '_>) -> TransportResult<u64> {
+        let (op, req) = self.atomic_request(wr)?;
+        self.post_sends(op, ATOMIC_SIZE, &mut [req])
+    }
+
+    /// Validates every atomic of `wrs` and posts them as one list (one
+    /// doorbell), only the last signaled: the send queue completes in order,
+    /// so the last completion covers them all. Nothing is posted if one is
+    /// malformed.
+    pub(crate) fn post_atomic_batch(
+        &self,
+        wrs: &mut [AtomicWorkRequest<'_, '_>],
+    ) -> TransportResult<u64> {
+        let len = wrs.len() * ATOMIC_SIZE;
+        let mut op = Operation::FetchAndAdd;
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for wr in wrs.iter_mut() {
+            let (this, req) = self.atomic_request(wr)?;
+            op = this;
+            reqs.push(req);
+        }
+        self.post_sends(op, len, &mut reqs)
+    }
+
+    /// Validates an atomic and builds its request.
+    fn atomic_request<'a>(
+        &self,
+        wr: &'a mut AtomicWorkRequest<'_, '_>,
+    ) -> TransportResult<(Operation, SendRequest<'a>)> {
         let op = match wr.op {
             AtomicOp::CompareAndSwap { .. } => Operation::CompareAndSwap,
             AtomicOp::FetchAndAdd { .. } => Operation::FetchAndAdd,
@@ -53,6 +81,6 @@ impl WorkQueue {
                 SendRequest::atomic_fetch_add(0, sges, addr, rkey, add)
             }
         };
-        self.post_sends(op, ATOMIC_SIZE, &mut [req])
+        Ok((op, req))
     }
 }

@@ -17,7 +17,7 @@
 //! loads a word atomically as soon as its operation has completed, inside
 //! the scope, so a slot is free again before the ring comes round to it.
 
-use crate::bandwidth::BwRun;
+use crate::bandwidth::{batch_size, BwRun};
 use crate::options::Options;
 use crate::protocol::{self, AtomicKind, Params, Test};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
@@ -171,9 +171,10 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
     Ok(())
 }
 
-/// atomic_bw, client side: up to `-t` atomics in flight in one scope, each
-/// with its own handle and result word; the old value of each is loaded as
-/// soon as it completed.
+/// atomic_bw, client side: up to `-t` atomics in flight in one scope,
+/// posted in batches (one `ibv_post_send` call and one completion each, as
+/// the other bandwidth tests) with a result word per atomic; the old values
+/// of a batch are loaded as soon as it completed.
 fn run_bw(
     p: &Params,
     verbose: bool,
@@ -183,6 +184,7 @@ fn run_bw(
     olds: &mut [u64],
 ) -> Result<BwRun> {
     let (iters, depth, kind) = (p.iters, p.tx_depth, p.atomic);
+    let batch = batch_size(depth);
     let words = results.words();
     let mut posted: Vec<f64> = Vec::with_capacity(iters);
     let mut completed: Vec<f64> = Vec::with_capacity(iters);
@@ -191,27 +193,46 @@ fn run_bw(
     let origin = Stamp::now();
     let (posted_ref, completed_ref, post_time_ref) = (&mut posted, &mut completed, &mut post_time);
     let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
-        let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize)> = VecDeque::with_capacity(depth);
-        let mut next = 0;
+        // (handle, first operation, operations) of each batch in flight.
+        let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize, usize)> =
+            VecDeque::with_capacity(depth);
+        let (mut next, mut in_ops) = (0, 0);
         while completed_ref.len() < iters {
-            // Operation `next` reuses the word of `next - depth`, which has
-            // completed and been read (at most `depth` are in flight).
-            while next < iters && inflight.len() < depth {
-                let slot = next % depth;
-                let mut result = results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)?;
+            // Operation `k` uses word `k % depth`; at most `depth` are in
+            // flight, so a word is reused only after its operation completed
+            // and its old value was read.
+            while next < iters && in_ops < depth {
+                let n = batch.min(iters - next).min(depth - in_ops);
+                let mut elements = (next..next + n)
+                    .map(|k| {
+                        let slot = k % depth;
+                        results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut wrs: Vec<AtomicWorkRequest<'_, '_>> = elements
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(j, e)| request(kind, next + j, remote, e))
+                    .collect();
                 let t0 = Stamp::now();
-                let handle = s.post_atomic(request(kind, next, remote, &mut result))?;
+                let handle = s.post_atomic_batch(&mut wrs)?;
                 if verbose {
                     *post_time_ref += t0.elapsed();
                 }
-                inflight.push_back((handle, next));
-                posted_ref.push((t0 - origin).as_secs_f64());
-                next += 1;
+                let at = (t0 - origin).as_secs_f64();
+                posted_ref.extend(std::iter::repeat_n(at, n));
+                inflight.push_back((handle, next, n));
+                next += n;
+                in_ops += n;
             }
-            let (oldest, i) = inflight.pop_front().expect("an atomic is in flight");
+            let (oldest, first, n) = inflight.pop_front().expect("a batch is in flight");
             oldest.wait()?;
-            completed_ref.push((Stamp::now() - origin).as_secs_f64());
-            olds[i] = words[i % depth].load(Ordering::Acquire);
+            let at = (Stamp::now() - origin).as_secs_f64();
+            completed_ref.extend(std::iter::repeat_n(at, n));
+            for k in first..first + n {
+                olds[k] = words[k % depth].load(Ordering::Acquire);
+            }
+            in_ops -= n;
         }
         Ok(Instant::now())
     }))?;

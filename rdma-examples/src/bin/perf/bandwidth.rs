@@ -227,7 +227,7 @@ pub(crate) fn read_chunks(local_len: usize, size: usize, depth: usize) -> usize 
 /// default), at most 8, with at least eight batches in flight to keep the
 /// pipe full: rxe's requester stops at 64 packets in flight, and small
 /// batches keep the queue from draining while the oldest is awaited.
-fn batch_size(depth: usize) -> usize {
+pub(crate) fn batch_size(depth: usize) -> usize {
     (depth / 8).clamp(1, 8)
 }
 
