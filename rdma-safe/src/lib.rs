@@ -78,8 +78,10 @@ mod error;
 mod exchange;
 mod fatal;
 pub mod memory;
+mod owned;
 mod pd;
 mod pending;
+mod pool;
 mod registered;
 mod remote;
 pub mod scope;
@@ -94,8 +96,12 @@ pub use error::{
 };
 pub use exchange::HandshakeError;
 pub use memory::{AccessFlags, MemoryRegion};
+#[cfg(feature = "tokio")]
+pub use owned::TokioReactor;
+pub use owned::{Completed, CompletionReactor, Op, OwnedBuffer, RecvStream, SharedChannel};
 pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
+pub use pool::{BufferPool, PoolBuf, PoolBytes, PoolError};
 pub use registered::RegisteredBuffer;
 pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
 pub use scope::{PollingScope, ScopedPendingWork};

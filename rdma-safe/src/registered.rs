@@ -261,7 +261,10 @@ mod tests {
         assert_eq!(bounds(&(10..), 10), Ok(10..10));
         let oob = Err(ScatterGatherElementError::OutOfBounds { len: 10 });
         assert_eq!(bounds(&(5..11), 10), oob);
-        assert_eq!(bounds(&(6..5), 10), oob);
+        // A reversed range on purpose: it must be refused.
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 6..5;
+        assert_eq!(bounds(&reversed, 10), oob);
         assert_eq!(bounds(&(..=usize::MAX), 10), oob);
         assert_eq!(
             bounds(&(Bound::Excluded(usize::MAX), Bound::Unbounded), 10),

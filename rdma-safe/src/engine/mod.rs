@@ -9,9 +9,14 @@
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
+mod attached;
+mod owned;
 mod post;
 mod tracker;
 mod wait;
+
+pub(crate) use attached::{Held, Notify};
+pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
