@@ -139,6 +139,15 @@ impl SharedChannel {
         self.queue.unusable()
     }
 
+    /// Shuts the channel down: moves the queue pair to the error state and
+    /// drains it, so that every outstanding operation — posted receives
+    /// waiting for messages included — completes with a flush error and its
+    /// buffer returns. The way to end a connection whose peer left (say,
+    /// its TCP control stream closed) without waiting for the timeout.
+    pub fn shutdown(&self) {
+        self.queue.shutdown_and_drain("shut down by the program");
+    }
+
     /// Counters: (completions seen, requests in flight, completions of
     /// abandoned requests, tracked slots). Completions never outnumber
     /// posts; with nothing in flight and nothing unclaimed, the last is 0.
