@@ -72,7 +72,8 @@ impl Channel {
     /// A handle for owning operations on this channel, usable from many
     /// threads and tasks at once, with the channel's timeout. Its futures
     /// need a reactor ([`SharedChannel::with_reactor`], or
-    /// [`SharedChannel::with_tokio`]); without one they re-poll (spin).
+    /// `SharedChannel::with_tokio` with the `tokio` feature); without one
+    /// they re-poll (spin).
     ///
     /// The channel must be connected. Borrowed-memory operations and scopes
     /// on the channel keep working beside it.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 /// Waits for the completion channel's descriptor to become readable, or
 /// for a deadline, on behalf of a future — the one runtime-specific piece
-/// of the async API. [`TokioReactor`] (feature `tokio`) is the default;
+/// of the async API. `TokioReactor` (feature `tokio`) is the default;
 /// another runtime implements this over its own reactor and timer.
 ///
 /// The descriptor is non-blocking and level-less to the caller: an
