@@ -64,7 +64,7 @@
 //! [`StableBuffer`]: crate::StableBuffer
 //! [`AlignedBuffer`]: crate::AlignedBuffer
 
-use crate::error::IbvResult;
+use crate::error::{IbvError, IbvResult};
 use crate::pd::ProtectionDomain;
 use crate::remote::RemoteMemoryRegion;
 use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
@@ -323,6 +323,20 @@ impl MemoryRegion {
     /// The underlying `rdma-core` region.
     pub fn as_core(&self) -> &rdma_core::MemoryRegion {
         &self.inner
+    }
+
+    /// `ibv_dereg_mr`—Deregisters the region, reporting a failure (unlike
+    /// `Drop`, which can only log it).
+    ///
+    /// # Errors
+    /// The errno of `ibv_dereg_mr` (e.g. `EBUSY` while a memory window is
+    /// bound to it), with the region, still registered: the NIC may still
+    /// reach its memory, which must then not be freed.
+    pub fn close(self) -> Result<(), (Self, IbvError)> {
+        let MemoryRegion { inner, access } = self;
+        inner
+            .close()
+            .map_err(|(inner, e)| (MemoryRegion { inner, access }, e))
     }
 
     /// The (address, length, rkey) triplet a remote peer needs for one-sided

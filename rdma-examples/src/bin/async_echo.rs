@@ -16,125 +16,111 @@
 //! server shuts the channel down at once instead of waiting for the
 //! channel's timeout.
 
-use rdma_examples::{args, net, open_pd, pattern, stats, Result};
+use clap::{Parser, Subcommand};
+use rdma_examples::limit::Limit;
+use rdma_examples::device::open_pd;
+use rdma_examples::{cli, net, pattern, stats, Result};
 use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-const SYNOPSIS: &str = "\
-usage: async_echo server [-d DEV] [-x GID_INDEX] [-p PORT]
-       async_echo client [-d DEV] [-x GID_INDEX] [-p PORT] [--clients N] [--messages M] [-s SIZE] HOST";
-
-const OPTS: &[args::Opt] = &[
-    args::Opt::value(
-        Some('d'),
-        "ib-dev",
-        "DEV",
-        "RDMA device (default: the first)",
-    ),
-    args::Opt::value(
-        Some('x'),
-        "gid-idx",
-        "GID_INDEX",
-        "local GID index (default: RoCE v2 IPv4)",
-    ),
-    args::Opt::value(Some('p'), "port", "PORT", "TCP port (default 18520)"),
-    args::Opt::value(
-        None,
-        "clients",
-        "N",
-        "client: concurrent connections (default 8)",
-    ),
-    args::Opt::value(
-        None,
-        "messages",
-        "M",
-        "client: messages per connection (default 1000)",
-    ),
-    args::Opt::value(
-        Some('s'),
-        "size",
-        "SIZE",
-        "message bytes, at most 1M (default 64)",
-    ),
-    args::Opt::value(None, "timeout", "SECS", "bound on every wait (default 30)"),
-    args::Opt::flag(Some('h'), "help", "this text"),
-];
 
 /// Receives each connection keeps posted.
 const RX_DEPTH: usize = 16;
 /// The largest message (the server's buffers are this big).
 const MAX_SIZE: u64 = 1 << 20;
 
-#[derive(Debug, Clone)]
+/// An echo service on the async, owned-buffer API.
+#[derive(Debug, Parser)]
+#[command(name = "async_echo")]
+struct Args {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// Serve every client that connects, until killed.
+    Server {
+        #[command(flatten)]
+        common: Options,
+    },
+    /// Run N connections at once, each sending M messages and checking
+    /// every echoed byte.
+    Client {
+        #[command(flatten)]
+        common: Options,
+        /// concurrent connections (default 8)
+        #[arg(long = "clients", value_name = "N", default_value = "8", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("--clients", 1, 4096)))]
+        clients: usize,
+        /// messages per connection (default 1000)
+        #[arg(long = "messages", value_name = "M", default_value = "1000", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("--messages", 1, 100_000_000)))]
+        messages: usize,
+        /// message bytes, at most 1M (default 64)
+        #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "64", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, MAX_SIZE)))]
+        size: usize,
+        /// the server
+        #[arg(value_name = "HOST")]
+        host: String,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
 struct Options {
+    /// RDMA device (default: the first)
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
     dev: Option<String>,
+    /// local GID index (default: the RoCE v2 IPv4 GID)
+    #[arg(short = 'x', long = "gid-idx", value_name = "GID_INDEX",
+          value_parser = cli::number::<u32>(Limit::new("-x/--gid-idx", 0, 255)))]
     gid_index: Option<u32>,
+    /// TCP port (default 18520)
+    #[arg(short = 'p', long = "port", value_name = "PORT", default_value = "18520", hide_default_value = true,
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
     port: u16,
-    clients: usize,
-    messages: usize,
-    size: usize,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
     timeout: Duration,
 }
 
+/// What one client run does.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    clients: usize,
+    messages: usize,
+    size: usize,
+}
+
 fn main() -> ExitCode {
-    let m = match args::parse(OPTS, std::env::args().skip(1)) {
-        Ok(m) if m.flag("help") => {
-            print!("{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::SUCCESS;
-        }
-        Ok(m) => m,
-        Err(e) => return usage_error(&e.to_string()),
-    };
-    let opts = match options(&m) {
-        Ok(o) => o,
-        Err(e) => return usage_error(&e.to_string()),
-    };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("async_echo: starting tokio: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let outcome = match m.positionals.first().map(String::as_str) {
-        Some("server") if m.positionals.len() == 1 => rt.block_on(server(opts)),
-        Some("client") if m.positionals.len() == 2 => {
-            rt.block_on(client(opts, m.positionals[1].clone()))
-        }
-        _ => return usage_error("expected `server` or `client HOST`"),
+    let outcome = match args.role {
+        Role::Server { common } => rt.block_on(server(common)),
+        Role::Client {
+            common,
+            clients,
+            messages,
+            size,
+            host,
+        } => rt.block_on(client(
+            common,
+            Load {
+                clients,
+                messages,
+                size,
+            },
+            host,
+        )),
     };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("async_echo: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("async_echo: {msg}\n\n{}", args::usage(SYNOPSIS, OPTS));
-    ExitCode::from(2)
-}
-
-fn options(m: &args::Matches) -> Result<Options> {
-    Ok(Options {
-        dev: m.value("ib-dev").map(str::to_owned),
-        gid_index: match m.uint("gid-idx")? {
-            Some(v) if v <= 255 => Some(v as u32),
-            Some(v) => return Err(format!("--gid-idx: {v} is out of range (0..=255)").into()),
-            None => None,
-        },
-        port: m.uint_in("port", 18520, 1, 65535)? as u16,
-        clients: m.uint_in("clients", 8, 1, 4096)? as usize,
-        messages: m.uint_in("messages", 1000, 1, 100_000_000)? as usize,
-        size: m.uint_in("size", 64, 1, MAX_SIZE)? as usize,
-        timeout: Duration::from_secs(m.uint_in("timeout", 30, 1, 86_400)?),
-    })
+    cli::finish("async_echo", outcome)
 }
 
 /// A channel for one connection, connected over `stream` (blocking: run on
@@ -211,15 +197,15 @@ async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) 
     Ok(())
 }
 
-async fn client(o: Options, host: String) -> Result<()> {
+async fn client(o: Options, load: Load, host: String) -> Result<()> {
     let pd = open_pd(o.dev.as_deref())?;
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..o.clients {
+    for c in 0..load.clients {
         let (pd, o, host) = (pd.clone(), o.clone(), host.clone());
-        tasks.spawn(async move { one_client(c, pd, o, host).await });
+        tasks.spawn(async move { one_client(c, pd, o, load, host).await });
     }
-    let mut rtts = Vec::with_capacity(o.clients * o.messages);
+    let mut rtts = Vec::with_capacity(load.clients * load.messages);
     let mut failures = 0usize;
     while let Some(r) = tasks.join_next().await {
         match r? {
@@ -235,50 +221,56 @@ async fn client(o: Options, host: String) -> Result<()> {
     println!(
         "{} clients x {} messages of {} bytes: {} echoed and checked in {secs:.2} s, \
          {:.0} msgs/s, round trip p50 {:.1} us, p99 {:.1} us",
-        o.clients,
-        o.messages,
-        o.size,
+        load.clients,
+        load.messages,
+        load.size,
         rtts.len(),
         rtts.len() as f64 / secs,
         stats::percentile(&rtts, 0.50),
         stats::percentile(&rtts, 0.99),
     );
     if failures > 0 {
-        return Err(format!("{failures} of {} clients failed", o.clients).into());
+        return Err(format!("{failures} of {} clients failed", load.clients).into());
     }
     Ok(())
 }
 
 /// One connection: M messages, one at a time, every echoed byte checked.
 /// Returns the round trips in microseconds.
-async fn one_client(c: usize, pd: ProtectionDomain, o: Options, host: String) -> Result<Vec<f64>> {
+async fn one_client(
+    c: usize,
+    pd: ProtectionDomain,
+    o: Options,
+    load: Load,
+    host: String,
+) -> Result<Vec<f64>> {
     let (o2, pd2) = (o.clone(), pd.clone());
     let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY)?;
+        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout)?;
         let channel = connect(&pd2, &o2, &mut stream)?;
         Ok((stream, channel))
     })
     .await??;
     let shared: SharedChannel = channel.shared().with_tokio()?;
-    let tx_pool = BufferPool::new(&pd, o.size, 2)?;
-    let rx_pool = BufferPool::new(&pd, o.size, RX_DEPTH)?;
+    let tx_pool = BufferPool::new(&pd, load.size, 2)?;
+    let rx_pool = BufferPool::new(&pd, load.size, RX_DEPTH)?;
     let mut echoes = shared.receive_stream(rx_pool, RX_DEPTH);
-    let mut rtts = Vec::with_capacity(o.messages);
-    for i in 0..o.messages {
+    let mut rtts = Vec::with_capacity(load.messages);
+    for i in 0..load.messages {
         let seed = ((c as u64) << 32) | i as u64;
         let mut buf = tx_pool.alloc().await;
-        buf.set_len(o.size);
+        buf.set_len(load.size);
         pattern::fill(&mut buf, seed, 0);
         let t = Instant::now();
         let (sent, _) = shared.send_async(buf.freeze()).await;
         sent?;
         let (got, echo) = echoes.next().await.ok_or("the channel closed")??;
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
-        if got.bytes() != o.size {
+        if got.bytes() != load.size {
             return Err(format!(
                 "client {c}: echo {i} has {} bytes, not {}",
                 got.bytes(),
-                o.size
+                load.size
             )
             .into());
         }

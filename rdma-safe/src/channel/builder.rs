@@ -2,7 +2,7 @@
 
 use super::{Channel, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{Limits, WorkQueue};
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvError, IbvResult};
 use crate::pd::ProtectionDomain;
 use rdma_core::{AccessFlags, Mtu, QpCapabilities, QpType, QueuePair};
@@ -156,7 +156,13 @@ impl<'f1> ChannelBuilder<'f1> {
         };
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
-            queue: Arc::new(WorkQueue::new(qp, cq, self.completion_events, limits)),
+            queue: Arc::new(WorkQueue::new(
+                qp,
+                cq,
+                self.completion_events,
+                limits,
+                DeviceWatch::of(ctx),
+            )),
             pd: pd.clone(),
             local,
             gid,

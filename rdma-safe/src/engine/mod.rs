@@ -14,6 +14,9 @@ mod owned;
 mod post;
 mod tracker;
 mod wait;
+mod watch;
+
+pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::{Held, Notify};
 pub(crate) use owned::{OwnedKind, Refused, Returned};
@@ -21,7 +24,7 @@ pub(crate) use owned::{OwnedKind, Refused, Returned};
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
@@ -44,6 +47,8 @@ pub(crate) struct WorkQueue {
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
     limits: Limits,
+    /// The device's async events, shared with the other queues on it.
+    watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
 }
 
@@ -51,13 +56,20 @@ pub(crate) struct WorkQueue {
 pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
 
 impl WorkQueue {
-    pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool, limits: Limits) -> Self {
+    pub(crate) fn new(
+        qp: QueuePair,
+        cq: CompQueue,
+        events: bool,
+        limits: Limits,
+        watch: Arc<DeviceWatch>,
+    ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         WorkQueue {
             qp,
             cq,
             events,
             limits,
+            watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
         }
     }
