@@ -198,8 +198,13 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                     let rx = sb.receive_async(w);
                     let op = sa.send_async(src);
                     let (r, s) = tokio::join!(rx, op);
-                    s.0.expect("send");
-                    r.0.expect("receive");
+                    if let Err(e) = s.0.as_ref().and(r.0.as_ref()) {
+                        panic!(
+                            "round {i}: {e}; a: {:?}, b: {:?}",
+                            sa.unusable_reason(),
+                            sb.unusable_reason()
+                        );
+                    }
                     posted += 2;
                     claimed += 2;
                 }

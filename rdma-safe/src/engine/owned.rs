@@ -231,12 +231,19 @@ impl WorkQueue {
         }
     }
 
-    /// Registers `waker` to be woken when the send queue may have room.
-    pub(crate) fn wait_for_room(&self, waker: &Waker) {
-        let mut st = self.lock();
-        if !st.room_waiters.iter().any(|w| w.will_wake(waker)) {
-            st.room_waiters.push(waker.clone());
+    /// A task that waited for send-queue room gives up without posting: the
+    /// wake-up it may have been given goes to the next waiting task.
+    pub(crate) fn pass_room(&self) {
+        if let Some(w) = self.lock().room_waiters.pop() {
+            w.wake();
         }
+    }
+
+    /// Registers `waker` to be woken when the send queue may have room.
+    /// (No search for an earlier registration of the same task: thousands
+    /// may wait; a duplicate costs one spurious wake-up.)
+    pub(crate) fn wait_for_room(&self, waker: &Waker) {
+        self.lock().room_waiters.push(waker.clone());
     }
 
     /// Runs the callbacks of completed callback operations (reaping the CQ

@@ -209,10 +209,13 @@ impl Tracker {
         } = self;
         let got = cq.poll(&mut wcs[..]).map_err(TransportError::Poll)?;
         let n = got.len();
-        if n > 0 {
-            // Send-queue room may have been freed: let waiting posters retry.
-            for w in room_waiters.drain(..) {
-                w.wake();
+        // Up to `n` send-queue entries were freed: wake as many waiting
+        // posters (not all of them: thousands may wait). One that is woken
+        // but dropped passes its turn on (`WorkQueue::hand_off`).
+        for _ in 0..n {
+            match room_waiters.pop() {
+                Some(w) => w.wake(),
+                None => break,
             }
         }
         for wc in got.iter() {

@@ -59,13 +59,17 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
         let this = self.get_mut();
         let queue = this.chan.queue();
         loop {
+            let was_full = matches!(this.state, State::Full(_));
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Unposted(buf) | State::Full(buf) => {
                     let notify = Notify::Waker(cx.waker().clone());
                     match queue.post_owned(this.kind, into_held(buf), notify) {
                         Ok(id) => {
-                            // Was it waiting for room as the registered task?
-                            queue.hand_off(0);
+                            if was_full {
+                                // It may be the task registered with the
+                                // reactor while it waited for room.
+                                queue.hand_off(0);
+                            }
                             this.state = State::Posted(id);
                         }
                         Err(Refused::Full(held)) => {
@@ -77,7 +81,10 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                             }
                         }
                         Err(refused) => {
-                            queue.hand_off(0);
+                            if was_full {
+                                queue.hand_off(0);
+                                queue.pass_room();
+                            }
                             return Poll::Ready(refused_outcome(this.kind, refused));
                         }
                     }
@@ -104,7 +111,10 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
         match self.state {
             // Posted: the engine keeps the buffer until the completion.
             State::Posted(id) => self.chan.queue().abandon(id),
-            State::Full(_) => self.chan.queue().hand_off(0),
+            State::Full(_) => {
+                self.chan.queue().hand_off(0);
+                self.chan.queue().pass_room();
+            }
             State::Unposted(_) | State::Done => {}
         }
     }
