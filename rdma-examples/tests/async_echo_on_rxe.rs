@@ -77,4 +77,5 @@ fn many_clients_get_every_byte_back() {
     );
     assert!(text.contains("3200 echoed and checked"), "{text}");
     assert!(text.contains("msgs/s"), "{text}");
+    println!("{text}");
 }

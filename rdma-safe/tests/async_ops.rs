@@ -161,6 +161,10 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
         let noop = Waker::from(Arc::new(Noop));
         let order = pattern(seed("drop-points", ROUNDS), ROUNDS);
         let (mut posted, mut claimed) = (0u64, 0u64);
+        // Receives dropped after posting that no message has reached yet.
+        // The receive queue is FIFO: a message goes to the oldest posted
+        // receive, abandoned or not.
+        let mut unmatched = 0usize;
         for (i, &r) in order.iter().enumerate() {
             match r % 6 {
                 // Before post: never polled; the buffer goes straight back.
@@ -175,6 +179,7 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                     if polled.is_ready() {
                         claimed += 1;
                     }
+                    unmatched += 1;
                 }
                 3 => {
                     // A receive and a send, each polled once and dropped.
@@ -190,8 +195,16 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                         claimed += u64::from(polled);
                     }
                 }
-                // After completion: awaited, result dropped at once.
+                // After completion: awaited, result dropped at once. First
+                // one message per unmatched abandoned receive, so that this
+                // round's receive is the one the next message reaches.
                 _ => {
+                    for k in 0..std::mem::take(&mut unmatched) {
+                        let (r, _) = sa.send_async(frozen(&pool, &message(4, k, 64))).await;
+                        r.expect("send to an abandoned receive");
+                        posted += 1;
+                        claimed += 1;
+                    }
                     let mut w = pool.try_alloc().expect("w");
                     w.set_len(64);
                     let src = frozen(&pool, &message(1, i, 64));

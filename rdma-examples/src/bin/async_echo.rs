@@ -17,8 +17,8 @@
 //! channel's timeout.
 
 use clap::{Parser, Subcommand};
-use rdma_examples::limit::Limit;
 use rdma_examples::device::open_pd;
+use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, pattern, stats, Result};
 use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
@@ -95,7 +95,10 @@ struct Load {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("async_echo: starting tokio: {e}");
