@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_bytes, pair_with, pattern, pd, seed};
+use common::{assert_bytes, live_qp_numbers_or_skip, pair_with, pattern, pd, seed};
 use rdma_safe::{BufferPool, Channel, PoolBytes, ProtectionDomain, SharedChannel};
 use std::future::Future;
 use std::pin::pin;
@@ -156,6 +156,7 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
     let pd = pd();
     rt.block_on(async {
         let (a, b) = async_pair(&pd, 1024, Duration::from_secs(30));
+        let qpns = [a.qp_num(), b.qp_num()];
         let (sa, sb) = (on_tokio(&a), on_tokio(&b));
         let pool = BufferPool::new(&pd, 128, 2048).expect("pool");
         let noop = Waker::from(Arc::new(Noop));
@@ -244,6 +245,13 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
         let (cb, in_flight_b, ab, _) = sb.counters();
         drop((sb, b));
         assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+        // The last handles gone, the queue pairs are destroyed (after the
+        // flush of the receives still posted).
+        if let Some(live) = live_qp_numbers_or_skip("dropped futures") {
+            for qpn in qpns {
+                assert!(!live.contains(&qpn), "QP {qpn} still exists");
+            }
+        }
         assert_eq!(
             ca + cb + in_flight_b as u64,
             posted,

@@ -22,6 +22,14 @@
 //! NIC may; shared [`PoolBytes`] are immutable, so the NIC's reads race
 //! nothing.
 //!
+//! Forgetting a posted future (`mem::forget`) is memory-safe: its buffer
+//! stays in the slot and is released when the channel's engine is dropped.
+//! It is not free for liveness: the future's task may be the one registered
+//! with the reactor, and the other futures of the channel are then woken
+//! only by the next poll on the channel (a new operation, another future, a
+//! blocking call or [`SharedChannel::run_callbacks`]). Dropping a future
+//! instead hands the registration on.
+//!
 //! # Sharing
 //!
 //! `SharedChannel` is a cheap clone (`Arc` of the engine). Every engine
