@@ -357,3 +357,41 @@ fn an_exhausted_pool_is_back_pressure_not_a_hang() {
         assert_eq!(rx_pool.available(), rx_pool.capacity());
     });
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_forgotten_future_stalls_no_other() {
+    let rt = runtime();
+    let pd = pd();
+    rt.block_on(async {
+        let (a, b) = async_pair(&pd, 64, Duration::from_secs(30));
+        let (sa, sb) = (on_tokio(&a), on_tokio(&b));
+        let pool = BufferPool::new(&pd, 256, 16).expect("pool");
+        // B waits first...
+        let (sb2, rx) = (sb.clone(), pool.try_alloc().expect("rx"));
+        let waiting = tokio::spawn(async move { sb2.receive_async(rx).await.0.map(|s| s.bytes()) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // ...then a future is polled (it sleeps on the reactor last) and
+        // forgotten: its task will never poll it again.
+        let noop = Waker::from(Arc::new(Noop));
+        let mut forgotten = Box::pin(sb.receive_async(pool.try_alloc().expect("rx")));
+        assert!(forgotten
+            .as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending());
+        std::mem::forget(forgotten);
+        // B's message (the first: B's receive was posted first) still wakes B.
+        for i in 0..2 {
+            let (r, _) = sa.send_async(frozen(&pool, &message(5, i, 100))).await;
+            r.expect("send");
+        }
+        let got = tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .expect("the waiting future was woken")
+            .expect("task");
+        assert_eq!(got.expect("receive"), 100);
+        // The forgotten future's buffer is released with the channel.
+        drop((sa, a, sb, b));
+        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+    });
+}

@@ -208,27 +208,22 @@ impl WorkQueue {
             }
             None => {}
         }
-        Self::hand_off_locked(&mut st, id);
     }
 
-    /// Makes `token` (a request id, or 0 for a task waiting for room) the
-    /// task registered with the reactor.
-    pub(crate) fn set_driver(&self, token: u64) {
-        self.lock().driver = Some(token);
-    }
-
-    /// `token`'s task stops waiting (done or dropped): if it was the one
-    /// registered with the reactor, wake another waiting task so that it
-    /// registers in its place — no wake-up is lost with it.
-    pub(crate) fn hand_off(&self, token: u64) {
-        Self::hand_off_locked(&mut self.lock(), token);
-    }
-
-    fn hand_off_locked(st: &mut Tracker, token: u64) {
-        if st.driver == Some(token) {
-            st.driver = None;
-            st.wake_a_waiter();
+    /// The completion channel became readable (or the stall deadline
+    /// passed): called from the reactor's wake-up of the channel's own
+    /// waker, on whatever thread runs it, never with the engine's lock
+    /// held. Reaps the CQ (waking the futures whose completions arrived)
+    /// and wakes every other waiting task too: the reactor's registration
+    /// and the CQ's arming are spent, and one live waiter must renew them.
+    /// Waking them all, not one chosen task, means a task that is gone (a
+    /// forgotten future's) cannot take the renewal with it.
+    pub(crate) fn on_readiness(&self) {
+        let mut st = self.lock();
+        if let Err(e) = st.reap(&self.cq) {
+            log::warn!("reaping on readiness failed: {e}");
         }
+        st.wake_all_waiters();
     }
 
     /// A task that waited for send-queue room gives up without posting: the

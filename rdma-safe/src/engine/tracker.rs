@@ -113,9 +113,6 @@ pub(crate) struct Tracker {
     /// Completions of abandoned requests (their futures were dropped),
     /// released when seen.
     pub(crate) abandoned_total: u64,
-    /// The task last registered with the reactor: a request id, or 0 for
-    /// a task waiting for room.
-    pub(crate) driver: Option<u64>,
     /// (completions seen, since when): the progress watchdog of waits that
     /// have no timer of their own.
     pub(crate) progress_mark: Option<(u64, std::time::Instant)>,
@@ -137,7 +134,6 @@ impl Tracker {
             unusable: None,
             ready_callbacks: VecDeque::new(),
             abandoned_total: 0,
-            driver: None,
             progress_mark: None,
             room_waiters: Vec::new(),
         }
@@ -169,12 +165,10 @@ impl Tracker {
         self.posted_total += u64::from(sq.max(1));
     }
 
-    /// Wakes one task waiting on an outstanding request or for room, so
-    /// that it registers with the reactor.
-    pub(crate) fn wake_a_waiter(&mut self) {
-        if let Some(w) = self.room_waiters.pop() {
+    /// Wakes every task waiting on an outstanding request or for room.
+    pub(crate) fn wake_all_waiters(&mut self) {
+        for w in self.room_waiters.drain(..) {
             w.wake();
-            return;
         }
         for slot in self.slots.ring.iter().flatten() {
             if let Slot::Posted {
@@ -187,7 +181,6 @@ impl Tracker {
             } = slot
             {
                 w.wake_by_ref();
-                return;
             }
         }
     }
@@ -211,7 +204,7 @@ impl Tracker {
         let n = got.len();
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
-        // but dropped passes its turn on (`WorkQueue::hand_off`).
+        // but dropped passes its turn on (`WorkQueue::pass_room`).
         for _ in 0..n {
             match room_waiters.pop() {
                 Some(w) => w.wake(),

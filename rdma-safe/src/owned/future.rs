@@ -64,25 +64,17 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                 State::Unposted(buf) | State::Full(buf) => {
                     let notify = Notify::Waker(cx.waker().clone());
                     match queue.post_owned(this.kind, into_held(buf), notify) {
-                        Ok(id) => {
-                            if was_full {
-                                // It may be the task registered with the
-                                // reactor while it waited for room.
-                                queue.hand_off(0);
-                            }
-                            this.state = State::Posted(id);
-                        }
+                        Ok(id) => this.state = State::Posted(id),
                         Err(Refused::Full(held)) => {
                             this.state = State::Full(from_held::<B>(held));
                             queue.wait_for_room(cx.waker());
-                            match drive(this.chan, cx, 0) {
+                            match drive(this.chan, cx) {
                                 Poll::Ready(()) => continue,
                                 Poll::Pending => return Poll::Pending,
                             }
                         }
                         Err(refused) => {
                             if was_full {
-                                queue.hand_off(0);
                                 queue.pass_room();
                             }
                             return Poll::Ready(refused_outcome(this.kind, refused));
@@ -91,11 +83,10 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                 }
                 State::Posted(id) => {
                     if let Some(returned) = queue.take_owned(id, Some(cx.waker())) {
-                        queue.hand_off(id);
                         return Poll::Ready(finish(this.kind, returned));
                     }
                     this.state = State::Posted(id);
-                    match drive(this.chan, cx, id) {
+                    match drive(this.chan, cx) {
                         Poll::Ready(()) => continue,
                         Poll::Pending => return Poll::Pending,
                     }
@@ -111,23 +102,19 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
         match self.state {
             // Posted: the engine keeps the buffer until the completion.
             State::Posted(id) => self.chan.queue().abandon(id),
-            State::Full(_) => {
-                self.chan.queue().hand_off(0);
-                self.chan.queue().pass_room();
-            }
+            State::Full(_) => self.chan.queue().pass_room(),
             State::Unposted(_) | State::Done => {}
         }
     }
 }
 
-/// Waits, for the task polling with `cx` (known to the engine as `token`:
-/// its request id, or 0 while it waits for room), until something may have
-/// changed: spins on the CQ for the channel's spin time, then arms the CQ,
+/// Waits, for the task polling with `cx` (already registered in its slot or
+/// the room list), until something may have changed: spins on the CQ for the channel's spin time, then arms the CQ,
 /// polls once more (a completion that arrived before the arming raises no
 /// event), and sleeps on the reactor until the completion channel's
 /// descriptor is readable or the stall deadline passes. `Ready` means
 /// "look again"; `Pending` that the task is registered to be woken.
-pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>, token: u64) -> Poll<()> {
+pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
     let queue = chan.queue();
     if !chan.spin.is_zero() {
         let start = Instant::now();
@@ -139,7 +126,6 @@ pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>, token: u64) -> P
             }
         }
     }
-    queue.set_driver(token);
     let Some(deadline) = queue.stall_deadline(chan.timeout) else {
         // Nothing in flight, or the queue pair was just shut down and
         // drained: every outstanding request has its completion now.
@@ -168,7 +154,11 @@ pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>, token: u64) -> P
             Err(e) => return Err(io::Error::other(e)),
         }
     };
-    match reactor.poll_ready(cx, deadline, &mut drain) {
+    // The reactor wakes the channel's own waker, not this task's (this task
+    // is woken through its slot, or the room list, by whoever reaps): no
+    // single task — which may be gone — carries the registration.
+    let mut channel_cx = Context::from_waker(&chan.readiness);
+    match reactor.poll_ready(&mut channel_cx, deadline, &mut drain) {
         Poll::Ready(Ok(())) => Poll::Ready(()),
         Poll::Ready(Err(e)) => {
             log::warn!("waiting on the completion channel failed ({e}); polling again");

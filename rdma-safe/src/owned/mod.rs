@@ -24,11 +24,9 @@
 //!
 //! Forgetting a posted future (`mem::forget`) is memory-safe: its buffer
 //! stays in the slot and is released when the channel's engine is dropped.
-//! It is not free for liveness: the future's task may be the one registered
-//! with the reactor, and the other futures of the channel are then woken
-//! only by the next poll on the channel (a new operation, another future, a
-//! blocking call or [`SharedChannel::run_callbacks`]). Dropping a future
-//! instead hands the registration on.
+//! Nor does it stall the other futures: the reactor wakes the channel's
+//! own waker, which reaps the completion queue and wakes the waiting tasks,
+//! not any one task's waker.
 //!
 //! # Sharing
 //!
@@ -59,7 +57,8 @@ use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use buffer::{from_held, into_held};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::task::{Wake, Waker};
 use std::time::Duration;
 
 /// The outcome of an owning operation and its buffer, given back.
@@ -74,6 +73,25 @@ pub struct SharedChannel {
     timeout: Duration,
     spin: Duration,
     reactor: Option<Arc<dyn CompletionReactor>>,
+    /// What the reactor wakes ([`Readiness`]); one per `Channel::shared`
+    /// call, shared by clones.
+    readiness: Waker,
+}
+
+/// The waker registered with the reactor: reaps the engine and wakes its
+/// waiting tasks when the completion channel becomes readable. Holds the
+/// engine weakly, so a registration left in a reactor keeps nothing alive.
+struct Readiness(Weak<WorkQueue>);
+
+impl Wake for Readiness {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(queue) = self.0.upgrade() {
+            queue.on_readiness();
+        }
+    }
 }
 
 impl Channel {
@@ -86,11 +104,14 @@ impl Channel {
     /// The channel must be connected. Borrowed-memory operations and scopes
     /// on the channel keep working beside it.
     pub fn shared(&self) -> SharedChannel {
+        let queue = self.queue().clone();
+        let readiness = Waker::from(Arc::new(Readiness(Arc::downgrade(&queue))));
         SharedChannel {
-            queue: self.queue().clone(),
+            queue,
             timeout: self.timeout(),
             spin: Duration::ZERO,
             reactor: None,
+            readiness,
         }
     }
 }

@@ -11,11 +11,11 @@ use std::time::Instant;
 /// of the async API. `TokioReactor` (feature `tokio`) is the default;
 /// another runtime implements this over its own reactor and timer.
 ///
-/// The descriptor is non-blocking and level-less to the caller: an
-/// implementation must wake the task registered by the *latest* call when
-/// the descriptor becomes readable after that call or when `deadline`
-/// passes; only the latest registration needs to be kept (the engine hands
-/// the role on when that task stops waiting).
+/// The descriptor is non-blocking: an implementation must wake the waker
+/// of the *latest* call when the descriptor becomes readable after that
+/// call or when `deadline` passes; only the latest registration needs to
+/// be kept (it is always the channel's own waker, which wakes the waiting
+/// tasks).
 pub trait CompletionReactor: Send + Sync + fmt::Debug {
     /// Returns `Ready(Ok(()))` when the descriptor was readable — having
     /// called `drain` (which consumes the pending events, reading until the

@@ -82,11 +82,10 @@ impl RecvStream {
             let queue = self.chan.queue();
             if let Some(returned) = queue.take_owned(front, Some(cx.waker())) {
                 self.posted.pop_front();
-                queue.hand_off(front);
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
                 return Poll::Ready(Some(outcome.map(|s| (s, buf))));
             }
-            match drive(&self.chan, cx, front) {
+            match drive(&self.chan, cx) {
                 Poll::Ready(()) => continue,
                 Poll::Pending => return Poll::Pending,
             }
