@@ -52,6 +52,12 @@
 //!   [`PollingScope::post_receive_batch`] posts many receives with one
 //!   `ibv_post_recv` call; receives complete one by one, so each keeps its
 //!   own handle.
+//! * **Owned buffers** ([`BufferPool`], [`SharedChannel`]). For services
+//!   and async code, operations can instead take pool buffers by value and
+//!   give them back with the completion (blocking, callback, or future). The
+//!   engine's slot for the request holds the buffer until the completion
+//!   was seen, so dropping or forgetting any handle or future is harmless
+//!   (see the [`owned`] module).
 //! * **Bounded waits**. Every wait has a timeout. When it expires the queue
 //!   pair is moved to the error state, which makes the NIC flush all
 //!   outstanding work; the flush completions are drained before the call
@@ -95,8 +101,10 @@ mod error;
 mod exchange;
 mod fatal;
 pub mod memory;
+pub mod owned;
 mod pd;
 mod pending;
+pub mod pool;
 mod registered;
 mod remote;
 pub mod remote_access;
@@ -116,8 +124,12 @@ pub use error::{
 };
 pub use exchange::HandshakeError;
 pub use memory::{AccessFlags, MemoryRegion};
+#[cfg(feature = "tokio")]
+pub use owned::TokioReactor;
+pub use owned::{Completed, CompletionReactor, Op, OwnedBuffer, RecvStream, SharedChannel};
 pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
+pub use pool::{BufferPool, PoolBuf, PoolBytes, PoolError};
 pub use registered::RegisteredBuffer;
 pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
 pub use remote_access::RemoteAccessBuffer;

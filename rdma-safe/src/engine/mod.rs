@@ -10,7 +10,9 @@
 //! [`PendingWork`]: crate::PendingWork
 
 mod atomic;
+mod attached;
 mod datagram;
+mod owned;
 mod post;
 mod tracker;
 mod wait;
@@ -18,6 +20,9 @@ mod watch;
 mod window;
 
 pub(crate) use watch::DeviceWatch;
+
+pub(crate) use attached::{Held, Notify};
+pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};

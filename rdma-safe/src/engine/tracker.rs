@@ -1,10 +1,12 @@
 //! Completion tracking: which work request ids are outstanding, which have
 //! completed and wait to be claimed, and what the completions say.
 
+use super::attached::{Attached, Notify};
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, WcOpcode, WorkCompletion};
 use std::collections::VecDeque;
+use std::task::Waker;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
@@ -23,11 +25,14 @@ pub(crate) enum Slot {
         len: usize,
         sq: u32,
         first_err: Option<WorkCompletion>,
+        /// What an owning operation keeps until its completion is seen.
+        att: Attached,
     },
     Done {
         op: Operation,
         len: usize,
         wc: WorkCompletion,
+        att: Attached,
     },
 }
 
@@ -65,7 +70,7 @@ impl SlotRing {
     pub(crate) fn get(&self, id: u64) -> Option<&Slot> {
         self.index(id).and_then(|i| self.ring[i].as_ref())
     }
-    fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
         self.index(id).and_then(|i| self.ring[i].as_mut())
     }
     pub(crate) fn contains_key(&self, id: u64) -> bool {
@@ -103,6 +108,16 @@ pub(crate) struct Tracker {
     pub(crate) completed_total: u64,
     /// Why the queue pair no longer carries work, once it does not.
     pub(crate) unusable: Option<String>,
+    /// Completed requests whose callbacks wait to be run, oldest first.
+    pub(crate) ready_callbacks: VecDeque<u64>,
+    /// Completions of abandoned requests (their futures were dropped),
+    /// released when seen.
+    pub(crate) abandoned_total: u64,
+    /// (completions seen, since when): the progress watchdog of waits that
+    /// have no timer of their own.
+    pub(crate) progress_mark: Option<(u64, std::time::Instant)>,
+    /// Tasks waiting for room in the send queue.
+    pub(crate) room_waiters: Vec<Waker>,
 }
 
 impl Tracker {
@@ -117,12 +132,22 @@ impl Tracker {
             posted_total: 0,
             completed_total: 0,
             unusable: None,
+            ready_callbacks: VecDeque::new(),
+            abandoned_total: 0,
+            progress_mark: None,
+            room_waiters: Vec::new(),
         }
     }
 
     /// Records a request just posted with the next id: `sq` send-queue
     /// entries (0 for a receive).
     pub(crate) fn track(&mut self, op: Operation, len: usize, sq: u32) {
+        self.track_attached(op, len, sq, Attached::default());
+    }
+
+    /// As [`track`](Self::track), the slot keeping `att` until the
+    /// completion is seen.
+    pub(crate) fn track_attached(&mut self, op: Operation, len: usize, sq: u32, att: Attached) {
         let id = self.next_wr_id;
         self.next_wr_id += 1;
         self.slots.insert(
@@ -132,11 +157,32 @@ impl Tracker {
                 len,
                 sq,
                 first_err: None,
+                att,
             },
         );
         self.in_flight += 1;
         self.sq_in_flight += sq as usize;
         self.posted_total += u64::from(sq.max(1));
+    }
+
+    /// Wakes every task waiting on an outstanding request or for room.
+    pub(crate) fn wake_all_waiters(&mut self) {
+        for w in self.room_waiters.drain(..) {
+            w.wake();
+        }
+        for slot in self.slots.ring.iter().flatten() {
+            if let Slot::Posted {
+                att:
+                    Attached {
+                        notify: Notify::Waker(w),
+                        ..
+                    },
+                ..
+            } = slot
+            {
+                w.wake_by_ref();
+            }
+        }
     }
 
     /// Moves available completions from `cq` into their slots.
@@ -149,10 +195,22 @@ impl Tracker {
             completed_total,
             unusable,
             posted_total,
+            ready_callbacks,
+            abandoned_total,
+            room_waiters,
             ..
         } = self;
         let got = cq.poll(&mut wcs[..]).map_err(TransportError::Poll)?;
         let n = got.len();
+        // Up to `n` send-queue entries were freed: wake as many waiting
+        // posters (not all of them: thousands may wait). One that is woken
+        // but dropped passes its turn on (`WorkQueue::pass_room`).
+        for _ in 0..n {
+            match room_waiters.pop() {
+                Some(w) => w.wake(),
+                None => break,
+            }
+        }
         for wc in got.iter() {
             // Counts requests: a batch's last completion completes all of its
             // members (their own error completions are not counted again);
@@ -175,22 +233,44 @@ impl Tracker {
             }
             match slots.get_mut(raw_id) {
                 Some(slot @ Slot::Posted { .. }) => {
-                    let (op, len, sq, first_err) = match *slot {
-                        Slot::Posted {
-                            op,
-                            len,
-                            sq,
-                            first_err,
-                        } => (op, len, sq, first_err),
-                        Slot::Done { .. } => unreachable!(),
+                    let Slot::Posted {
+                        op,
+                        len,
+                        sq,
+                        first_err,
+                        att,
+                    } = slot
+                    else {
+                        unreachable!()
                     };
+                    let (op, len, sq) = (*op, *len, *sq);
                     let wc = first_err.unwrap_or(*wc);
-                    *slot = Slot::Done { op, len, wc };
+                    let mut att = std::mem::take(att);
+                    let notify = std::mem::take(&mut att.notify);
                     *in_flight -= 1;
                     *sq_in_flight -= sq as usize;
                     *completed_total += u64::from(sq.max(1));
                     if !wc.is_success() && unusable.is_none() {
                         *unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
+                    }
+                    match notify {
+                        // Nobody will claim it: release what it kept (the
+                        // NIC is done with it now) and forget it.
+                        Notify::Abandoned => {
+                            slots.remove(raw_id);
+                            drop(att);
+                            *abandoned_total += 1;
+                        }
+                        Notify::Waker(w) => {
+                            *slot = Slot::Done { op, len, wc, att };
+                            w.wake();
+                        }
+                        Notify::Callback(cb) => {
+                            att.notify = Notify::Callback(cb);
+                            *slot = Slot::Done { op, len, wc, att };
+                            ready_callbacks.push_back(raw_id);
+                        }
+                        Notify::Claim => *slot = Slot::Done { op, len, wc, att },
                     }
                 }
                 // A completion nobody posted (or a second one for an id):
@@ -241,6 +321,7 @@ mod tests {
             len: 1,
             sq: 1,
             first_err: None,
+            att: Attached::default(),
         }
     }
 

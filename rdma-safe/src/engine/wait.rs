@@ -34,7 +34,7 @@ impl WorkQueue {
         match st.slots.get(id) {
             Some(Slot::Posted { .. }) => None,
             Some(Slot::Done { .. }) => match st.slots.remove(id) {
-                Some(Slot::Done { op, len, wc }) => Some(Tracker::outcome(op, len, &wc)),
+                Some(Slot::Done { op, len, wc, .. }) => Some(Tracker::outcome(op, len, &wc)),
                 _ => unreachable!(),
             },
             None => Some(Err(TransportError::Unusable(format!(

@@ -1,0 +1,285 @@
+//! `async_echo` — an echo service on the async, owned-buffer API (tokio).
+//!
+//! `async_echo server [-d DEV] [-x GID_INDEX] [-p PORT]` serves every
+//! client that connects, until killed: each connection is a reliable
+//! channel whose receive stream hands each message's pool buffer straight
+//! back to a send (frozen, not copied).
+//!
+//! `async_echo client [-d DEV] [-x GID_INDEX] [-p PORT] [--clients N]
+//! [--messages M] [-s SIZE] HOST` runs N connections at once from one
+//! process, each sending M messages of SIZE bytes one after the other and
+//! checking every byte echoed; prints messages/s and the p50/p99 round
+//! trip, and exits 0 only if every byte matched.
+//!
+//! Connections are set up over TCP (endpoint exchange); the TCP stream
+//! stays open as the connection's liveness signal: when it closes, the
+//! server shuts the channel down at once instead of waiting for the
+//! channel's timeout.
+
+use clap::{Parser, Subcommand};
+use rdma_examples::device::open_pd;
+use rdma_examples::limit::Limit;
+use rdma_examples::{cli, net, pattern, stats, Result};
+use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Receives each connection keeps posted.
+const RX_DEPTH: usize = 16;
+/// The largest message (the server's buffers are this big).
+const MAX_SIZE: u64 = 1 << 20;
+
+/// An echo service on the async, owned-buffer API.
+#[derive(Debug, Parser)]
+#[command(name = "async_echo")]
+struct Args {
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Debug, Subcommand)]
+enum Role {
+    /// Serve every client that connects, until killed.
+    Server {
+        #[command(flatten)]
+        common: Options,
+    },
+    /// Run N connections at once, each sending M messages and checking
+    /// every echoed byte.
+    Client {
+        #[command(flatten)]
+        common: Options,
+        /// concurrent connections (default 8)
+        #[arg(long = "clients", value_name = "N", default_value = "8", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("--clients", 1, 4096)))]
+        clients: usize,
+        /// messages per connection (default 1000)
+        #[arg(long = "messages", value_name = "M", default_value = "1000", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("--messages", 1, 100_000_000)))]
+        messages: usize,
+        /// message bytes, at most 1M (default 64)
+        #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "64", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, MAX_SIZE)))]
+        size: usize,
+        /// the server
+        #[arg(value_name = "HOST")]
+        host: String,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct Options {
+    /// RDMA device (default: the first)
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    dev: Option<String>,
+    /// local GID index (default: the RoCE v2 IPv4 GID)
+    #[arg(short = 'x', long = "gid-idx", value_name = "GID_INDEX",
+          value_parser = cli::number::<u32>(Limit::new("-x/--gid-idx", 0, 255)))]
+    gid_index: Option<u32>,
+    /// TCP port (default 18520)
+    #[arg(short = 'p', long = "port", value_name = "PORT", default_value = "18520", hide_default_value = true,
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
+    port: u16,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+}
+
+/// What one client run does.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    clients: usize,
+    messages: usize,
+    size: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("async_echo: starting tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = match args.role {
+        Role::Server { common } => rt.block_on(server(common)),
+        Role::Client {
+            common,
+            clients,
+            messages,
+            size,
+            host,
+        } => rt.block_on(client(
+            common,
+            Load {
+                clients,
+                messages,
+                size,
+            },
+            host,
+        )),
+    };
+    cli::finish("async_echo", outcome)
+}
+
+/// A channel for one connection, connected over `stream` (blocking: run on
+/// a blocking thread).
+fn connect(
+    pd: &ProtectionDomain,
+    o: &Options,
+    stream: &mut std::net::TcpStream,
+) -> Result<Channel> {
+    let mut builder = pd
+        .channel_builder()
+        .completion_events(true)
+        .send_depth(RX_DEPTH as u32)
+        .recv_depth(RX_DEPTH as u32)
+        .timeout(o.timeout);
+    if let Some(i) = o.gid_index {
+        builder = builder.gid_index(i);
+    }
+    let mut channel = builder.build()?;
+    channel.handshake(stream)?;
+    Ok(channel)
+}
+
+async fn server(o: Options) -> Result<()> {
+    let pd = open_pd(o.dev.as_deref())?;
+    // One pool for every connection: RX_DEPTH receive buffers each, plus
+    // the ones on their way back out.
+    let pool = BufferPool::new(&pd, MAX_SIZE as usize, 64 * RX_DEPTH)?;
+    let listener = net::listen(o.port)?;
+    eprintln!("async_echo: serving on TCP port {}", o.port);
+    loop {
+        let (accepted, pd2, o2) = (listener.try_clone()?, pd.clone(), o.clone());
+        let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let (mut stream, peer) = accepted.accept()?;
+            eprintln!("async_echo: client {peer}");
+            let channel = connect(&pd2, &o2, &mut stream)?;
+            Ok((stream, channel))
+        })
+        .await??;
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(stream, channel, pool).await {
+                eprintln!("async_echo: connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Echoes every message of one connection until it fails or its TCP
+/// stream closes.
+async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) -> Result<()> {
+    let shared = channel.shared().with_tokio()?;
+    let mut messages = shared.receive_stream(pool, RX_DEPTH);
+    stream.set_nonblocking(true)?;
+    let mut control = tokio::net::TcpStream::from_std(stream)?;
+    let watcher = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let _ = control.read(&mut [0u8; 1]).await; // EOF: the client left
+            shared.shutdown();
+        })
+    };
+    let mut echoed = 0u64;
+    while let Some(item) = messages.next().await {
+        let Ok((_, buf)) = item else { break };
+        // The received buffer goes back out as is: no copy.
+        let (sent, _) = shared.send_async(buf.freeze()).await;
+        sent?;
+        echoed += 1;
+    }
+    watcher.abort();
+    eprintln!("async_echo: connection closed after {echoed} messages");
+    Ok(())
+}
+
+async fn client(o: Options, load: Load, host: String) -> Result<()> {
+    let pd = open_pd(o.dev.as_deref())?;
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..load.clients {
+        let (pd, o, host) = (pd.clone(), o.clone(), host.clone());
+        tasks.spawn(async move { one_client(c, pd, o, load, host).await });
+    }
+    let mut rtts = Vec::with_capacity(load.clients * load.messages);
+    let mut failures = 0usize;
+    while let Some(r) = tasks.join_next().await {
+        match r? {
+            Ok(mut v) => rtts.append(&mut v),
+            Err(e) => {
+                eprintln!("async_echo: client failed: {e}");
+                failures += 1;
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    rtts.sort_by(f64::total_cmp);
+    println!(
+        "{} clients x {} messages of {} bytes: {} echoed and checked in {secs:.2} s, \
+         {:.0} msgs/s, round trip p50 {:.1} us, p99 {:.1} us",
+        load.clients,
+        load.messages,
+        load.size,
+        rtts.len(),
+        rtts.len() as f64 / secs,
+        stats::percentile(&rtts, 0.50),
+        stats::percentile(&rtts, 0.99),
+    );
+    if failures > 0 {
+        return Err(format!("{failures} of {} clients failed", load.clients).into());
+    }
+    Ok(())
+}
+
+/// One connection: M messages, one at a time, every echoed byte checked.
+/// Returns the round trips in microseconds.
+async fn one_client(
+    c: usize,
+    pd: ProtectionDomain,
+    o: Options,
+    load: Load,
+    host: String,
+) -> Result<Vec<f64>> {
+    let (o2, pd2) = (o.clone(), pd.clone());
+    let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout)?;
+        let channel = connect(&pd2, &o2, &mut stream)?;
+        Ok((stream, channel))
+    })
+    .await??;
+    let shared: SharedChannel = channel.shared().with_tokio()?;
+    let tx_pool = BufferPool::new(&pd, load.size, 2)?;
+    let rx_pool = BufferPool::new(&pd, load.size, RX_DEPTH)?;
+    let mut echoes = shared.receive_stream(rx_pool, RX_DEPTH);
+    let mut rtts = Vec::with_capacity(load.messages);
+    for i in 0..load.messages {
+        let seed = ((c as u64) << 32) | i as u64;
+        let mut buf = tx_pool.alloc().await;
+        buf.set_len(load.size);
+        pattern::fill(&mut buf, seed, 0);
+        let t = Instant::now();
+        let (sent, _) = shared.send_async(buf.freeze()).await;
+        sent?;
+        let (got, echo) = echoes.next().await.ok_or("the channel closed")??;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+        if got.bytes() != load.size {
+            return Err(format!(
+                "client {c}: echo {i} has {} bytes, not {}",
+                got.bytes(),
+                load.size
+            )
+            .into());
+        }
+        pattern::check(&echo, seed, 0).map_err(|e| format!("client {c}: echo {i}: {e}"))?;
+    }
+    drop(echoes);
+    drop(stream); // tells the server this connection is done
+    Ok(rtts)
+}

@@ -1,0 +1,57 @@
+//! What an owning operation's slot keeps while the NIC may use its memory:
+//! the buffer itself and who to tell when the completion is seen.
+
+use crate::error::TransportResult;
+use crate::pool::{PoolBuf, PoolBytes};
+use crate::work::WorkSuccess;
+use std::fmt;
+use std::task::Waker;
+
+/// The memory of an owning operation, kept in its slot from the post until
+/// its completion (or flush) has been seen on the CQ.
+#[derive(Debug, Default)]
+pub(crate) enum Held {
+    /// A borrowed-memory operation (scopes, blocking calls): nothing kept.
+    #[default]
+    None,
+    /// The NIC writes it (receive, RDMA read target).
+    Unique(PoolBuf),
+    /// The NIC reads it (send, RDMA write source).
+    Shared(PoolBytes),
+}
+
+/// A completion callback: the outcome and the memory, given back.
+pub(crate) type Callback = Box<dyn FnOnce(TransportResult<WorkSuccess>, Held) + Send>;
+
+/// Who learns of the completion.
+#[derive(Default)]
+pub(crate) enum Notify {
+    /// Someone claims it by id (blocking calls, scopes).
+    #[default]
+    Claim,
+    /// A future, woken when the completion is seen.
+    Waker(Waker),
+    /// Run by the next dispatch after the completion is seen.
+    Callback(Callback),
+    /// The future was dropped: release the memory when the completion is
+    /// seen, deliver nothing.
+    Abandoned,
+}
+
+/// The attachments of a slot.
+#[derive(Debug, Default)]
+pub(crate) struct Attached {
+    pub(crate) held: Held,
+    pub(crate) notify: Notify,
+}
+
+impl fmt::Debug for Notify {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Notify::Claim => "Claim",
+            Notify::Waker(_) => "Waker",
+            Notify::Callback(_) => "Callback",
+            Notify::Abandoned => "Abandoned",
+        })
+    }
+}

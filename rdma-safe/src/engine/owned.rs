@@ -1,0 +1,401 @@
+//! Owning operations: requests whose memory (a pool buffer or slice) moves
+//! into the engine's slot at post time and comes back out only once the
+//! completion — success, error or flush — has been seen on the CQ.
+//!
+//! This is what makes them sound without scopes: the NIC can only touch
+//! memory that a slot holds, a slot gives its memory up only after the
+//! completion was reaped, and nothing a user does to a handle (dropping it,
+//! `mem::forget`, a cancelled future, a panic) removes a `Posted` slot. A
+//! dropped future marks its slot [`Notify::Abandoned`]; the reaper releases
+//! the memory when the completion arrives.
+
+use super::attached::{Attached, Callback, Held, Notify};
+use super::tracker::{Slot, Tracker};
+use super::WorkQueue;
+use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::remote::RemoteMemoryRegion;
+use crate::work::WorkSuccess;
+use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// What an owning request does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OwnedKind {
+    Send {
+        imm: Option<u32>,
+    },
+    Write {
+        remote: RemoteMemoryRegion,
+        imm: Option<u32>,
+    },
+    Receive,
+    Read {
+        remote: RemoteMemoryRegion,
+    },
+}
+
+impl OwnedKind {
+    fn operation(self) -> Operation {
+        match self {
+            OwnedKind::Send { .. } => Operation::Send,
+            OwnedKind::Write { .. } => Operation::Write,
+            OwnedKind::Receive => Operation::Receive,
+            OwnedKind::Read { .. } => Operation::Read,
+        }
+    }
+}
+
+/// Why an owning request was not posted; the memory comes back with it.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The send queue is full: retry after a completion.
+    Full(Held),
+    /// Invalid, unusable channel, or the verb failed.
+    Error(TransportError, Held),
+}
+
+/// An outcome with the memory given back.
+pub(crate) type Returned = (TransportResult<WorkSuccess>, Held);
+
+impl WorkQueue {
+    /// Posts `kind` over `held`, which moves into the request's slot in the
+    /// same critical section as the post, with `notify` to tell of the
+    /// completion. Allocates nothing (the SGE and request live on the stack).
+    pub(crate) fn post_owned(
+        &self,
+        kind: OwnedKind,
+        held: Held,
+        notify: Notify,
+    ) -> Result<u64, Refused> {
+        let op = kind.operation();
+        let invalid = |msg: String| TransportError::Post {
+            operation: op,
+            source: IbvError::InvalidArgument(msg),
+        };
+        let (addr, len, lkey) = match (&held, kind) {
+            (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
+            (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
+            (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
+            _ => {
+                let e = invalid(format!("a {op} needs the other kind of buffer"));
+                return Err(Refused::Error(e, held));
+            }
+        };
+        if let OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } = kind {
+            if u64::from(len) > remote.length() {
+                let e = invalid(format!(
+                    "{len} bytes do not fit the remote region of {} bytes",
+                    remote.length()
+                ));
+                return Err(Refused::Error(e, held));
+            }
+        }
+        let sge = [Sge::new(addr, len, lkey)];
+        // A zero-length payload is sent without an SGE.
+        let sges = if len == 0 { &sge[..0] } else { &sge[..] };
+        let sq = u32::from(!matches!(kind, OwnedKind::Receive));
+        let mut st = self.lock();
+        if let Some(why) = &st.unusable {
+            return Err(Refused::Error(TransportError::Unusable(why.clone()), held));
+        }
+        if sq > 0 && st.sq_in_flight >= st.sq_capacity {
+            return Err(Refused::Full(held));
+        }
+        let id = st.next_wr_id;
+        let inline = len > 0 && len <= self.limits.inline_default;
+        let rc = match kind {
+            OwnedKind::Receive => {
+                let mut req = [RecvRequest::new(id, sges)];
+                // SAFETY: the SGE names `held`'s buffer, which `held` keeps
+                // allocated and registered (its pool holds the slab). `held`
+                // is the buffer's only handle (a `PoolBuf`) and moves into
+                // the slot below, under the same lock, before anyone could
+                // reap this request; the slot gives it up only after the
+                // completion is seen.
+                unsafe { self.qp.post_recv_list(&mut req) }.map_err(IbvError::from)
+            }
+            _ => {
+                let mut req = match kind {
+                    OwnedKind::Send { imm: None } => SendRequest::send(id, sges),
+                    OwnedKind::Send { imm: Some(i) } => SendRequest::send_with_imm(id, sges, i),
+                    OwnedKind::Write { remote, imm: None } => {
+                        SendRequest::rdma_write(id, sges, remote.address(), remote.rkey())
+                    }
+                    OwnedKind::Write {
+                        remote,
+                        imm: Some(i),
+                    } => SendRequest::rdma_write_with_imm(
+                        id,
+                        sges,
+                        remote.address(),
+                        remote.rkey(),
+                        i,
+                    ),
+                    OwnedKind::Read { remote } => {
+                        SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
+                    }
+                    OwnedKind::Receive => unreachable!(),
+                };
+                req.set_flags(req.flags() | SendFlags::SIGNALED);
+                if inline && !matches!(kind, OwnedKind::Read { .. }) {
+                    req = req.inline();
+                }
+                // SAFETY: as for the receive: `held` — a `PoolBytes` the NIC
+                // only reads, or for a read target the buffer's only handle
+                // — moves into the slot before the lock is released.
+                unsafe { self.qp.post_send_list(&mut [req]) }.map_err(IbvError::from)
+            }
+        };
+        if let Err(source) = rc {
+            let e = TransportError::Post {
+                operation: op,
+                source,
+            };
+            return Err(Refused::Error(e, held));
+        }
+        st.track_attached(op, len as usize, sq, Attached { held, notify });
+        Ok(id)
+    }
+
+    /// Takes the outcome and memory of `id` if its completion was seen
+    /// (reaping the CQ once if not), or, still in flight, sets `waker` (if
+    /// any) to be woken when it is. `None` while in flight.
+    pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
+        let mut st = self.lock();
+        if let Some(Slot::Posted { .. }) = st.slots.get(id) {
+            if let Err(e) = st.reap(&self.cq) {
+                drop(st);
+                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                st = self.lock();
+            }
+        }
+        match st.slots.get_mut(id) {
+            Some(Slot::Posted { att, .. }) => {
+                if let Some(w) = waker {
+                    match &mut att.notify {
+                        Notify::Waker(old) if old.will_wake(w) => {}
+                        n => *n = Notify::Waker(w.clone()),
+                    }
+                }
+                None
+            }
+            Some(Slot::Done { .. }) => match st.slots.remove(id) {
+                Some(Slot::Done { op, len, wc, att }) => {
+                    Some((Tracker::outcome(op, len, &wc), att.held))
+                }
+                _ => unreachable!(),
+            },
+            None => Some((
+                Err(TransportError::Unusable(format!(
+                    "work request {id} is not outstanding"
+                ))),
+                Held::None,
+            )),
+        }
+    }
+
+    /// The owner of `id` gives up on it (a dropped future): a completed
+    /// request's memory is released now, an outstanding one's when its
+    /// completion is seen. Never before.
+    pub(crate) fn abandon(&self, id: u64) {
+        let mut st = self.lock();
+        match st.slots.get_mut(id) {
+            Some(Slot::Posted { att, .. }) => att.notify = Notify::Abandoned,
+            Some(Slot::Done { .. }) => {
+                st.slots.remove(id);
+                st.abandoned_total += 1;
+            }
+            None => {}
+        }
+    }
+
+    /// The completion channel became readable (or the stall deadline
+    /// passed): called from the reactor's wake-up of the channel's own
+    /// waker, on whatever thread runs it, never with the engine's lock
+    /// held. Reaps the CQ (waking the futures whose completions arrived)
+    /// and wakes every other waiting task too: the reactor's registration
+    /// and the CQ's arming are spent, and one live waiter must renew them.
+    /// Waking them all, not one chosen task, means a task that is gone (a
+    /// forgotten future's) cannot take the renewal with it.
+    pub(crate) fn on_readiness(&self) {
+        let mut st = self.lock();
+        if let Err(e) = st.reap(&self.cq) {
+            log::warn!("reaping on readiness failed: {e}");
+        }
+        st.wake_all_waiters();
+    }
+
+    /// A task that waited for send-queue room gives up without posting: the
+    /// wake-up it may have been given goes to the next waiting task.
+    pub(crate) fn pass_room(&self) {
+        if let Some(w) = self.lock().room_waiters.pop() {
+            w.wake();
+        }
+    }
+
+    /// Registers `waker` to be woken when the send queue may have room.
+    /// (No search for an earlier registration of the same task: thousands
+    /// may wait; a duplicate costs one spurious wake-up.)
+    pub(crate) fn wait_for_room(&self, waker: &Waker) {
+        self.lock().room_waiters.push(waker.clone());
+    }
+
+    /// Runs the callbacks of completed callback operations (reaping the CQ
+    /// first), outside the engine's lock, so a callback may post again.
+    /// Returns how many ran.
+    pub(crate) fn run_callbacks(&self) -> TransportResult<usize> {
+        {
+            let mut st = self.lock();
+            st.reap(&self.cq)?;
+        }
+        let mut ran = 0;
+        loop {
+            let (cb, outcome, held): (Callback, _, _) = {
+                let mut st = self.lock();
+                let Some(id) = st.ready_callbacks.pop_front() else {
+                    return Ok(ran);
+                };
+                match st.slots.remove(id) {
+                    Some(Slot::Done {
+                        op,
+                        len,
+                        wc,
+                        att:
+                            Attached {
+                                held,
+                                notify: Notify::Callback(cb),
+                            },
+                    }) => (cb, Tracker::outcome(op, len, &wc), held),
+                    _ => continue,
+                }
+            };
+            cb(outcome, held);
+            ran += 1;
+        }
+    }
+
+    /// Moves available completions into their slots (waking their
+    /// futures); how many there were.
+    pub(crate) fn reap_now(&self) -> TransportResult<usize> {
+        self.lock().reap(&self.cq)
+    }
+
+    /// Arms the CQ: the next completion raises an event on its channel.
+    /// Poll again after arming (and before sleeping): a completion that
+    /// arrived before the arming raises none.
+    pub(crate) fn arm(&self) -> TransportResult<()> {
+        self.cq.req_notify(false).map_err(TransportError::Poll)
+    }
+
+    /// The CQ's completion channel, if it was built with one.
+    pub(crate) fn comp_channel(&self) -> Option<&CompChannel> {
+        self.cq.channel()
+    }
+
+    /// Counters: (completed, in flight, abandoned, unclaimed slots).
+    pub(crate) fn owned_counters(&self) -> (u64, usize, u64, usize) {
+        let st = self.lock();
+        (
+            st.completed_total,
+            st.in_flight,
+            st.abandoned_total,
+            st.slots.len(),
+        )
+    }
+
+    /// For waits without a per-request timer: the instant at which the
+    /// queue pair will have made no progress (no completion seen) for
+    /// `timeout` while work is in flight. When it has passed, shuts the
+    /// queue pair down and drains it (every outstanding request completes
+    /// with a flush) and returns `None`; also `None` with nothing in flight.
+    pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        let mut st = self.lock();
+        if st.in_flight == 0 {
+            st.progress_mark = None;
+            return None;
+        }
+        let completed = st.completed_total;
+        let since = match st.progress_mark {
+            Some((mark, since)) if mark == completed => since,
+            _ => {
+                st.progress_mark = Some((completed, now));
+                now
+            }
+        };
+        let deadline = since + timeout;
+        if now < deadline {
+            return Some(deadline);
+        }
+        drop(st);
+        self.shutdown_and_drain(&format!(
+            "no completion for {timeout:?} with work in flight"
+        ));
+        None
+    }
+
+    /// Blocks until `id`'s completion is seen: polls for `spin`, then sleeps
+    /// on the completion channel (when the CQ has one; yields otherwise),
+    /// arming it and polling once more before each sleep so that no
+    /// completion is slept through. After `timeout` the queue pair is shut
+    /// down and drained, and [`TransportError::Timeout`] comes back with the
+    /// memory.
+    pub(crate) fn wait_owned(&self, id: u64, timeout: Duration, spin: Duration) -> Returned {
+        if let Some(r) = self.take_owned(id, None) {
+            return r;
+        }
+        let start = Instant::now();
+        loop {
+            // The clock is read once per 64 polls (see `wait` on its cost).
+            for _ in 0..64 {
+                if let Some(r) = self.take_owned(id, None) {
+                    return r;
+                }
+            }
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                let op = self
+                    .lock()
+                    .slots
+                    .get(id)
+                    .map_or(Operation::Send, Slot::operation);
+                self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
+                let held = self.take_owned(id, None).map_or(Held::None, |(_, h)| h);
+                return (
+                    Err(TransportError::Timeout {
+                        operation: op,
+                        timeout,
+                    }),
+                    held,
+                );
+            }
+            if elapsed < spin {
+                continue;
+            }
+            match self.comp_channel() {
+                Some(_) if self.arm().is_ok() => {
+                    if let Some(r) = self.take_owned(id, None) {
+                        return r;
+                    }
+                    let slice = (timeout - elapsed).min(Duration::from_millis(50));
+                    let _ = self.cq.wait_event(Some(slice));
+                }
+                _ => std::thread::yield_now(),
+            }
+        }
+    }
+}
+
+impl Drop for WorkQueue {
+    /// The last handle is gone while requests are still on the queue pair
+    /// (owning operations whose futures were forgotten, say): flush them
+    /// before the queue pair is destroyed, so that the memory their slots
+    /// hold is released only once the NIC is done with it.
+    fn drop(&mut self) {
+        let in_flight = self.lock().in_flight;
+        if in_flight > 0 {
+            self.shutdown_and_drain("the channel was dropped with work in flight");
+        }
+    }
+}

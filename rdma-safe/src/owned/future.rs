@@ -1,0 +1,185 @@
+//! [`Op`]: the future of one owning operation, and the wait every future
+//! of a channel shares (reap, arm, re-poll, sleep on the reactor).
+
+use super::buffer::{from_held, into_held};
+use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
+use crate::engine::{Notify, OwnedKind, Refused};
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// The future of an owning operation ([`SharedChannel::send_async`] and
+/// friends): resolves to the outcome and the buffer.
+///
+/// The first poll posts the request (waiting for send-queue room if the
+/// queue is full). Dropping the future before that drops the buffer;
+/// after it, the engine keeps the buffer until the completion is seen and
+/// then returns it to its pool — the NIC never touches memory the program
+/// can reach again, and the completion is counted, not lost.
+#[must_use = "futures do nothing unless polled"]
+pub struct Op<'a, B: OwnedBuffer> {
+    chan: &'a SharedChannel,
+    kind: OwnedKind,
+    state: State<B>,
+}
+
+enum State<B> {
+    Unposted(B),
+    /// Waiting for send-queue room.
+    Full(B),
+    Posted(u64),
+    Done,
+}
+
+impl<'a, B: OwnedBuffer> Op<'a, B> {
+    pub(super) fn new(chan: &'a SharedChannel, kind: OwnedKind, buf: B) -> Self {
+        Op {
+            chan,
+            kind,
+            state: State::Unposted(buf),
+        }
+    }
+
+    /// The work request id, once posted.
+    pub fn wr_id(&self) -> Option<u64> {
+        match self.state {
+            State::Posted(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+impl<B: OwnedBuffer> Future for Op<'_, B> {
+    type Output = Completed<B>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completed<B>> {
+        let this = self.get_mut();
+        let queue = this.chan.queue();
+        loop {
+            let was_full = matches!(this.state, State::Full(_));
+            match std::mem::replace(&mut this.state, State::Done) {
+                State::Unposted(buf) | State::Full(buf) => {
+                    let notify = Notify::Waker(cx.waker().clone());
+                    match queue.post_owned(this.kind, into_held(buf), notify) {
+                        Ok(id) => this.state = State::Posted(id),
+                        Err(Refused::Full(held)) => {
+                            this.state = State::Full(from_held::<B>(held));
+                            queue.wait_for_room(cx.waker());
+                            match drive(this.chan, cx) {
+                                Poll::Ready(()) => continue,
+                                Poll::Pending => return Poll::Pending,
+                            }
+                        }
+                        Err(refused) => {
+                            if was_full {
+                                queue.pass_room();
+                            }
+                            return Poll::Ready(refused_outcome(this.kind, refused));
+                        }
+                    }
+                }
+                State::Posted(id) => {
+                    if let Some(returned) = queue.take_owned(id, Some(cx.waker())) {
+                        return Poll::Ready(finish(this.kind, returned));
+                    }
+                    this.state = State::Posted(id);
+                    match drive(this.chan, cx) {
+                        Poll::Ready(()) => continue,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                State::Done => panic!("Op polled after it completed"),
+            }
+        }
+    }
+}
+
+impl<B: OwnedBuffer> Drop for Op<'_, B> {
+    fn drop(&mut self) {
+        match self.state {
+            // Posted: the engine keeps the buffer until the completion.
+            State::Posted(id) => self.chan.queue().abandon(id),
+            State::Full(_) => self.chan.queue().pass_room(),
+            State::Unposted(_) | State::Done => {}
+        }
+    }
+}
+
+/// Waits, for the task polling with `cx` (already registered in its slot or
+/// the room list), until something may have changed: spins on the CQ for the channel's spin time, then arms the CQ,
+/// polls once more (a completion that arrived before the arming raises no
+/// event), and sleeps on the reactor until the completion channel's
+/// descriptor is readable or the stall deadline passes. `Ready` means
+/// "look again"; `Pending` that the task is registered to be woken.
+pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
+    let queue = chan.queue();
+    if !chan.spin.is_zero() {
+        let start = Instant::now();
+        while start.elapsed() < chan.spin {
+            for _ in 0..64 {
+                if matches!(queue.reap_now(), Ok(n) if n > 0) {
+                    return Poll::Ready(());
+                }
+            }
+        }
+    }
+    let Some(deadline) = queue.stall_deadline(chan.timeout) else {
+        // Nothing in flight, or the queue pair was just shut down and
+        // drained: every outstanding request has its completion now.
+        return Poll::Ready(());
+    };
+    let Some(reactor) = &chan.reactor else {
+        // No reactor: ask to be polled again at once (a busy wait).
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
+    };
+    if let Err(e) = queue.arm() {
+        log::warn!("arming the CQ failed ({e}); polling again");
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
+    }
+    if matches!(queue.reap_now(), Ok(n) if n > 0) {
+        return Poll::Ready(());
+    }
+    let channel = queue
+        .comp_channel()
+        .expect("a reactor is only set up over a completion channel");
+    let mut drain = || loop {
+        match channel.take_event() {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e)),
+        }
+    };
+    // The reactor wakes the channel's own waker, not this task's (this task
+    // is woken through its slot, or the room list, by whoever reaps): no
+    // single task — which may be gone — carries the registration.
+    let mut channel_cx = Context::from_waker(&chan.readiness);
+    match reactor.poll_ready(&mut channel_cx, deadline, &mut drain) {
+        Poll::Ready(Ok(())) => Poll::Ready(()),
+        Poll::Ready(Err(e)) => {
+            log::warn!("waiting on the completion channel failed ({e}); polling again");
+            Poll::Ready(())
+        }
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+impl<B: OwnedBuffer> fmt::Debug for Op<'_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Unposted(_) => "unposted",
+            State::Full(_) => "waiting for send-queue room",
+            State::Posted(_) => "posted",
+            State::Done => "done",
+        };
+        f.debug_struct("Op")
+            .field("kind", &self.kind)
+            .field("state", &state)
+            .field("wr_id", &self.wr_id())
+            .finish()
+    }
+}

@@ -1,0 +1,426 @@
+//! [`SharedChannel`]: operations that take ownership of pool buffers and
+//! give them back with the completion — as a blocking call's result,
+//! through a callback, or from a future — on a channel shared by many
+//! threads and tasks.
+//!
+//! # Why this is sound without scopes
+//!
+//! The NIC touches only memory named by posted requests. An owning
+//! operation moves its [`PoolBuf`] or [`PoolBytes`] into the engine's slot
+//! for the request under the same lock as the post, and the slot releases
+//! it only after the request's completion (success, error or flush) was
+//! seen on the completion queue. No handle the user holds — a future, a
+//! stream, the channel itself — is needed for that: dropping or
+//! `mem::forget`-ing any of them cannot take memory from a `Posted` slot.
+//! A dropped future marks its slot abandoned and the memory returns to the
+//! pool when the completion arrives (a cancelled receive's buffer, holding
+//! whatever the NIC wrote, goes to nobody before that). Leaking the last
+//! channel handle leaks the queue pair with its slots (memory stays
+//! allocated, never freed under the NIC); dropping it flushes outstanding
+//! requests before the queue pair is destroyed. Writable buffers are
+//! [`PoolBuf`]s, unique by type, so nothing reads or writes them while the
+//! NIC may; shared [`PoolBytes`] are immutable, so the NIC's reads race
+//! nothing.
+//!
+//! Forgetting a posted future (`mem::forget`) is memory-safe: its buffer
+//! stays in the slot and is released when the channel's engine is dropped.
+//! Nor does it stall the other futures: the reactor wakes the channel's
+//! own waker, which reaps the completion queue and wakes the waiting tasks,
+//! not any one task's waker.
+//!
+//! # Sharing
+//!
+//! `SharedChannel` is a cheap clone (`Arc` of the engine). Every engine
+//! method takes `&self`; the tracking state is behind one mutex, and the
+//! verbs used (`ibv_post_send`/`ibv_post_recv`, `ibv_poll_cq`,
+//! `ibv_req_notify_cq`) are thread-safe, so any number of threads and tasks
+//! post and reap on one queue pair. Whoever reaps a completion wakes its
+//! future.
+
+mod buffer;
+mod future;
+mod reactor;
+mod stream;
+
+pub use buffer::OwnedBuffer;
+pub use future::Op;
+pub use reactor::CompletionReactor;
+#[cfg(feature = "tokio")]
+pub use reactor::TokioReactor;
+pub use stream::RecvStream;
+
+use crate::channel::Channel;
+use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
+use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::pool::{BufferPool, PoolBuf, PoolBytes};
+use crate::remote::RemoteMemoryRegion;
+use crate::work::WorkSuccess;
+use buffer::{from_held, into_held};
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::task::{Wake, Waker};
+use std::time::Duration;
+
+/// The outcome of an owning operation and its buffer, given back.
+pub type Completed<B> = (TransportResult<WorkSuccess>, B);
+
+/// A cloneable, `Send + Sync` handle to a channel's engine for operations
+/// that own their buffers (see the [module](self) docs). From
+/// [`Channel::shared`].
+#[derive(Clone)]
+pub struct SharedChannel {
+    queue: Arc<WorkQueue>,
+    timeout: Duration,
+    spin: Duration,
+    reactor: Option<Arc<dyn CompletionReactor>>,
+    /// What the reactor wakes ([`Readiness`]); one per `Channel::shared`
+    /// call, shared by clones.
+    readiness: Waker,
+}
+
+/// The waker registered with the reactor: reaps the engine and wakes its
+/// waiting tasks when the completion channel becomes readable. Holds the
+/// engine weakly, so a registration left in a reactor keeps nothing alive.
+struct Readiness(Weak<WorkQueue>);
+
+impl Wake for Readiness {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(queue) = self.0.upgrade() {
+            queue.on_readiness();
+        }
+    }
+}
+
+impl Channel {
+    /// A handle for owning operations on this channel, usable from many
+    /// threads and tasks at once, with the channel's timeout. Its futures
+    /// need a reactor ([`SharedChannel::with_reactor`], or
+    /// `SharedChannel::with_tokio` with the `tokio` feature); without one
+    /// they re-poll (spin).
+    ///
+    /// The channel must be connected. Borrowed-memory operations and scopes
+    /// on the channel keep working beside it.
+    pub fn shared(&self) -> SharedChannel {
+        let queue = self.queue().clone();
+        let readiness = Waker::from(Arc::new(Readiness(Arc::downgrade(&queue))));
+        SharedChannel {
+            queue,
+            timeout: self.timeout(),
+            spin: Duration::ZERO,
+            reactor: None,
+            readiness,
+        }
+    }
+}
+
+impl SharedChannel {
+    /// Futures sleep on `reactor` (the completion channel's descriptor).
+    pub fn with_reactor(mut self, reactor: Arc<dyn CompletionReactor>) -> Self {
+        self.reactor = Some(reactor);
+        self
+    }
+
+    /// Futures sleep on tokio's reactor (`AsyncFd` over the completion
+    /// channel's descriptor).
+    ///
+    /// # Errors
+    /// [`IbvError::InvalidArgument`] if the channel was built without
+    /// [`completion_events`](crate::ChannelBuilder::completion_events);
+    /// outside a tokio runtime, or if registering the descriptor fails, the
+    /// I/O error.
+    #[cfg(feature = "tokio")]
+    pub fn with_tokio(self) -> crate::Result<Self> {
+        let channel = self.queue.comp_channel().cloned().ok_or_else(|| {
+            IbvError::InvalidArgument(
+                "async operations need a channel built with .completion_events(true)".into(),
+            )
+        })?;
+        Ok(self.with_reactor(Arc::new(TokioReactor::new(channel)?)))
+    }
+
+    /// Waits poll the completion queue for `spin` before sleeping on the
+    /// completion channel (default 0: sleep at once). Spinning lowers the
+    /// latency of short operations at the cost of a busy core.
+    pub fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// Changes the bound on waits (default: the channel's timeout). Futures
+    /// have no timer per operation: when no completion at all is seen for
+    /// `timeout` while work is in flight, the queue pair is shut down and
+    /// every outstanding operation ends with an error.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The bound on waits.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Why the channel is unusable, if an earlier failure, timeout or stall
+    /// shut it down.
+    pub fn unusable_reason(&self) -> Option<String> {
+        self.queue.unusable()
+    }
+
+    /// Shuts the channel down: moves the queue pair to the error state and
+    /// drains it, so that every outstanding operation — posted receives
+    /// waiting for messages included — completes with a flush error and its
+    /// buffer returns. The way to end a connection whose peer left (say,
+    /// its TCP control stream closed) without waiting for the timeout.
+    pub fn shutdown(&self) {
+        self.queue.shutdown_and_drain("shut down by the program");
+    }
+
+    /// Counters: (completions seen, requests in flight, completions of
+    /// abandoned requests, tracked slots). Completions never outnumber
+    /// posts; with nothing in flight and nothing unclaimed, the last is 0.
+    pub fn counters(&self) -> (u64, usize, u64, usize) {
+        self.queue.owned_counters()
+    }
+
+    // ----- blocking --------------------------------------------------------
+
+    /// Sends `data` and blocks until the send completes (bounded by the
+    /// timeout; spin, then sleep on the completion channel if it has one).
+    /// The slice comes back with the outcome.
+    ///
+    /// # Errors
+    /// In the outcome: posting failed (e.g. the send queue is full), the
+    /// completion reports an error, or the timeout passed (the channel is
+    /// then shut down and drained).
+    pub fn send(&self, data: PoolBytes) -> Completed<PoolBytes> {
+        self.blocking(OwnedKind::Send { imm: None }, data)
+    }
+
+    /// Receives one message into `buf` and blocks until it arrives; `buf`
+    /// comes back with its length set to the message's.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn receive(&self, buf: PoolBuf) -> Completed<PoolBuf> {
+        self.blocking(OwnedKind::Receive, buf)
+    }
+
+    /// RDMA-writes `data` to the start of `remote` and blocks until done.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send); also when `data` does not fit `remote`.
+    pub fn write(&self, data: PoolBytes, remote: RemoteMemoryRegion) -> Completed<PoolBytes> {
+        self.blocking(OwnedKind::Write { remote, imm: None }, data)
+    }
+
+    /// RDMA-reads `buf.len()` bytes from the start of `remote` into `buf`
+    /// and blocks until done.
+    ///
+    /// # Errors
+    /// As [`write`](Self::write).
+    pub fn read(&self, buf: PoolBuf, remote: RemoteMemoryRegion) -> Completed<PoolBuf> {
+        self.blocking(OwnedKind::Read { remote }, buf)
+    }
+
+    fn blocking<B: OwnedBuffer>(&self, kind: OwnedKind, buf: B) -> Completed<B> {
+        match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
+            Ok(id) => finish(kind, self.queue.wait_owned(id, self.timeout, self.spin)),
+            Err(refused) => refused_outcome(kind, refused),
+        }
+    }
+
+    // ----- callbacks ---------------------------------------------------------
+
+    /// Posts a send of `data`; `then` gets the outcome and the slice back
+    /// once the completion was seen, from the next
+    /// [`run_callbacks`](Self::run_callbacks) (the libevpl model). Costs one
+    /// allocation (the boxed callback).
+    ///
+    /// # Errors
+    /// If posting fails, the error and `data` come back at once and `then`
+    /// is dropped unrun.
+    pub fn send_then(
+        &self,
+        data: PoolBytes,
+        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBytes) + Send + 'static,
+    ) -> Result<(), (TransportError, PoolBytes)> {
+        self.post_then(OwnedKind::Send { imm: None }, data, then)
+    }
+
+    /// Posts a receive into `buf`; `then` gets the outcome and the buffer
+    /// (its length set to the message's). See [`send_then`](Self::send_then).
+    ///
+    /// # Errors
+    /// As [`send_then`](Self::send_then).
+    pub fn receive_then(
+        &self,
+        buf: PoolBuf,
+        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBuf) + Send + 'static,
+    ) -> Result<(), (TransportError, PoolBuf)> {
+        self.post_then(OwnedKind::Receive, buf, then)
+    }
+
+    /// Posts an RDMA write of `data` to `remote`; see
+    /// [`send_then`](Self::send_then).
+    ///
+    /// # Errors
+    /// As [`send_then`](Self::send_then).
+    pub fn write_then(
+        &self,
+        data: PoolBytes,
+        remote: RemoteMemoryRegion,
+        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBytes) + Send + 'static,
+    ) -> Result<(), (TransportError, PoolBytes)> {
+        self.post_then(OwnedKind::Write { remote, imm: None }, data, then)
+    }
+
+    /// Posts an RDMA read of `buf.len()` bytes from `remote` into `buf`; see
+    /// [`send_then`](Self::send_then).
+    ///
+    /// # Errors
+    /// As [`send_then`](Self::send_then).
+    pub fn read_then(
+        &self,
+        buf: PoolBuf,
+        remote: RemoteMemoryRegion,
+        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBuf) + Send + 'static,
+    ) -> Result<(), (TransportError, PoolBuf)> {
+        self.post_then(OwnedKind::Read { remote }, buf, then)
+    }
+
+    fn post_then<B: OwnedBuffer>(
+        &self,
+        kind: OwnedKind,
+        buf: B,
+        then: impl FnOnce(TransportResult<WorkSuccess>, B) + Send + 'static,
+    ) -> Result<(), (TransportError, B)> {
+        let cb = Box::new(move |outcome, held| {
+            let (outcome, buf) = finish(kind, (outcome, held));
+            then(outcome, buf)
+        });
+        match self
+            .queue
+            .post_owned(kind, into_held(buf), Notify::Callback(cb))
+        {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(refused_parts(kind, refused)),
+        }
+    }
+
+    /// Reaps the completion queue and runs the callbacks of completed
+    /// operations, on this thread, outside the engine's lock (a callback may
+    /// post again). Returns how many ran. Never blocks.
+    ///
+    /// # Errors
+    /// If polling the completion queue fails.
+    pub fn run_callbacks(&self) -> TransportResult<usize> {
+        self.queue.run_callbacks()
+    }
+
+    // ----- futures -----------------------------------------------------------
+
+    /// A future that sends `data` and resolves to the outcome and the slice.
+    /// Nothing is posted before the first poll. Dropping it at any point is
+    /// safe (see the [module](self) docs).
+    pub fn send_async(&self, data: PoolBytes) -> Op<'_, PoolBytes> {
+        Op::new(self, OwnedKind::Send { imm: None }, data)
+    }
+
+    /// A future that receives one message into `buf` and resolves to the
+    /// outcome and the buffer (its length set to the message's). Dropped
+    /// after posting, the receive stays posted: the message it takes is
+    /// discarded and the buffer returns to the pool.
+    pub fn receive_async(&self, buf: PoolBuf) -> Op<'_, PoolBuf> {
+        Op::new(self, OwnedKind::Receive, buf)
+    }
+
+    /// A future that RDMA-writes `data` to `remote`.
+    pub fn write_async(&self, data: PoolBytes, remote: RemoteMemoryRegion) -> Op<'_, PoolBytes> {
+        Op::new(self, OwnedKind::Write { remote, imm: None }, data)
+    }
+
+    /// A future that RDMA-reads `buf.len()` bytes from `remote` into `buf`.
+    pub fn read_async(&self, buf: PoolBuf, remote: RemoteMemoryRegion) -> Op<'_, PoolBuf> {
+        Op::new(self, OwnedKind::Read { remote }, buf)
+    }
+
+    /// A stream of received messages: keeps up to `depth` receives posted
+    /// with buffers from `pool` (fewer while the pool is exhausted: it waits
+    /// for buffers, never fails for lack of them).
+    pub fn receive_stream(&self, pool: BufferPool, depth: usize) -> RecvStream {
+        RecvStream::new(self.clone(), pool, depth.max(1))
+    }
+
+    /// The completion channel (its descriptor is non-blocking and
+    /// [`AsFd`](std::os::fd::AsFd)), to register with a reactor; `None` if
+    /// the channel was built without
+    /// [`completion_events`](crate::ChannelBuilder::completion_events).
+    pub fn completion_channel(&self) -> Option<&rdma_core::CompChannel> {
+        self.queue.comp_channel()
+    }
+
+    pub(crate) fn queue(&self) -> &WorkQueue {
+        &self.queue
+    }
+}
+
+/// The buffer back from the engine, with a receive's length set to the
+/// message's.
+fn finish<B: OwnedBuffer>(kind: OwnedKind, (outcome, held): Returned) -> Completed<B> {
+    let held = match (kind, held, &outcome) {
+        (OwnedKind::Receive, Held::Unique(mut b), Ok(s)) => {
+            // A write with immediate lands in the peer-chosen region, not
+            // in the receive buffer.
+            let n = if s.opcode() == rdma_core::WcOpcode::Recv {
+                s.bytes().min(b.capacity())
+            } else {
+                0
+            };
+            b.set_len(n);
+            Held::Unique(b)
+        }
+        (_, held, _) => held,
+    };
+    (outcome, from_held::<B>(held))
+}
+
+fn refused_outcome<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> Completed<B> {
+    let (e, buf) = refused_parts(kind, refused);
+    (Err(e), buf)
+}
+
+fn refused_parts<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> (TransportError, B) {
+    match refused {
+        Refused::Error(e, held) => (e, from_held::<B>(held)),
+        Refused::Full(held) => (queue_full(kind), from_held::<B>(held)),
+    }
+}
+
+fn queue_full(kind: OwnedKind) -> TransportError {
+    let operation = match kind {
+        OwnedKind::Send { .. } => Operation::Send,
+        OwnedKind::Write { .. } => Operation::Write,
+        OwnedKind::Read { .. } => Operation::Read,
+        OwnedKind::Receive => Operation::Receive,
+    };
+    TransportError::Post {
+        operation,
+        source: IbvError::InvalidArgument(
+            "the send queue is full (wait for completions or build a deeper channel)".into(),
+        ),
+    }
+}
+
+impl fmt::Debug for SharedChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedChannel")
+            .field("timeout", &self.timeout)
+            .field("spin", &self.spin)
+            .field("reactor", &self.reactor)
+            .field("unusable", &self.unusable_reason())
+            .finish()
+    }
+}

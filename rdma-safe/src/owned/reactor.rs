@@ -1,0 +1,123 @@
+//! [`CompletionReactor`]: how futures sleep on the completion channel's
+//! file descriptor, whatever the async runtime.
+
+use std::fmt;
+use std::io;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// Waits for the completion channel's descriptor to become readable, or
+/// for a deadline, on behalf of a future — the one runtime-specific piece
+/// of the async API. `TokioReactor` (feature `tokio`) is the default;
+/// another runtime implements this over its own reactor and timer.
+///
+/// The descriptor is non-blocking: an implementation must wake the waker
+/// of the *latest* call when the descriptor becomes readable after that
+/// call or when `deadline` passes; only the latest registration needs to
+/// be kept (it is always the channel's own waker, which wakes the waiting
+/// tasks).
+pub trait CompletionReactor: Send + Sync + fmt::Debug {
+    /// Returns `Ready(Ok(()))` when the descriptor was readable — having
+    /// called `drain` (which consumes the pending events, reading until the
+    /// descriptor would block) before clearing its readiness — or when
+    /// `deadline` has passed; otherwise registers `cx`'s waker for both and
+    /// returns `Pending`.
+    ///
+    /// # Errors
+    /// The reactor's or `drain`'s I/O error.
+    fn poll_ready(
+        &self,
+        cx: &mut Context<'_>,
+        deadline: Instant,
+        drain: &mut dyn FnMut() -> io::Result<()>,
+    ) -> Poll<io::Result<()>>;
+}
+
+#[cfg(feature = "tokio")]
+pub use tokio_impl::TokioReactor;
+
+#[cfg(feature = "tokio")]
+mod tokio_impl {
+    use super::CompletionReactor;
+    use rdma_core::CompChannel;
+    use std::io;
+    use std::pin::Pin;
+    use std::sync::Mutex;
+    use std::task::{Context, Poll};
+    use std::time::Instant;
+    use tokio::io::unix::AsyncFd;
+    use tokio::time::Sleep;
+
+    /// The completion channel's descriptor registered with tokio's reactor
+    /// (`AsyncFd`), and one timer for the engine's stall deadline.
+    #[derive(Debug)]
+    pub struct TokioReactor {
+        fd: AsyncFd<CompChannel>,
+        /// One timer for the channel, reset to the waiting task's deadline
+        /// (allocated once, not per operation).
+        timer: Mutex<Pin<Box<Sleep>>>,
+    }
+
+    impl TokioReactor {
+        /// Registers `channel`'s descriptor with the current tokio runtime.
+        ///
+        /// # Errors
+        /// Outside a tokio runtime (with I/O and time enabled), or if the
+        /// descriptor cannot be registered.
+        pub(crate) fn new(channel: CompChannel) -> io::Result<Self> {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(io::Error::other(
+                    "TokioReactor needs a tokio runtime (enable_io and enable_time)",
+                ));
+            }
+            // SAFETY: `CompChannel::as_raw_fd` always returns the channel's
+            // own descriptor, which stays open until the last clone of the
+            // channel is dropped — the one moved into the `AsyncFd` lives as
+            // long as the registration.
+            let fd =
+                unsafe { AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE) }?;
+            let timer = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
+            Ok(TokioReactor {
+                fd,
+                timer: Mutex::new(timer),
+            })
+        }
+    }
+
+    impl CompletionReactor for TokioReactor {
+        fn poll_ready(
+            &self,
+            cx: &mut Context<'_>,
+            deadline: Instant,
+            drain: &mut dyn FnMut() -> io::Result<()>,
+        ) -> Poll<io::Result<()>> {
+            match self.fd.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut guard)) => {
+                    // Drain, then clear readiness: `try_io` clears it only
+                    // if no new readiness arrived meanwhile, so an event
+                    // raised after the drain is not lost.
+                    return match guard.try_io(|_| {
+                        drain()?;
+                        Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                    }) {
+                        Ok(Err(e)) => Poll::Ready(Err(e)),
+                        Ok(Ok(())) | Err(_) => Poll::Ready(Ok(())),
+                    };
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {}
+            }
+            let mut timer = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+            let deadline = tokio::time::Instant::from_std(deadline);
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Ok(())),
+                Poll::Pending => Poll::Pending,
+            }
+        }
+    }
+
+    use std::future::Future;
+}

@@ -1,0 +1,122 @@
+//! [`RecvStream`]: received messages, with receives kept posted from a
+//! pool.
+
+use super::future::drive;
+use super::{finish, SharedChannel};
+use crate::engine::{Held, Notify, OwnedKind, Refused};
+use crate::error::TransportResult;
+use crate::pool::{BufferPool, PoolBuf};
+use crate::work::WorkSuccess;
+use std::collections::VecDeque;
+use std::fmt;
+use std::task::{Context, Poll};
+
+/// Received messages, in order: keeps up to `depth` receives posted with
+/// buffers from its pool (from [`SharedChannel::receive_stream`]). Each
+/// item is the completion and the buffer, its length set to the message's.
+///
+/// Dropping the stream leaves its receives posted; their buffers return to
+/// the pool when they complete or are flushed, never before.
+pub struct RecvStream {
+    chan: SharedChannel,
+    pool: BufferPool,
+    posted: VecDeque<u64>,
+    depth: usize,
+}
+
+impl RecvStream {
+    pub(super) fn new(chan: SharedChannel, pool: BufferPool, depth: usize) -> Self {
+        RecvStream {
+            chan,
+            pool,
+            posted: VecDeque::with_capacity(depth),
+            depth,
+        }
+    }
+
+    /// Keeps `depth` receives posted while the pool has buffers.
+    fn refill(&mut self, cx: &mut Context<'_>) -> TransportResult<()> {
+        while self.posted.len() < self.depth {
+            let Poll::Ready(buf) = self.pool.poll_alloc(cx) else {
+                return Ok(());
+            };
+            match self
+                .chan
+                .queue()
+                .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
+            {
+                Ok(id) => self.posted.push_back(id),
+                Err(Refused::Error(e, _)) => return Err(e),
+                Err(Refused::Full(_)) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The next message, or `Pending` (registered to be woken). `None` once
+    /// the channel is unusable and every posted receive was delivered.
+    ///
+    /// # Errors
+    /// The item is an error when a receive completes with one (then the
+    /// channel is shut down, and the remaining receives come out as flushed
+    /// errors), or when posting a receive fails.
+    pub fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<TransportResult<(WorkSuccess, PoolBuf)>>> {
+        loop {
+            if self.chan.unusable_reason().is_none() {
+                if let Err(e) = self.refill(cx) {
+                    if self.posted.is_empty() {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                }
+            }
+            let Some(&front) = self.posted.front() else {
+                if self.chan.unusable_reason().is_some() {
+                    return Poll::Ready(None);
+                }
+                // Waiting for a pool buffer (registered in `refill`).
+                return Poll::Pending;
+            };
+            let queue = self.chan.queue();
+            if let Some(returned) = queue.take_owned(front, Some(cx.waker())) {
+                self.posted.pop_front();
+                let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
+                return Poll::Ready(Some(outcome.map(|s| (s, buf))));
+            }
+            match drive(&self.chan, cx) {
+                Poll::Ready(()) => continue,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Waits for the next message (see [`poll_next`](Self::poll_next)).
+    pub async fn next(&mut self) -> Option<TransportResult<(WorkSuccess, PoolBuf)>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Receives posted and not yet delivered.
+    pub fn posted(&self) -> usize {
+        self.posted.len()
+    }
+}
+
+impl Drop for RecvStream {
+    fn drop(&mut self) {
+        let queue = self.chan.queue();
+        for &id in &self.posted {
+            queue.abandon(id);
+        }
+    }
+}
+
+impl fmt::Debug for RecvStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvStream")
+            .field("posted", &self.posted.len())
+            .field("depth", &self.depth)
+            .finish()
+    }
+}

@@ -1,0 +1,137 @@
+//! [`PoolBuf`]: the uniquely owned, writable handle of one pool buffer.
+
+use super::{PoolBytes, PoolInner};
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A buffer taken from a [`BufferPool`](super::BufferPool): the only handle
+/// to its memory (like `BytesMut`), so it may be written — by the program
+/// through `DerefMut`, or by the NIC when an operation that writes (a
+/// receive, an RDMA read) takes it by value. Returns to the pool on drop.
+///
+/// Its length (what `Deref` shows, and what a send of it after
+/// [`freeze`](Self::freeze) carries) starts at the buffer's full
+/// [`capacity`](Self::capacity); [`set_len`](Self::set_len) changes it, and a
+/// completed receive sets it to the bytes that arrived.
+pub struct PoolBuf {
+    pool: Arc<PoolInner>,
+    idx: u32,
+    len: u32,
+}
+
+impl PoolBuf {
+    /// Wraps chunk `idx`, just taken off the free list.
+    pub(super) fn new(pool: Arc<PoolInner>, idx: u32) -> Self {
+        // Fits: the pool refuses buffer sizes above `u32::MAX`.
+        let len = pool.buffer_size() as u32;
+        PoolBuf { pool, idx, len }
+    }
+
+    /// Bytes the buffer can hold.
+    pub fn capacity(&self) -> usize {
+        self.pool.buffer_size()
+    }
+
+    /// Sets the length to `len` bytes (the bytes keep their values).
+    ///
+    /// # Panics
+    /// If `len` exceeds the [`capacity`](Self::capacity).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity(),
+            "PoolBuf::set_len({len}) beyond the capacity of {}",
+            self.capacity()
+        );
+        self.len = len as u32;
+    }
+
+    /// Copies `data` to the start of the buffer and sets the length to it.
+    ///
+    /// # Panics
+    /// If `data` is longer than the [`capacity`](Self::capacity).
+    pub fn fill_from(&mut self, data: &[u8]) {
+        self.set_len(data.len());
+        self.copy_from_slice(data);
+    }
+
+    /// Turns the buffer into an immutable, shareable slice of its first
+    /// `len()` bytes (no copy, no allocation).
+    pub fn freeze(self) -> PoolBytes {
+        let this = ManuallyDrop::new(self);
+        // The chunk had exactly one handle (this one); from now on it has
+        // one `PoolBytes`, and the count says so.
+        this.pool.refs(this.idx).store(1, Ordering::Relaxed);
+        // SAFETY: `this` is never used or dropped again, so the `Arc` is
+        // moved out exactly once.
+        let pool = unsafe { std::ptr::read(&this.pool) };
+        PoolBytes::from_chunk(pool, this.idx, 0, this.len)
+    }
+
+    /// The SGE fields of the whole buffer (up to its capacity): address,
+    /// length, lkey.
+    pub(crate) fn sge_full(&self) -> (u64, u32, u32) {
+        let (ptr, lkey) = self.pool.chunk(self.idx);
+        (ptr as u64, self.pool.buffer_size() as u32, lkey)
+    }
+
+    /// The SGE fields of the buffer's first `len()` bytes.
+    pub(crate) fn sge(&self) -> (u64, u32, u32) {
+        let (ptr, lkey) = self.pool.chunk(self.idx);
+        (ptr as u64, self.len, lkey)
+    }
+}
+
+impl Deref for PoolBuf {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        let (ptr, _) = self.pool.chunk(self.idx);
+        // SAFETY: the chunk is `capacity >= len` initialised bytes (slabs
+        // are zeroed at allocation; the NIC writes only bytes) inside a slab
+        // the pool keeps allocated while `self` holds it; `self` is the
+        // chunk's only handle, so nobody writes it during this borrow.
+        unsafe { std::slice::from_raw_parts(ptr, self.len as usize) }
+    }
+}
+
+impl DerefMut for PoolBuf {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let (ptr, _) = self.pool.chunk(self.idx);
+        // SAFETY: as in `deref`; `&mut self` and being the only handle make
+        // the access exclusive (no operation holds the buffer: one that
+        // does owns the `PoolBuf` itself).
+        unsafe { std::slice::from_raw_parts_mut(ptr, self.len as usize) }
+    }
+}
+
+impl AsRef<[u8]> for PoolBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for PoolBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Drop for PoolBuf {
+    fn drop(&mut self) {
+        self.pool.release(self.idx);
+    }
+}
+
+impl fmt::Debug for PoolBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBuf")
+            .field("index", &self.idx)
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}

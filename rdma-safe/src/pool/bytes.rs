@@ -1,0 +1,126 @@
+//! [`PoolBytes`]: shared, immutable, reference-counted slices of pool
+//! buffers.
+
+use super::{increment, PoolInner};
+use std::fmt;
+use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+/// An immutable slice of a pool buffer, shared by reference count (like
+/// `Bytes`): [`clone`](Clone::clone) and [`slice`](Self::slice) cost an
+/// atomic increment, never a copy or an allocation. The operations in which
+/// the NIC only reads (send, RDMA write source) take one by value, so the
+/// same payload may be in flight to many peers at once. The buffer returns
+/// to the pool when the last slice over it is dropped.
+///
+/// Made by [`PoolBuf::freeze`](super::PoolBuf::freeze); no `PoolBuf` over
+/// the same buffer can exist while a `PoolBytes` does, so the bytes never
+/// change.
+pub struct PoolBytes {
+    pool: Arc<PoolInner>,
+    idx: u32,
+    off: u32,
+    len: u32,
+}
+
+impl PoolBytes {
+    /// A slice of chunk `idx` whose reference count already includes it.
+    pub(super) fn from_chunk(pool: Arc<PoolInner>, idx: u32, off: u32, len: u32) -> Self {
+        PoolBytes {
+            pool,
+            idx,
+            off,
+            len,
+        }
+    }
+
+    /// A slice of `range` of these bytes, sharing the buffer.
+    ///
+    /// # Panics
+    /// If `range` is out of bounds, as slice indexing.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> PoolBytes {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e + 1,
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.len as usize,
+        };
+        assert!(
+            start <= end && end <= self.len as usize,
+            "PoolBytes::slice({start}..{end}) out of bounds of {} bytes",
+            self.len
+        );
+        increment(self.pool.refs(self.idx));
+        PoolBytes::from_chunk(
+            self.pool.clone(),
+            self.idx,
+            self.off + start as u32,
+            (end - start) as u32,
+        )
+    }
+
+    /// The SGE fields of the slice: address, length, lkey.
+    pub(crate) fn sge(&self) -> (u64, u32, u32) {
+        let (ptr, lkey) = self.pool.chunk(self.idx);
+        (ptr as u64 + u64::from(self.off), self.len, lkey)
+    }
+}
+
+impl Clone for PoolBytes {
+    fn clone(&self) -> Self {
+        increment(self.pool.refs(self.idx));
+        PoolBytes::from_chunk(self.pool.clone(), self.idx, self.off, self.len)
+    }
+}
+
+impl Deref for PoolBytes {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        let (ptr, _) = self.pool.chunk(self.idx);
+        // SAFETY: `off + len` lies within the chunk's initialised bytes, in a
+        // slab the pool keeps allocated while `self` holds it. Only
+        // `PoolBytes` handles (shared, read-only) exist for the chunk, and
+        // the NIC only reads it (sends and write sources), so the bytes do
+        // not change during the borrow.
+        unsafe { std::slice::from_raw_parts(ptr.add(self.off as usize), self.len as usize) }
+    }
+}
+
+impl AsRef<[u8]> for PoolBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for PoolBytes {
+    fn drop(&mut self) {
+        // Release/acquire as in `Arc`: every use of the bytes through other
+        // handles happens before the chunk is handed out again.
+        if self.pool.refs(self.idx).fetch_sub(1, Ordering::Release) == 1 {
+            fence(Ordering::Acquire);
+            self.pool.release(self.idx);
+        }
+    }
+}
+
+impl fmt::Debug for PoolBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolBytes")
+            .field("index", &self.idx)
+            .field("offset", &self.off)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl PartialEq<[u8]> for PoolBytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
+    }
+}

@@ -1,0 +1,95 @@
+//! What an owning operation costs the allocator on the data path: zero
+//! heap allocations per operation is the target. Counted with a global
+//! allocator over many send/receive pairs, after a warm-up (the engine's
+//! slot ring and the runtime's first-use structures grow once).
+
+mod common;
+
+use common::{pair_with, pd};
+use rdma_safe::BufferPool;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Counts every allocation of the process.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn owned_operations_allocate_nothing_per_operation() {
+    const WARM: usize = 100;
+    const ROUNDS: usize = 1000;
+    let pd = pd();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let (a, b) = pair_with(&pd, |c| c.completion_events(true));
+        let sa = a.shared().with_tokio().expect("tokio");
+        let sb = b.shared().with_tokio().expect("tokio");
+        let pool = BufferPool::new(&pd, 256, 64).expect("pool");
+        let mut counted = 0;
+        for round in 0..WARM + ROUNDS {
+            if round == WARM {
+                counted = ALLOCATIONS.load(Ordering::Relaxed);
+            }
+            let mut tx = pool.try_alloc().expect("tx");
+            tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
+            let rx = pool.try_alloc().expect("rx");
+            let (r, s) = tokio::join!(sb.receive_async(rx), sa.send_async(tx.freeze()));
+            let (got, buf) = (r.0.expect("receive"), r.1);
+            s.0.expect("send");
+            assert_eq!(got.bytes(), 256);
+            assert_eq!(buf[..8], (round as u64).to_le_bytes());
+        }
+        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
+        println!("allocations per owned operation (send or receive, tokio futures): {per_op:.3}");
+        // The target is zero; a runtime may allocate now and then on its own.
+        assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+        // The blocking form of the same, without a runtime in the loop.
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for round in 0..ROUNDS {
+            let mut tx = pool.try_alloc().expect("tx");
+            tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
+            sb.receive_then(pool.try_alloc().expect("rx"), |r, _| {
+                r.expect("receive");
+            })
+            .map_err(|(e, _)| e)
+            .expect("post receive");
+            let (s, _) = sa.send(tx.freeze());
+            s.expect("send");
+            while sb.run_callbacks().expect("callbacks") == 0 {
+                std::thread::sleep(Duration::from_micros(10));
+            }
+        }
+        let blocking = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64;
+        println!(
+            "allocations per blocking send + callback receive: {blocking:.3} \
+             (the callback's box is one)"
+        );
+    });
+}

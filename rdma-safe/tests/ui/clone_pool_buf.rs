@@ -1,0 +1,11 @@
+// A writable pool buffer has exactly one handle: it cannot be cloned.
+use rdma_safe::PoolBuf;
+
+fn misuse(buf: PoolBuf) -> (PoolBuf, PoolBuf) {
+    let other = buf.clone();
+    (buf, other)
+}
+
+fn main() {
+    let _ = misuse;
+}

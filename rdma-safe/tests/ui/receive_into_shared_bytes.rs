@@ -1,0 +1,10 @@
+// The NIC writes a receive's buffer: shared, immutable bytes are refused.
+use rdma_safe::{PoolBytes, SharedChannel};
+
+async fn misuse(channel: &SharedChannel, bytes: PoolBytes) {
+    let _ = channel.receive_async(bytes).await;
+}
+
+fn main() {
+    let _ = misuse;
+}
