@@ -72,6 +72,7 @@
 
 mod aligned;
 mod channel;
+pub mod cm;
 mod endpoint;
 mod engine;
 mod error;
@@ -88,6 +89,7 @@ mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
+pub use cm::{CmOptions, Connector, Incoming, Listener};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
     Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,

@@ -254,6 +254,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::reversed_empty_ranges)] // a reversed range is one of the cases
     fn ranges_resolve_like_slice_indexing() {
         assert_eq!(bounds(&(..), 10), Ok(0..10));
         assert_eq!(bounds(&(2..5), 10), Ok(2..5));

@@ -4,8 +4,12 @@
 
 mod common;
 
+// The examples' entry points are `pub` for their own `main`; here they are
+// private modules of the test.
+#[allow(unreachable_pub)]
 #[path = "../examples/loopback.rs"]
 mod loopback;
+#[allow(unreachable_pub)]
 #[path = "../examples/tcp_write.rs"]
 mod tcp_write;
 
