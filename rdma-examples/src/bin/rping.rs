@@ -26,8 +26,8 @@
 //!    (`-V`) the sink with the source.
 //!
 //! The server prints `server ping data: …` with `-v`. A client that
-//! disconnects between pings ends the server quietly; in the middle of one,
-//! with an error.
+//! disconnects between pings ends the server (after `-C` pings the server
+//! waits for that disconnect); in the middle of a ping, with an error.
 //!
 //! Written against `rdma-safe`: the connection is a [`Channel`] made by
 //! [`Listener`] or [`Channel::connect_to_with`]; each step posts its receive
@@ -223,9 +223,12 @@ fn exchange(
         })
         .map_err(|e| match e.flatten() {
             // A scope reports the flush of its requests; the channel knows why.
-            _ if channel.peer_disconnected() => TransportError::PeerDisconnected {
-                operation: rdma_safe::Operation::Receive,
-            },
+            TransportError::WorkCompletion { operation, .. }
+            | TransportError::Timeout { operation, .. }
+                if channel.peer_disconnected() =>
+            {
+                TransportError::PeerDisconnected { operation }
+            }
             e => e,
         })?;
     if got.bytes() != INFO_LEN {
@@ -356,6 +359,18 @@ fn server(o: &Options) -> Result<()> {
     }
     if o.debug {
         eprintln!("rping: {ping} pings served");
+    }
+    if o.count.is_some_and(|c| ping == c) {
+        // Like the C server, leave the disconnect to the client: one made
+        // here right after the last "go ahead" can overtake it in a C
+        // client, which then reports a failure.
+        match exchange(&mut channel, &mut rx, None) {
+            Err(TransportError::PeerDisconnected { .. }) => {
+                eprintln!("server DISCONNECT EVENT...");
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => return Err(format!("the client sent more than -C {ping} pings").into()),
+        }
     }
     Ok(())
 }
