@@ -7,6 +7,7 @@ use crate::error::{check_rc, Error, PostError, Result};
 use crate::mr::AccessFlags;
 use crate::pd::ProtectionDomain;
 use crate::port::Mtu;
+use crate::qp_builder::QpCapabilities;
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{self, RecvRequest, SendRequest};
 use crate::wrapper::{deleter, Wrapper};
@@ -29,7 +30,7 @@ pub enum QpType {
 }
 
 impl QpType {
-    fn to_raw(self) -> sys::ibv_qp_type {
+    pub(crate) fn to_raw(self) -> sys::ibv_qp_type {
         match self {
             QpType::Rc => sys::ibv_qp_type::IBV_QPT_RC,
             QpType::Uc => sys::ibv_qp_type::IBV_QPT_UC,
@@ -73,137 +74,6 @@ impl QpState {
             S::IBV_QPS_ERR => QpState::Error,
             other => QpState::Unknown(other.0),
         }
-    }
-}
-
-/// Queue capacities of a QP (`struct ibv_qp_cap`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpCapabilities {
-    /// Outstanding send requests.
-    pub max_send_wr: u32,
-    /// Outstanding receive requests.
-    pub max_recv_wr: u32,
-    /// SGEs per send request.
-    pub max_send_sge: u32,
-    /// SGEs per receive request.
-    pub max_recv_sge: u32,
-    /// Bytes that may be sent inline.
-    pub max_inline_data: u32,
-}
-
-impl Default for QpCapabilities {
-    fn default() -> Self {
-        QpCapabilities {
-            max_send_wr: 128,
-            max_recv_wr: 128,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 0,
-        }
-    }
-}
-
-/// Builder for a [`QueuePair`]; from [`QueuePair::builder`].
-#[derive(Debug)]
-pub struct QueuePairBuilder {
-    pd: ProtectionDomain,
-    qp_type: QpType,
-    send_cq: CompQueue,
-    recv_cq: CompQueue,
-    srq: Option<SharedReceiveQueue>,
-    caps: QpCapabilities,
-    sq_sig_all: bool,
-}
-
-impl QueuePairBuilder {
-    /// Capacities (all at once).
-    pub fn capabilities(mut self, caps: QpCapabilities) -> Self {
-        self.caps = caps;
-        self
-    }
-    /// Outstanding send requests.
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.caps.max_send_wr = n;
-        self
-    }
-    /// Outstanding receive requests.
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.caps.max_recv_wr = n;
-        self
-    }
-    /// SGEs per send request.
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.caps.max_send_sge = n;
-        self
-    }
-    /// SGEs per receive request.
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.caps.max_recv_sge = n;
-        self
-    }
-    /// Bytes that may be sent inline.
-    pub fn max_inline_data(mut self, n: u32) -> Self {
-        self.caps.max_inline_data = n;
-        self
-    }
-    /// Take receives from `srq` instead of the QP's own receive queue.
-    pub fn srq(mut self, srq: &SharedReceiveQueue) -> Self {
-        self.srq = Some(srq.clone());
-        self
-    }
-    /// Whether every send request generates a completion (otherwise only
-    /// those posted with `IBV_SEND_SIGNALED`).
-    pub fn sq_sig_all(mut self, all: bool) -> Self {
-        self.sq_sig_all = all;
-        self
-    }
-
-    /// `ibv_create_qp`—Creates the QP (in the RESET state).
-    pub fn build(self) -> Result<QueuePair> {
-        let mut init = sys::ibv_qp_init_attr {
-            send_cq: self.send_cq.as_ptr(),
-            recv_cq: self.recv_cq.as_ptr(),
-            srq: self.srq.as_ref().map_or(ptr::null_mut(), |s| s.as_ptr()),
-            cap: sys::ibv_qp_cap {
-                max_send_wr: self.caps.max_send_wr,
-                max_recv_wr: if self.srq.is_some() {
-                    0
-                } else {
-                    self.caps.max_recv_wr
-                },
-                max_send_sge: self.caps.max_send_sge,
-                max_recv_sge: if self.srq.is_some() {
-                    0
-                } else {
-                    self.caps.max_recv_sge
-                },
-                max_inline_data: self.caps.max_inline_data,
-            },
-            qp_type: self.qp_type.to_raw(),
-            sq_sig_all: self.sq_sig_all.into(),
-            ..Default::default()
-        };
-        // SAFETY: the PD, CQs and SRQ are alive; `init` is valid for reads and
-        // writes (actual capacities are written back).
-        let ptr = unsafe { sys::ibv_create_qp(self.pd.as_ptr(), &mut init) };
-        // SAFETY: a non-null QP is ours to destroy.
-        let raw = unsafe { Wrapper::from_created("ibv_create_qp", ptr) }?;
-        let c = init.cap;
-        Ok(QueuePair {
-            raw,
-            caps: QpCapabilities {
-                max_send_wr: c.max_send_wr,
-                max_recv_wr: c.max_recv_wr,
-                max_send_sge: c.max_send_sge,
-                max_recv_sge: c.max_recv_sge,
-                max_inline_data: c.max_inline_data,
-            },
-            qp_type: self.qp_type,
-            pd: self.pd,
-            send_cq: self.send_cq,
-            recv_cq: self.recv_cq,
-            srq: self.srq,
-        })
     }
 }
 
@@ -273,13 +143,13 @@ impl RtsParams {
 
 /// A queue pair. Keeps its PD, CQs and SRQ alive; destroyed on drop.
 pub struct QueuePair {
-    raw: Wrapper<sys::ibv_qp>,
-    caps: QpCapabilities,
-    qp_type: QpType,
-    pd: ProtectionDomain,
-    send_cq: CompQueue,
-    recv_cq: CompQueue,
-    srq: Option<SharedReceiveQueue>,
+    pub(crate) raw: Wrapper<sys::ibv_qp>,
+    pub(crate) caps: QpCapabilities,
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: ProtectionDomain,
+    pub(crate) send_cq: CompQueue,
+    pub(crate) recv_cq: CompQueue,
+    pub(crate) srq: Option<SharedReceiveQueue>,
 }
 
 // SAFETY: QP verbs (post, modify, query, destroy) are thread-safe; providers
@@ -289,25 +159,6 @@ unsafe impl Send for QueuePair {}
 unsafe impl Sync for QueuePair {}
 
 impl QueuePair {
-    /// A builder for a QP of type `qp_type` in `pd`, completing sends to
-    /// `send_cq` and receives to `recv_cq` (which may be the same CQ).
-    pub fn builder(
-        pd: &ProtectionDomain,
-        qp_type: QpType,
-        send_cq: &CompQueue,
-        recv_cq: &CompQueue,
-    ) -> QueuePairBuilder {
-        QueuePairBuilder {
-            pd: pd.clone(),
-            qp_type,
-            send_cq: send_cq.clone(),
-            recv_cq: recv_cq.clone(),
-            srq: None,
-            caps: QpCapabilities::default(),
-            sq_sig_all: false,
-        }
-    }
-
     /// The raw QP, valid while `self` is alive.
     pub fn as_ptr(&self) -> *mut sys::ibv_qp {
         self.raw.as_ptr()

@@ -63,7 +63,7 @@ macro_rules! wc_status {
 wc_status! {
     Success = IBV_WC_SUCCESS, "success", "the operation completed";
     LocalLengthError = IBV_WC_LOC_LEN_ERR, "local length error", "a receive buffer was smaller than the incoming message, or a message exceeded the port's max size";
-    LocalQpOperationError = IBV_WC_LOC_QP_OP_ERR, "local QP operation error", "the work request was invalid for this QP (e.g. too many SGEs, inline data too large)";
+    LocalQpOperationError = IBV_WC_LOC_QP_OP_ERR, "local QP operation error", "the work request was invalid for this QP (e.g. too many SGEs, inline data too large); rxe also reports a receive buffer smaller than the incoming message this way";
     LocalEecOperationError = IBV_WC_LOC_EEC_OP_ERR, "local EE context operation error", "internal EE context error (RD only)";
     LocalProtectionError = IBV_WC_LOC_PROT_ERR, "local protection error", "an SGE lies outside its memory region, or its lkey is wrong, or the MR lacks local write for a receive/read target";
     WrFlushError = IBV_WC_WR_FLUSH_ERR, "Work Request Flushed Error", "the QP was in the error state (moved there by an earlier failure or on purpose), so the request was flushed without executing";

@@ -39,7 +39,8 @@ fn an_armed_cq_wakes_its_channel() {
     assert!(!p.cq_b.wait_event(Some(Duration::from_millis(200))).unwrap());
     let waited = start.elapsed();
     assert!(
-        waited >= Duration::from_millis(190) && waited < Duration::from_secs(5),
+        // The lower bound proves it waited; the upper one only detects a hang.
+        waited >= Duration::from_millis(190) && waited < Duration::from_secs(60),
         "timed out after {waited:?}"
     );
 

@@ -103,7 +103,7 @@ fn relevant(all: &Counts) -> Counts {
 /// later.
 #[track_caller]
 fn wait_for_counts(device: &str, want: &Counts, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let now = relevant(&counts(device));
         if &now == want {

@@ -20,7 +20,7 @@ fn main() -> Result<(), rdma_safe::Error> {
 }
 
 /// The whole program on `device`.
-pub fn run(device: &str) -> Result<(), rdma_safe::Error> {
+pub(crate) fn run(device: &str) -> Result<(), rdma_safe::Error> {
     let pd = ProtectionDomain::open(device)?;
     let (mut a, mut b) = (pd.create_channel()?, pd.create_channel()?);
     Channel::connect_pair(&mut a, &mut b)?;

@@ -14,7 +14,7 @@ use std::net::{TcpListener, TcpStream};
 
 /// Exposes 4 KiB to one client until it says it is done; returns what the
 /// client wrote there.
-pub fn server(pd: &ProtectionDomain, listener: TcpListener) -> rdma_safe::Result<Vec<u8>> {
+pub(crate) fn server(pd: &ProtectionDomain, listener: TcpListener) -> rdma_safe::Result<Vec<u8>> {
     let (mut stream, _) = listener.accept()?;
     let mut channel = pd.create_channel()?;
     channel.handshake(&mut stream)?;
@@ -30,7 +30,7 @@ pub fn server(pd: &ProtectionDomain, listener: TcpListener) -> rdma_safe::Result
 }
 
 /// Writes a message into the server's region and reads it back.
-pub fn client(pd: &ProtectionDomain, server: &str) -> rdma_safe::Result<Vec<u8>> {
+pub(crate) fn client(pd: &ProtectionDomain, server: &str) -> rdma_safe::Result<Vec<u8>> {
     let mut stream = TcpStream::connect(server)?;
     let mut channel = pd.create_channel()?;
     channel.handshake(&mut stream)?;
@@ -44,7 +44,7 @@ pub fn client(pd: &ProtectionDomain, server: &str) -> rdma_safe::Result<Vec<u8>>
 }
 
 /// Both sides in one process, over loopback TCP; checks the bytes.
-pub fn both(device: &str) -> rdma_safe::Result<()> {
+pub(crate) fn both(device: &str) -> rdma_safe::Result<()> {
     let pd = ProtectionDomain::open(device)?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?.to_string();

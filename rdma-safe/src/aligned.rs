@@ -29,9 +29,11 @@ use std::ptr::NonNull;
 /// * the range is readable and writable memory the value owns or borrows
 ///   exclusively.
 ///
-/// `Vec<u8>` qualifies because a registration keeps it private (nothing can
-/// push to it); `&mut [u8]` because the exclusive borrow lasts as long as the
-/// value.
+/// These are promises about the value as used through `Deref`/`DerefMut`
+/// alone: a registration never hands out `&B` or `&mut B`, so no other
+/// method of `B` can run while it is registered. That is why `Vec<u8>`
+/// qualifies (nothing can push to it and reallocate); `&mut [u8]` does
+/// because the exclusive borrow lasts as long as the value.
 pub unsafe trait StableBuffer: DerefMut<Target = [u8]> {}
 
 // SAFETY: a boxed slice's heap block never moves or changes size; the box is
@@ -184,9 +186,10 @@ mod tests {
             AlignedBuffer::new(usize::MAX - 10),
             Err(AllocError::InvalidLayout { .. })
         ));
-        // 1 TiB: a valid layout that no allocator here can satisfy.
+        // 4 EiB: a valid layout larger than any address space, so it fails
+        // whatever the overcommit policy.
         assert!(matches!(
-            AlignedBuffer::new(1 << 40),
+            AlignedBuffer::new(1 << 62),
             Err(AllocError::OutOfMemory { .. })
         ));
     }

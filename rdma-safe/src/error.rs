@@ -23,6 +23,14 @@ pub enum Operation {
     Write,
     /// One-sided RDMA read.
     Read,
+    /// One-sided 64-bit atomic compare-and-swap.
+    CompareAndSwap,
+    /// One-sided 64-bit atomic fetch-and-add.
+    FetchAndAdd,
+    /// Binding a memory window to a region.
+    BindWindow,
+    /// Invalidating a memory window's remote key.
+    InvalidateWindow,
 }
 
 impl fmt::Display for Operation {
@@ -32,6 +40,10 @@ impl fmt::Display for Operation {
             Operation::Receive => "receive",
             Operation::Write => "RDMA write",
             Operation::Read => "RDMA read",
+            Operation::CompareAndSwap => "atomic compare-and-swap",
+            Operation::FetchAndAdd => "atomic fetch-and-add",
+            Operation::BindWindow => "memory window bind",
+            Operation::InvalidateWindow => "memory window invalidation",
         })
     }
 }

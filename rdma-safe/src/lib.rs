@@ -13,8 +13,23 @@
 //!   the range is not freed, reallocated or remapped while registered — a
 //!   documented departure from the design this crate follows, whose local
 //!   registration was safe (see the [`memory`] module for why it cannot be).
-//!   Registering with *remote* access is `unsafe` as well: a peer can then
-//!   read or write the memory at any time, outside any Rust borrow.
+//!   Registering a byte buffer with *remote* access is `unsafe` as well: a
+//!   peer can then read or write the memory at any time, outside any Rust
+//!   borrow. [`RemoteAccessBuffer`] is the safe way: memory Rust reaches only
+//!   through atomic 8-byte accesses, never as a slice (see its module docs).
+//! * **Atomics** ([`AtomicWorkRequest`]): compare-and-swap and fetch-and-add
+//!   on an aligned remote word, checked before posting; the old value lands
+//!   in an 8-byte scatter element, borrowed like any other.
+//! * **Memory windows** ([`Channel::lend`]): an exclusively borrowed slice is
+//!   lent to the peer through a type 2 window for the length of a closure;
+//!   the callee invalidates the window and deregisters the memory before the
+//!   borrow ends, so the peer's key fails afterwards (see the [`window`]
+//!   module for the threat model).
+//! * **Datagrams and shared receive queues** ([`DatagramEndpoint`],
+//!   [`SharedReceiveQueue`]): the receive memory is owned by the endpoint or
+//!   queue, reached by Rust only through atomic copies, and outlives every
+//!   queue pair that can write it; messages are copied out, so no user
+//!   memory is lent to a receive that may complete at any time.
 //! * **Scatter/gather elements**. A [`GatherElement<'a>`](GatherElement) holds a
 //!   `&'a [u8]` (the NIC reads; nobody writes), a
 //!   [`ScatterElement<'a>`](ScatterElement) a `&'a mut [u8]` (the NIC writes;
@@ -71,8 +86,10 @@
 //! `cargo xtask test-rxe` runs on a soft-RoCE device.
 
 mod aligned;
+mod atomic;
 mod channel;
 pub mod cm;
+pub mod datagram;
 mod endpoint;
 mod engine;
 mod error;
@@ -83,13 +100,18 @@ mod pd;
 mod pending;
 mod registered;
 mod remote;
+pub mod remote_access;
 pub mod scope;
 mod sge;
+pub mod srq;
+pub mod window;
 mod work;
 
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
+pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
 pub use cm::{CmOptions, Connector, Incoming, Listener};
+pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
     Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,
@@ -100,8 +122,10 @@ pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
 pub use registered::RegisteredBuffer;
 pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
+pub use remote_access::RemoteAccessBuffer;
 pub use scope::{PollingScope, ScopedPendingWork};
 pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
+pub use srq::{SharedReceive, SharedReceiveQueue};
 pub use work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };

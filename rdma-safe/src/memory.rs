@@ -58,13 +58,16 @@
 //! who reads or writes it. [`MemoryRegion::register_shared_mr`] and
 //! [`MemoryRegion::register_mr_with_access`] (with remote flags) are therefore
 //! `unsafe`, and their callers promise to keep the memory allocated and
-//! treat it as shared mutable state while peers may access it.
+//! treat it as shared mutable state while peers may access it. Safe code
+//! that exposes memory to peers uses a [`RemoteAccessBuffer`] instead, which
+//! never lets Rust see the memory as a slice.
 //!
 //! [`RegisteredBuffer`]: crate::RegisteredBuffer
+//! [`RemoteAccessBuffer`]: crate::RemoteAccessBuffer
 //! [`StableBuffer`]: crate::StableBuffer
 //! [`AlignedBuffer`]: crate::AlignedBuffer
 
-use crate::error::IbvResult;
+use crate::error::{IbvError, IbvResult};
 use crate::pd::ProtectionDomain;
 use crate::remote::RemoteMemoryRegion;
 use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
@@ -116,9 +119,10 @@ impl MemoryRegion {
     /// Without remote flags only the first rule applies.
     ///
     /// # Errors
-    /// The error of `ibv_reg_mr`: `EINVAL` for a zero length or a flag
-    /// combination the device rejects (remote write without local write),
-    /// `EFAULT`/`ENOMEM` for memory that cannot be pinned (see `ulimit -l`).
+    /// The error of `ibv_reg_mr`: `EINVAL` for a flag combination the device
+    /// rejects (remote write without local write) and, on some providers, a
+    /// zero length (rxe accepts one), `EFAULT`/`ENOMEM` for memory that
+    /// cannot be pinned (see `ulimit -l`).
     pub unsafe fn register_mr_with_access(
         pd: &ProtectionDomain,
         address: *mut u8,
@@ -323,6 +327,20 @@ impl MemoryRegion {
     /// The underlying `rdma-core` region.
     pub fn as_core(&self) -> &rdma_core::MemoryRegion {
         &self.inner
+    }
+
+    /// `ibv_dereg_mr`—Deregisters the region, reporting a failure (unlike
+    /// `Drop`, which can only log it).
+    ///
+    /// # Errors
+    /// The errno of `ibv_dereg_mr` (e.g. `EBUSY` while a memory window is
+    /// bound to it), with the region, still registered: the NIC may still
+    /// reach its memory, which must then not be freed.
+    pub fn close(self) -> Result<(), (Self, IbvError)> {
+        let MemoryRegion { inner, access } = self;
+        inner
+            .close()
+            .map_err(|(inner, e)| (MemoryRegion { inner, access }, e))
     }
 
     /// The (address, length, rkey) triplet a remote peer needs for one-sided

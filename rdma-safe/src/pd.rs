@@ -1,12 +1,11 @@
 //! [`ProtectionDomain`]: where memory regions and channels live.
 
-use crate::channel::{Channel, ChannelBuilder};
 use crate::error::IbvResult;
 use rdma_core::Context;
 use std::fmt;
 
 /// A protection domain. Memory regions registered in it can be used by the
-/// [`Channel`]s created in it. Cheap to clone.
+/// [`Channel`](crate::Channel)s created in it. Cheap to clone.
 #[derive(Clone)]
 pub struct ProtectionDomain {
     inner: rdma_core::ProtectionDomain,
@@ -34,16 +33,6 @@ impl ProtectionDomain {
     /// The underlying `rdma-core` protection domain.
     pub fn as_core(&self) -> &rdma_core::ProtectionDomain {
         &self.inner
-    }
-
-    /// Creates a channel with default capacities (see [`ChannelBuilder`]).
-    pub fn create_channel(&self) -> IbvResult<Channel> {
-        Channel::builder().pd(self).build()
-    }
-
-    /// A builder for a channel in this domain.
-    pub fn channel_builder(&self) -> ChannelBuilder<'_> {
-        Channel::builder().pd(self)
     }
 }
 

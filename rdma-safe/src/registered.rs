@@ -172,20 +172,33 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
     }
 
     /// Deregisters the buffer and gives it back.
-    pub fn into_inner(self) -> B {
+    ///
+    /// # Errors
+    /// If `ibv_dereg_mr` fails the NIC may still reach the memory, so it is
+    /// not given back: the registration and the buffer are leaked (they stay
+    /// valid forever) and the verb's error is returned.
+    pub fn into_inner(self) -> IbvResult<B> {
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; each field is taken
-        // exactly once, the region first, so the buffer is returned only
-        // after deregistration.
-        unsafe {
-            ManuallyDrop::drop(&mut this.region);
-            ManuallyDrop::take(&mut this.buffer)
+        // exactly once.
+        let (region, buffer) = unsafe {
+            (
+                ManuallyDrop::take(&mut this.region),
+                ManuallyDrop::take(&mut this.buffer),
+            )
+        };
+        match region.close() {
+            Ok(()) => Ok(buffer),
+            Err((region, e)) => {
+                std::mem::forget((region, buffer));
+                Err(e)
+            }
         }
     }
 }
 
 /// Resolves `range` against a buffer of `len` bytes.
-fn bounds(
+pub(crate) fn bounds(
     range: &impl RangeBounds<usize>,
     len: usize,
 ) -> Result<Range<usize>, ScatterGatherElementError> {
@@ -207,11 +220,20 @@ fn bounds(
 
 impl<B: StableBuffer> Drop for RegisteredBuffer<B> {
     fn drop(&mut self) {
-        // SAFETY: each field is dropped exactly once, here; the region first,
-        // so the NIC's access ends before the memory may be freed.
-        unsafe {
-            ManuallyDrop::drop(&mut self.region);
-            ManuallyDrop::drop(&mut self.buffer);
+        // SAFETY: each field is taken exactly once, here, and never used
+        // again.
+        let (region, buffer) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.region),
+                ManuallyDrop::take(&mut self.buffer),
+            )
+        };
+        // Deregister first, so the NIC's access ends before the memory may
+        // be freed; if deregistration fails the NIC may still reach it, so
+        // both are leaked rather than freed.
+        if let Err((region, e)) = region.close() {
+            log::error!("deregistering a buffer failed ({e}); leaking it");
+            std::mem::forget((region, buffer));
         }
     }
 }
@@ -254,7 +276,8 @@ mod tests {
     use super::*;
 
     #[test]
-    #[allow(clippy::reversed_empty_ranges)] // a reversed range is one of the cases
+    // A reversed range is one of the inputs under test.
+    #[allow(clippy::reversed_empty_ranges)]
     fn ranges_resolve_like_slice_indexing() {
         assert_eq!(bounds(&(..), 10), Ok(0..10));
         assert_eq!(bounds(&(2..5), 10), Ok(2..5));
@@ -262,7 +285,9 @@ mod tests {
         assert_eq!(bounds(&(10..), 10), Ok(10..10));
         let oob = Err(ScatterGatherElementError::OutOfBounds { len: 10 });
         assert_eq!(bounds(&(5..11), 10), oob);
-        assert_eq!(bounds(&(6..5), 10), oob);
+        #[allow(clippy::reversed_empty_ranges)] // the point of the check
+        let reversed = 6..5;
+        assert_eq!(bounds(&reversed, 10), oob);
         assert_eq!(bounds(&(..=usize::MAX), 10), oob);
         assert_eq!(
             bounds(&(Bound::Excluded(usize::MAX), Bound::Unbounded), 10),

@@ -15,6 +15,7 @@
 //! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
 
+use crate::atomic::AtomicWorkRequest;
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
 use crate::error::{TransportError, TransportResult};
@@ -33,6 +34,7 @@ pub struct PollingScope<'scope, 'env: 'scope> {
     queue: &'scope WorkQueue,
     posted: Vec<u64>,
     compact_at: usize,
+    cancel_on_error: bool,
     timeout: Duration,
     _scope: PhantomData<&'scope mut &'scope ()>,
     _env: PhantomData<&'env mut &'env ()>,
@@ -58,6 +60,7 @@ where
         queue,
         posted: ids,
         compact_at: 256,
+        cancel_on_error: false,
         timeout,
         _scope: PhantomData,
         _env: PhantomData,
@@ -65,6 +68,12 @@ where
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
     // One lock for the common case: everything was claimed in the closure.
     let unclaimed = queue.count_tracked(&scope.posted);
+    let failed = !matches!(outcome, Ok(Ok(_)));
+    if failed && scope.cancel_on_error && unclaimed > 0 {
+        // Flush instead of waiting: the QP goes to the error state and every
+        // outstanding request completes (flushed) before this returns.
+        queue.shutdown_and_drain("a scope's closure failed and cancelled its outstanding work");
+    }
     let errors = if unclaimed == 0 {
         Vec::new()
     } else {
@@ -191,6 +200,29 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     ) -> TransportResult<ScopedPendingWork<'scope>> {
         let id = self.queue.post_read(&mut wr)?;
         Ok(self.handle(id))
+    }
+
+    /// Posts a 64-bit atomic (see [`Channel::atomic`]); its result element
+    /// stays exclusively borrowed until the scope ends.
+    ///
+    /// # Errors
+    /// As [`Channel::atomic`]'s posting errors.
+    pub fn post_atomic(
+        &mut self,
+        mut wr: AtomicWorkRequest<'_, 'scope>,
+    ) -> TransportResult<ScopedPendingWork<'scope>> {
+        let id = self.queue.post_atomic(&mut wr)?;
+        Ok(self.handle(id))
+    }
+
+    /// Asks that, if the closure fails (returns `Err` or panics), the work it
+    /// left outstanding be ended at once instead of waited for: the queue
+    /// pair is moved to the error state and its requests flushed before the
+    /// scope returns, and the channel becomes unusable. Without it the scope
+    /// waits for each outstanding request, up to the channel's timeout — a
+    /// receive the peer will never fill costs the whole timeout.
+    pub fn cancel_on_error(&mut self) {
+        self.cancel_on_error = true;
     }
 
     /// The channel (read-only: posting goes through the scope).

@@ -127,6 +127,18 @@ impl<'a> GatherElement<'a> {
         }
     }
 
+    /// An element over `len` bytes at `addr` inside `mr`, for memory that
+    /// Rust code reaches only atomically and never as a slice
+    /// ([`RemoteAccessBuffer`](crate::RemoteAccessBuffer)): the NIC reading
+    /// it concurrently with other accesses is sound there. The caller has
+    /// checked the range.
+    pub(crate) fn over_shared(mr: &'a MemoryRegion, addr: *const u8, len: usize) -> Self {
+        GatherElement {
+            sge: sge(mr, addr, len),
+            _borrow: PhantomData,
+        }
+    }
+
     /// Bytes this element covers.
     pub fn len(&self) -> usize {
         self.sge.length() as usize
@@ -198,6 +210,18 @@ impl<'a> ScatterElement<'a> {
     pub fn new_unchecked(mr: &'a MemoryRegion, data: &'a mut [u8]) -> Self {
         ScatterElement {
             sge: sge(mr, data.as_ptr(), data.len()),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// An element over `len` bytes at `addr` inside `mr`, for memory that
+    /// Rust code reaches only atomically and never as a slice
+    /// ([`RemoteAccessBuffer`](crate::RemoteAccessBuffer)): the NIC writing
+    /// it while Rust code loads it is no data race there. The caller has
+    /// checked the range.
+    pub(crate) fn over_shared(mr: &'a MemoryRegion, addr: *const u8, len: usize) -> Self {
+        ScatterElement {
+            sge: sge(mr, addr, len),
             _borrow: PhantomData,
         }
     }

@@ -143,6 +143,7 @@ pub struct WorkSuccess {
     pub(crate) immediate: Option<u32>,
     pub(crate) opcode: WcOpcode,
     pub(crate) wr_id: u64,
+    pub(crate) source_qp: u32,
 }
 
 impl WorkSuccess {
@@ -165,5 +166,10 @@ impl WorkSuccess {
     /// The work request id the channel assigned.
     pub fn wr_id(&self) -> u64 {
         self.wr_id
+    }
+    /// For a receive, the QP number of the sender (what tells datagrams
+    /// from several peers apart); meaningless for other operations.
+    pub fn source_qp(&self) -> u32 {
+        self.source_qp
     }
 }

@@ -31,6 +31,11 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::RegisteredBuffer<Box<[u8]>>>();
     send_sync::<rdma_safe::RegisteredBuffer<&'static mut [u8]>>();
     send_sync::<rdma_safe::RemoteMemoryRegion>();
+    send_sync::<rdma_safe::RemoteAccessBuffer>();
+    send_sync::<rdma_safe::DatagramEndpoint>();
+    send_sync::<rdma_safe::DatagramPeer>();
+    send_sync::<rdma_safe::SharedReceiveQueue>();
+    send_sync::<rdma_safe::AtomicWorkRequest<'static, 'static>>();
     send_sync::<rdma_safe::GatherElement<'static>>();
     send_sync::<rdma_safe::ScatterElement<'static>>();
     send_sync::<rdma_safe::PendingWork<'static>>();

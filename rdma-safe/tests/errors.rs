@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 /// Timeout of the channels that are expected to time out.
 const SHORT: Duration = Duration::from_secs(2);
-/// A timed-out call must return within this (timeout + drain + slack for an
-/// emulated machine).
-const BOUND: Duration = Duration::from_secs(15);
+/// A timed-out call must return within this: it only detects a hang (the
+/// timeout plus the drain take seconds even on a loaded, emulated machine).
+const BOUND: Duration = Duration::from_secs(60);
 
 #[track_caller]
 fn assert_work_completion(

@@ -4,8 +4,8 @@
 
 mod common;
 
-// The examples' entry points are `pub` for their own `main`; here they are
-// private modules of the test.
+// The examples' entry points are `pub` for their own `main`; inside this
+// test crate nothing re-exports them.
 #[allow(unreachable_pub)]
 #[path = "../examples/loopback.rs"]
 mod loopback;

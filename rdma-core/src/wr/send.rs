@@ -4,6 +4,8 @@
 use super::sge::{sg_list, sges_of, Sge};
 use super::Linked;
 use crate::ah::AddressHandle;
+use crate::mr::{AccessFlags, MemoryRegion};
+use crate::mw::MemoryWindow;
 use ibverbs_sys as sys;
 use std::fmt;
 use std::marker::PhantomData;
@@ -48,6 +50,10 @@ pub enum SendOpcode {
     AtomicCmpSwap,
     /// 64-bit atomic fetch-and-add in the peer's memory.
     AtomicFetchAdd,
+    /// Bind a type 2 memory window.
+    BindMw,
+    /// Invalidate a local rkey (a type 2 window's).
+    LocalInv,
     /// An opcode this type does not build.
     Other(u32),
 }
@@ -63,6 +69,8 @@ impl SendOpcode {
             O::IBV_WR_RDMA_READ => SendOpcode::RdmaRead,
             O::IBV_WR_ATOMIC_CMP_AND_SWP => SendOpcode::AtomicCmpSwap,
             O::IBV_WR_ATOMIC_FETCH_AND_ADD => SendOpcode::AtomicFetchAdd,
+            O::IBV_WR_BIND_MW => SendOpcode::BindMw,
+            O::IBV_WR_LOCAL_INV => SendOpcode::LocalInv,
             other => SendOpcode::Other(other.0),
         }
     }
@@ -207,6 +215,44 @@ impl<'a> SendRequest<'a> {
             swap: 0,
             rkey,
         };
+        wr
+    }
+
+    /// A bind of the type 2 window `mw` over `addr..addr+length` of `mr`,
+    /// giving it the key `rkey` (the window's previous key with a new tag:
+    /// [`MemoryWindow::next_rkey`]) and the remote rights in `access`
+    /// (`IBV_WR_BIND_MW`). Once it completes, the QP's peer may use `rkey`
+    /// on that range.
+    #[inline]
+    pub fn bind_mw(
+        wr_id: u64,
+        mw: &'a MemoryWindow,
+        rkey: u32,
+        mr: &'a MemoryRegion,
+        addr: u64,
+        length: u64,
+        access: AccessFlags,
+    ) -> Self {
+        let mut wr = Self::with_opcode(wr_id, sys::ibv_wr_opcode::IBV_WR_BIND_MW, &[]);
+        wr.raw.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
+            mw: mw.as_ptr(),
+            rkey,
+            bind_info: sys::ibv_mw_bind_info {
+                mr: mr.as_ptr(),
+                addr,
+                length,
+                mw_access_flags: access.bits(),
+            },
+        };
+        wr
+    }
+
+    /// An invalidation of the local key `rkey` (a type 2 window's): once it
+    /// completes, remote accesses with it fail (`IBV_WR_LOCAL_INV`).
+    #[inline]
+    pub fn local_inv(wr_id: u64, rkey: u32) -> Self {
+        let mut wr = Self::with_opcode(wr_id, sys::ibv_wr_opcode::IBV_WR_LOCAL_INV, &[]);
+        wr.raw.__bindgen_anon_1.invalidate_rkey = rkey;
         wr
     }
 
@@ -443,6 +489,18 @@ mod tests {
         assert_eq!(wi.imm_data(), Some(42));
         assert_eq!(w.imm_data(), None);
         assert_eq!(r.raw.num_sge, 1);
+    }
+
+    #[test]
+    fn window_requests() {
+        let inv = SendRequest::local_inv(8, 0x1234_5601);
+        assert_eq!(inv.raw.opcode, sys::ibv_wr_opcode::IBV_WR_LOCAL_INV);
+        assert_eq!(inv.opcode(), SendOpcode::LocalInv);
+        assert_eq!(inv.raw.num_sge, 0);
+        // SAFETY: `invalidate_rkey` is the member the constructor wrote.
+        let key = unsafe { inv.raw.__bindgen_anon_1.invalidate_rkey };
+        assert_eq!(key, 0x1234_5601);
+        assert_eq!((inv.remote_addr(), inv.rkey()), (None, None));
     }
 
     #[test]

@@ -16,48 +16,42 @@
 //! Uses the `rdma-core` layer directly (`DeviceList`, `Context`,
 //! `query_device`, `query_port`, `gid_table`).
 
+use clap::Parser;
 use rdma_core::{Context, DeviceList, GidEntry, GidType, LinkLayer, NodeType, TransportType};
-use rdma_examples::args::{self, Opt};
+use rdma_examples::cli;
+use rdma_examples::limit::Limit;
 use rdma_examples::Result;
 use std::process::ExitCode;
 
-const OPTS: &[Opt] = &[
-    Opt::value(Some('d'), "ib-dev", "dev", "show only device <dev>"),
-    Opt::value(Some('i'), "ib-port", "port", "show only port <port>"),
-    Opt::flag(Some('l'), "list", "list device names and GUIDs only"),
-    Opt::flag(Some('v'), "verbose", "also show device limits"),
-    Opt::flag(Some('h'), "help", "show this help"),
-];
-
-const SYNOPSIS: &str = "\
-Usage: devices [options]
-Lists RDMA devices, their ports, and GID tables.";
-
-fn main() -> ExitCode {
-    let m = match args::parse(OPTS, std::env::args().skip(1)) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("devices: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    if m.flag("help") {
-        print!("{}", args::usage(SYNOPSIS, OPTS));
-        return ExitCode::SUCCESS;
-    }
-    match run(&m) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("devices: {e}");
-            ExitCode::FAILURE
-        }
-    }
+/// Lists RDMA devices, their ports, and GID tables.
+#[derive(Debug, Parser)]
+#[command(name = "devices")]
+struct Options {
+    #[arg(
+        help = "show only device <dev>",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
+    ib_dev: Option<String>,
+    #[arg(help = "show only port <port>", short = 'i', long = "ib-port", value_name = "port",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
+    ib_port: Option<u8>,
+    /// list device names and GUIDs only
+    #[arg(short = 'l', long = "list")]
+    list: bool,
+    /// also show device limits
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
 }
 
-fn run(m: &args::Matches) -> Result<()> {
+fn main() -> ExitCode {
+    cli::finish("devices", run(&Options::parse()))
+}
+
+fn run(o: &Options) -> Result<()> {
     let list = DeviceList::available()?;
-    let only_port = m.uint("ib-port")?.map(|p| p as u8);
-    if m.flag("list") {
+    if o.list {
         println!("    {:<16}\t   node GUID", "device");
         println!("    {:<16}\t----------------", "------");
         for dev in list.iter() {
@@ -65,7 +59,7 @@ fn run(m: &args::Matches) -> Result<()> {
         }
         return Ok(());
     }
-    let devices: Vec<_> = match m.value("ib-dev") {
+    let devices: Vec<_> = match &o.ib_dev {
         Some(name) => vec![list.find(name)?],
         None => list.iter().collect(),
     };
@@ -74,16 +68,19 @@ fn run(m: &args::Matches) -> Result<()> {
             println!();
         }
         let ctx = dev.open()?;
-        show_device(
-            &ctx,
-            dev.node_type(),
-            dev.transport_type(),
-            m.flag("verbose"),
-        )?;
+        show_device(&ctx, dev.node_type(), dev.transport_type(), o.verbose)?;
         let attr = ctx.query_device()?;
         let gids = ctx.gid_table()?;
+        if let Some(p) = o.ib_port.filter(|&p| p > attr.phys_port_cnt()) {
+            return Err(format!(
+                "{} has {} port(s); there is no port {p}",
+                ctx.name(),
+                attr.phys_port_cnt()
+            )
+            .into());
+        }
         for port in 1..=attr.phys_port_cnt() {
-            if only_port.is_some_and(|p| p != port) {
+            if o.ib_port.is_some_and(|p| p != port) {
                 continue;
             }
             show_port(&ctx, port, &gids)?;

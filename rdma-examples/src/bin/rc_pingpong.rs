@@ -31,145 +31,94 @@
 //! page-start bytes are zero in both roles, which is what the C programs
 //! end up echoing); with `-c` an invalid page makes the server exit 1.
 
-use rdma_core::{LinkLayer, Mtu};
-use rdma_examples::args::{self, Opt};
+use clap::Parser;
+use rdma_core::{LinkLayer, Mtu, WcStatus};
+use rdma_examples::limit::Limit;
+use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
-use rdma_examples::{flatten_scope, net, open_pd, BoxError, Result};
+use rdma_examples::{cli, device, flatten_scope, BoxError, Result};
 use rdma_safe::{
     ConnectOptions, Endpoint, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
+    TransportError,
 };
 use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-const OPTS: &[Opt] = &[
-    Opt::value(
-        Some('p'),
-        "port",
-        "port",
-        "listen on/connect to port <port> (default 18515)",
-    ),
-    Opt::value(
-        Some('d'),
-        "ib-dev",
-        "dev",
-        "use IB device <dev> (default first device found)",
-    ),
-    Opt::value(
-        Some('i'),
-        "ib-port",
-        "port",
-        "use port <port> of IB device (default 1)",
-    ),
-    Opt::value(
-        Some('s'),
-        "size",
-        "size",
-        "size of message to exchange (default 4096)",
-    ),
-    Opt::value(Some('m'), "mtu", "size", "path MTU (default 1024)"),
-    Opt::value(
-        Some('r'),
-        "rx-depth",
-        "dep",
-        "number of receives to post at a time (default 500)",
-    ),
-    Opt::value(
-        Some('n'),
-        "iters",
-        "iters",
-        "number of exchanges (default 1000)",
-    ),
-    Opt::value(Some('l'), "sl", "sl", "service level value (default 0)"),
-    Opt::flag(Some('e'), "events", "sleep on CQ events (default poll)"),
-    Opt::value(
-        Some('g'),
-        "gid-idx",
-        "gid index",
-        "local port gid index (default: RoCE v2 GID on RoCE, none on IB)",
-    ),
-    Opt::flag(Some('c'), "chk", "validate received buffer"),
-    Opt::flag(Some('h'), "help", "show this help"),
-];
+/// Largest `-s`: two buffers of it are allocated and registered.
+const SIZE: Limit = Limit::new("-s/--size", 0, 1 << 30);
 
-const SYNOPSIS: &str = "\
-Usage:
-  rc_pingpong            start a server and wait for connection
-  rc_pingpong <host>     connect to server at <host>";
-
-/// The options, as the C program names them.
-#[derive(Debug)]
+/// Ping-pong over a reliable connection, wire-compatible with rdma-core's
+/// ibv_rc_pingpong; the options are the C program's.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rc_pingpong",
+    override_usage = "rc_pingpong [options]          start a server and wait for connection\n       \
+                      rc_pingpong [options] <host>   connect to server at <host>"
+)]
 struct Options {
+    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
     port: u16,
+    #[arg(
+        help = "use IB device <dev> (default first device found)",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
     ib_dev: Option<String>,
+    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
     ib_port: u8,
+    /// size of message to exchange (default 4096)
+    #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "4096",
+          value_parser = cli::number::<usize>(SIZE))]
     size: usize,
+    /// path MTU (default 1024)
+    #[arg(short = 'm', long = "mtu", value_name = "size", hide_default_value = true, default_value = "1024",
+          value_parser = mtu)]
     mtu: Mtu,
+    /// number of receives to post at a time (default 500)
+    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
+          value_parser = cli::number::<usize>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
     rx_depth: usize,
+    /// number of exchanges (default 1000)
+    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
+          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
     iters: usize,
+    /// service level value (default 0)
+    #[arg(short = 'l', long = "sl", value_name = "sl", hide_default_value = true, default_value = "0",
+          value_parser = cli::number::<u8>(Limit::new("-l/--sl", 0, 15)))]
     sl: u8,
+    /// sleep on CQ events (default poll)
+    #[arg(short = 'e', long = "events")]
     events: bool,
+    /// local port gid index (default: RoCE v2 GID on RoCE, none on IB)
+    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
+          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
     gid_idx: Option<u32>,
+    /// validate received buffer
+    #[arg(short = 'c', long = "chk")]
     chk: bool,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+    /// the server to connect to (none: be the server)
+    #[arg(value_name = "host")]
     server: Option<String>,
 }
 
-fn options(m: &args::Matches) -> Result<Options, args::ArgError> {
-    let mtu_bytes = m.uint_in("mtu", 1024, 256, 4096)?;
-    let mtu = Mtu::from_bytes(mtu_bytes as u32)
-        .ok_or_else(|| args::ArgError(format!("--mtu: {mtu_bytes} is not an IB MTU")))?;
-    if m.positionals.len() > 1 {
-        return Err(args::ArgError("more than one server name given".into()));
-    }
-    Ok(Options {
-        port: m.uint_in("port", 18515, 1, 65535)? as u16,
-        sl: m.uint_in("sl", 0, 0, 15)? as u8,
-        ib_dev: m.value("ib-dev").map(str::to_owned),
-        ib_port: m.uint_in("ib-port", 1, 1, 255)? as u8,
-        size: m.uint_in("size", 4096, 0, 1 << 30)? as usize,
-        mtu,
-        rx_depth: m.uint_in("rx-depth", 500, 1, 1 << 20)? as usize,
-        iters: m.uint_in("iters", 1000, 1, u32::MAX.into())? as usize,
-        events: m.flag("events"),
-        gid_idx: m.uint("gid-idx")?.map(|g| g as u32),
-        chk: m.flag("chk"),
-        server: m.positionals.first().cloned(),
-    })
+fn mtu(text: &str) -> Result<Mtu, String> {
+    let bytes = Limit::new("-m/--mtu", 256, 4096).parse(text)?;
+    Mtu::from_bytes(bytes as u32).ok_or_else(|| format!("-m/--mtu: {bytes} is not an IB MTU"))
 }
 
 fn main() -> ExitCode {
-    let parsed = args::parse(OPTS, std::env::args().skip(1));
-    let m = match parsed {
-        Ok(m) if m.flag("help") => {
-            print!("{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::SUCCESS;
-        }
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("rc_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    let opts = match options(&m) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("rc_pingpong: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    match run(&opts) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rc_pingpong: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::finish("rc_pingpong", run(&Options::parse()))
 }
 
 fn run(o: &Options) -> Result<()> {
-    let pd = open_pd(o.ib_dev.as_deref())?;
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
     let port_attr = pd.context().query_port(o.ib_port)?;
     let roce = port_attr.link_layer() == LinkLayer::Ethernet;
 
@@ -184,6 +133,7 @@ fn run(o: &Options) -> Result<()> {
         .max_recv_sge(1)
         .cq_size(o.rx_depth as u32 + 1)
         .mtu(o.mtu)
+        .timeout(o.timeout)
         .completion_events(o.events);
     if let Some(g) = o.gid_idx {
         builder = builder.gid_index(g);
@@ -210,7 +160,8 @@ fn run(o: &Options) -> Result<()> {
     // `tx` (the C program uses one buffer for both; Rust's borrows want
     // the NIC's writes and reads apart).
     let slot = o.size.max(1);
-    let mut buf = RegisteredBuffer::new(&pd, 2 * slot)?;
+    let mut buf = RegisteredBuffer::new(&pd, 2 * slot)
+        .map_err(|e| format!("two message buffers of -s {} bytes: {e}", o.size))?;
     let (mr, buf) = buf.split_mut();
     let (rx, tx) = buf.split_at_mut(slot);
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
@@ -227,27 +178,29 @@ fn run(o: &Options) -> Result<()> {
 
     // Address exchange. The server listens before printing, so a script
     // that waits for the first line knows the port is open.
-    let (mut stream, remote) = match &o.server {
+    let (mut link, remote) = match &o.server {
         Some(host) => {
             println!("  local address:  {}", me.describe());
-            let mut s = net::connect(host, o.port, net::CONNECT_RETRY)?;
-            s.write_all(&me.to_wire())?;
+            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
+            let mut link = Link::new(s, o.timeout)?;
+            link.write_all(&me.to_wire())?;
             let mut msg = [0u8; MSG_LEN];
-            s.read_exact(&mut msg)
+            link.read_exact(&mut msg, "the server's address")
                 .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            s.write_all(DONE)?;
+            link.write_all(DONE)?;
             (None, Dest::from_wire(&msg)?)
         }
         None => {
             let listener = net::listen(o.port)
                 .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
             println!("  local address:  {}", me.describe());
-            let (mut s, _) = listener.accept()?;
+            let (s, _) = listener.accept()?;
             drop(listener);
+            let mut link = Link::new(s, o.timeout)?;
             let mut msg = [0u8; MSG_LEN];
-            s.read_exact(&mut msg)
+            link.read_exact(&mut msg, "the client's address")
                 .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            (Some(s), Dest::from_wire(&msg)?)
+            (Some(link), Dest::from_wire(&msg)?)
         }
     };
     // The C program's connection attributes: SL from -l, hop limit 1, one
@@ -278,6 +231,9 @@ fn run(o: &Options) -> Result<()> {
     let is_client = o.server.is_some();
     let (iters, size, rx_depth) = (o.iters, o.size, o.rx_depth);
     let elapsed = flatten_scope(channel.scope(|s| -> Result<_, BoxError> {
+        // A failed check ends the run at once: the receives still posted are
+        // flushed instead of waited for.
+        s.cancel_on_error();
         let mut rx_sge = [mr.scatter_element(rx)];
         let tx_sge = [mr.gather_element(tx)];
         // Receives complete in the order they were posted.
@@ -289,8 +245,8 @@ fn run(o: &Options) -> Result<()> {
         }
         // The server answers only now that its receives are posted; the
         // client sends only after reading this answer.
-        if let Some(stream) = stream.as_mut() {
-            finish_server_exchange(stream, &me)?;
+        if let Some(link) = link.as_mut() {
+            finish_server_exchange(link, &me)?;
         }
         println!("  remote address: {}", remote.describe());
 
@@ -303,12 +259,12 @@ fn run(o: &Options) -> Result<()> {
         let (mut scnt, mut rcnt) = (0, 0);
         loop {
             if let Some(h) = send.take() {
-                h.wait()?;
+                h.wait().map_err(|e| size_hint(e, size))?;
                 scnt += 1;
             }
             if rcnt < iters {
                 let h = recvs.pop_front().ok_or("no receive posted")?;
-                let got = h.wait()?;
+                let got = h.wait().map_err(|e| size_hint(e, size))?;
                 if got.bytes() != size {
                     return Err(format!(
                         "message {rcnt} has {} bytes, expected {size} (same -s on both sides?)",
@@ -360,16 +316,33 @@ fn run(o: &Options) -> Result<()> {
 }
 
 /// The server's half after connecting: send our address, read "done".
-fn finish_server_exchange(stream: &mut TcpStream, me: &Dest) -> Result<()> {
-    stream.write_all(&me.to_wire())?;
+fn finish_server_exchange(link: &mut Link, me: &Dest) -> Result<()> {
+    link.write_all(&me.to_wire())?;
     let mut done = [0u8; DONE.len()];
-    stream
-        .read_exact(&mut done)
+    link.read_exact(&mut done, "the client's \"done\"")
         .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
     if &done != DONE {
         return Err(format!("expected \"done\" from the client, got {done:?}").into());
     }
     Ok(())
+}
+
+/// A failed send or receive, with the likely cause when the statuses say
+/// the two sides' message sizes differ. A message longer than the receive
+/// buffer is a local length error by the verbs specification and a local
+/// QP operation error on rxe; the sender sees a remote invalid request or
+/// remote operation error.
+fn size_hint(e: TransportError, size: usize) -> BoxError {
+    let hint = match e.status() {
+        Some(WcStatus::LocalLengthError | WcStatus::LocalQpOperationError) => {
+            format!("a message longer than -s {size} bytes arrived")
+        }
+        Some(WcStatus::RemoteInvalidRequestError | WcStatus::RemoteOperationError) => {
+            format!("the peer's receive buffer is smaller than -s {size} bytes")
+        }
+        _ => return e.into(),
+    };
+    format!("{e} ({hint}: same -s on both sides?)").into()
 }
 
 /// The page size `-c` validates by (as the C program: the first byte of

@@ -36,8 +36,9 @@
 //! the promise written where it is made. Not implemented: `-P`
 //! (persistent server), `-I` (source address), `-q`.
 
-use rdma_examples::args::{self, Opt};
-use rdma_examples::Result;
+use clap::Parser;
+use rdma_examples::limit::Limit;
+use rdma_examples::{cli, Result};
 use rdma_safe::{
     Channel, CmOptions, GatherElement, Listener, MemoryRegion, ReadWorkRequest, ReceiveWorkRequest,
     RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, TransportError, WriteWorkRequest,
@@ -45,122 +46,68 @@ use rdma_safe::{
 use std::process::ExitCode;
 use std::time::Duration;
 
-const OPTS: &[Opt] = &[
-    Opt::flag(Some('s'), "server", "run as the server"),
-    Opt::flag(Some('c'), "client", "run as the client"),
-    Opt::value(
-        Some('a'),
-        "addr",
-        "addr",
-        "address to listen on / connect to",
-    ),
-    Opt::value(Some('p'), "port", "port", "port (default 7174)"),
-    Opt::value(
-        Some('C'),
-        "count",
-        "count",
-        "number of pings (default unlimited)",
-    ),
-    Opt::value(
-        Some('S'),
-        "size",
-        "size",
-        "ping data size, 26..=65535 (default 64)",
-    ),
-    Opt::flag(Some('v'), "verbose", "print the ping data"),
-    Opt::flag(Some('V'), "validate", "check the ping data (client)"),
-    Opt::flag(Some('d'), "debug", "print debug messages"),
-    Opt::flag(Some('h'), "help", "print this help"),
-];
-
-const SYNOPSIS: &str = "\
-usage: rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]
-       rping -c [-vVd] [-S size] [-C count] -a addr [-p port]";
-
-/// Shortest ping: room for `rdma-ping-2147483647: ` and the NUL, as in the
-/// C program.
-const MIN_SIZE: u64 = 26;
-/// Longest ping (the C program's buffers are 64 KiB, one byte kept spare).
-const MAX_SIZE: u64 = 65535;
+/// `-S`: from room for `rdma-ping-2147483647: ` and the NUL, as in the C
+/// program, to its 64 KiB buffers less one byte.
+const SIZE: Limit = Limit::new("-S/--size", 26, 65535);
 /// The length of the message both sides exchange.
 const INFO_LEN: usize = 16;
 /// Bound on every wait: under emulation a ping of 64 KiB takes a while.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-#[derive(Debug)]
+/// Ping over RDMA reads and writes through the RDMA connection manager,
+/// wire-compatible with rdma-core's rping; the options are the C program's.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rping",
+    override_usage = "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n       \
+                      rping -c [-vVd] [-S size] [-C count] -a addr [-p port]"
+)]
 struct Options {
+    /// run as the server
+    #[arg(
+        short = 's',
+        long = "server",
+        conflicts_with = "client",
+        required_unless_present = "client"
+    )]
     server: bool,
+    /// run as the client
+    #[arg(short = 'c', long = "client")]
+    client: bool,
+    /// address to listen on (default: all) / connect to
+    #[arg(
+        short = 'a',
+        long = "addr",
+        value_name = "addr",
+        required_if_eq("client", "true")
+    )]
     addr: Option<String>,
+    #[arg(help = "port (default 7174)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "7174",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 0, 65535)))]
     port: u16,
+    #[arg(help = "number of pings (default: unlimited)", short = 'C', long = "count", value_name = "count",
+          value_parser = cli::number::<u64>(Limit::new("-C/--count", 0, u64::MAX)))]
     count: Option<u64>,
+    #[arg(help = "ping data size, 26..=65535 (default 64)", short = 'S', long = "size", value_name = "size", hide_default_value = true, default_value = "64",
+          value_parser = cli::number::<usize>(SIZE))]
     size: usize,
+    /// print the ping data
+    #[arg(short = 'v', long = "verbose")]
     verbose: bool,
+    /// check the ping data (client)
+    #[arg(short = 'V', long = "validate")]
     validate: bool,
+    /// print debug messages
+    #[arg(short = 'd', long = "debug")]
     debug: bool,
 }
 
-fn options(m: &args::Matches) -> std::result::Result<Options, args::ArgError> {
-    let (server, client) = (m.flag("server"), m.flag("client"));
-    if server == client {
-        return Err(args::ArgError(
-            "must be either client (-c) or server (-s)".into(),
-        ));
-    }
-    let size = m.uint_in("size", 64, MIN_SIZE, MAX_SIZE).map_err(|_| {
-        args::ArgError(format!(
-            "Invalid size {} (valid range is {MIN_SIZE} to {MAX_SIZE})",
-            m.value("size").unwrap_or("?")
-        ))
-    })?;
-    let addr = m.value("addr").map(str::to_owned);
-    if client && addr.is_none() {
-        return Err(args::ArgError(
-            "the client needs the server's address (-a)".into(),
-        ));
-    }
-    Ok(Options {
-        server,
-        addr,
-        port: m.uint_in("port", 7174, 0, 65535)? as u16,
-        count: m.uint("count")?.filter(|&c| c > 0),
-        size: size as usize,
-        verbose: m.flag("verbose"),
-        validate: m.flag("validate"),
-        debug: m.flag("debug"),
-    })
-}
-
 fn main() -> ExitCode {
-    let m = match args::parse(OPTS, std::env::args().skip(1)) {
-        Ok(m) if m.flag("help") => {
-            print!("{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::SUCCESS;
-        }
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("rping: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    let opts = match options(&m) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("rping: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    let outcome = if opts.server {
-        server(&opts)
-    } else {
-        client(&opts)
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rping: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let mut o = Options::parse();
+    // -C 0 is the C program's "unlimited".
+    o.count = o.count.filter(|&c| c > 0);
+    let outcome = if o.server { server(&o) } else { client(&o) };
+    cli::finish("rping", outcome)
 }
 
 /// The 16-byte message: where a buffer is, its rkey and its length.

@@ -2,9 +2,10 @@
 
 use super::{Channel, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{Limits, WorkQueue};
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvError, IbvResult};
 use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
 use rdma_core::{AccessFlags, Mtu, QpCapabilities, QpType, QueuePair};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ pub struct ChannelBuilder<'f1> {
     timeout: Duration,
     completion_events: bool,
     mtu: Option<Mtu>,
+    srq: Option<&'f1 SharedReceiveQueue>,
 }
 
 impl<'f1> ChannelBuilder<'f1> {
@@ -34,6 +36,7 @@ impl<'f1> ChannelBuilder<'f1> {
             timeout: DEFAULT_TIMEOUT,
             completion_events: false,
             mtu: None,
+            srq: None,
         }
     }
 
@@ -100,6 +103,15 @@ impl<'f1> ChannelBuilder<'f1> {
         self
     }
 
+    /// Take receives from `srq` (which must belong to the same protection
+    /// domain) instead of the channel's own receive queue: messages to this
+    /// channel are then read with [`SharedReceiveQueue::receive`], and the
+    /// channel's own receive calls fail.
+    pub fn shared_receive_queue(mut self, srq: &'f1 SharedReceiveQueue) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
     /// Creates the channel: a CQ, an RC queue pair in the INIT state, and the
     /// local [`Endpoint`] to hand to the peer.
     ///
@@ -129,9 +141,19 @@ impl<'f1> ChannelBuilder<'f1> {
             .unwrap_or(self.caps.max_send_wr + self.caps.max_recv_wr)
             .max(1);
         let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
-        let qp = QueuePair::builder(pd.as_core(), QpType::Rc, &cq, &cq)
-            .capabilities(self.caps)
-            .build()?;
+        let shared = self.srq.map(SharedReceiveQueue::shared);
+        if shared.is_some_and(|s| !s.srq.pd().same_as(pd.as_core())) {
+            return Err(IbvError::InvalidArgument(
+                "the shared receive queue belongs to another protection domain".into(),
+            ));
+        }
+        let recv_cq = shared.map_or(&cq, |s| &s.cq);
+        let mut qp =
+            QueuePair::builder(pd.as_core(), QpType::Rc, &cq, recv_cq).capabilities(self.caps);
+        if let Some(s) = shared {
+            qp = qp.srq(&s.srq);
+        }
+        let qp = qp.build()?;
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
@@ -156,7 +178,15 @@ impl<'f1> ChannelBuilder<'f1> {
         };
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
-            queue: Arc::new(WorkQueue::new(qp, cq, self.completion_events, limits)),
+            queue: Arc::new({
+                let queue =
+                    WorkQueue::new(qp, cq, self.completion_events, limits, DeviceWatch::of(ctx));
+                match shared {
+                    // The slots the queue pair's receives land in outlive it.
+                    Some(s) => queue.keep_alive(s.clone()),
+                    None => queue,
+                }
+            }),
             pd: pd.clone(),
             local,
             gid,
@@ -178,4 +208,19 @@ fn random_psn(seed: u32) -> u32 {
             .map_or(0, |d| d.as_nanos()),
     );
     (h.finish() as u32) & 0x00ff_ffff
+}
+
+impl ProtectionDomain {
+    /// Creates a channel with default capacities (see [`ChannelBuilder`]).
+    ///
+    /// # Errors
+    /// As [`ChannelBuilder::build`].
+    pub fn create_channel(&self) -> IbvResult<Channel> {
+        Channel::builder().pd(self).build()
+    }
+
+    /// A builder for a channel in this domain.
+    pub fn channel_builder(&self) -> ChannelBuilder<'_> {
+        Channel::builder().pd(self)
+    }
 }

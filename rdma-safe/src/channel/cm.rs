@@ -4,7 +4,7 @@
 
 use super::Channel;
 use crate::endpoint::Endpoint;
-use crate::engine::{Limits, WorkQueue};
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvResult, TransportError, TransportResult};
 use crate::pd::ProtectionDomain;
 use crate::work::WorkSuccess;
@@ -99,6 +99,7 @@ impl Channel {
             queue.cq,
             completion_events,
             queue.limits,
+            DeviceWatch::of(ctx),
         ));
         let id = Arc::new(id);
         let shared = Arc::new(Shared {

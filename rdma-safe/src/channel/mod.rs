@@ -3,6 +3,7 @@
 //!
 //! [`WorkQueue`]: crate::engine::WorkQueue
 
+mod atomic;
 mod builder;
 mod cm;
 mod connect;
@@ -100,12 +101,19 @@ impl Channel {
     }
 
     /// Why the channel is unusable, if an earlier failure or timeout shut it
-    /// down (its queue pair is then in the error state).
+    /// down, or the device declared its queue pair broken (an asynchronous
+    /// event) or moved it to the error state (e.g. after the peer's bad-rkey
+    /// access). Reads the device's pending events and the queue pair's state
+    /// (`ibv_query_qp`).
     pub fn unusable_reason(&self) -> Option<String> {
-        self.queue.unusable()
+        if let Some(why) = self.queue.unusable() {
+            return Some(why);
+        }
+        self.queue.broken()
     }
 
-    /// Whether the channel can still carry operations.
+    /// Whether the channel can still carry operations (see
+    /// [`unusable_reason`](Self::unusable_reason)).
     pub fn is_usable(&self) -> bool {
         self.unusable_reason().is_none()
     }

@@ -9,14 +9,20 @@
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
+mod atomic;
+mod datagram;
 mod post;
 mod tracker;
 mod wait;
+mod watch;
+mod window;
+
+pub(crate) use watch::DeviceWatch;
 
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
@@ -39,22 +45,46 @@ pub(crate) struct WorkQueue {
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
     limits: Limits,
+    /// The device's async events, shared with the other queues on it.
+    watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
+    /// Memory the queue pair's receives may write that lives outside the
+    /// engine (a shared receive queue's slots): dropped after `qp`, so it
+    /// outlives every use the NIC can make of it through this queue pair.
+    _keep_alive: Option<Arc<dyn KeepAlive>>,
 }
+
+/// Something a [`WorkQueue`] keeps alive for its queue pair.
+pub(crate) trait KeepAlive: Send + Sync + std::fmt::Debug {}
+impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
 
 /// What the caller of [`WorkQueue::post`] does with the id it is given.
 pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
 
 impl WorkQueue {
-    pub(crate) fn new(qp: QueuePair, cq: CompQueue, events: bool, limits: Limits) -> Self {
+    pub(crate) fn new(
+        qp: QueuePair,
+        cq: CompQueue,
+        events: bool,
+        limits: Limits,
+        watch: Arc<DeviceWatch>,
+    ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         WorkQueue {
             qp,
             cq,
             events,
             limits,
+            watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
+            _keep_alive: None,
         }
+    }
+
+    /// Keeps `owner` alive until after the queue pair is destroyed.
+    pub(crate) fn keep_alive(mut self, owner: Arc<dyn KeepAlive>) -> Self {
+        self._keep_alive = Some(owner);
+        self
     }
 
     /// The queue pair, for connecting it. Posting to it or moving it to a

@@ -162,7 +162,7 @@ impl WorkQueue {
     /// one is finished too. Every request was validated before (SGE counts,
     /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
     /// provider has no reason to post part of the list.
-    fn post_sends(
+    pub(super) fn post_sends(
         &self,
         op: Operation,
         len: usize,

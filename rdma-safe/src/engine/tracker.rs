@@ -226,6 +226,7 @@ impl Tracker {
             immediate: wc.imm_data(),
             opcode,
             wr_id: wc.wr_id(),
+            source_qp: wc.src_qp(),
         })
     }
 }

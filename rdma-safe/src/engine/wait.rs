@@ -6,6 +6,7 @@ use super::WorkQueue;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::fatal::AbortOnUnwind;
 use crate::work::WorkSuccess;
+use rdma_core::QpState;
 use std::time::{Duration, Instant};
 
 /// How long draining may take after the QP was moved to ERR before we
@@ -80,13 +81,11 @@ impl WorkQueue {
         if let Some(outcome) = self.try_take(id) {
             return outcome;
         }
-        // The clock is read lazily and rarely: once a wait has spun a while
-        // (every 16384 polls when busy polling — a few milliseconds at most,
-        // fine for a timeout measured in seconds —, every 64 when sleeping
-        // on events). Where the clock source is not the TSC (a VM's HPET, as
-        // on rxe under qemu) a read is a system call and an emulated device
-        // access: 3.4 us each in that guest. Read every 1024 polls, a wait
-        // of a few hundred microseconds paid for several of them.
+        // The clock is read lazily and rarely: only once a wait has spun a
+        // while (every 16384 polls when busy polling — a few milliseconds at
+        // most, fine for a timeout measured in seconds —, every 64 when
+        // sleeping on events). Where the clock source is not the TSC (a VM's
+        // HPET) a read is a system call and an emulated device access.
         let mut start: Option<Instant> = None;
         let check_every: u32 = if self.events { 64 } else { 1 << 14 };
         let mut spins: u32 = 0;
@@ -97,14 +96,22 @@ impl WorkQueue {
             spins = spins.wrapping_add(1);
             if spins % check_every != 0 {
                 // No PAUSE (`spin_loop`) here: polling the CQ is the loop's
-                // delay, as in perftest and rdma-core's examples. Under
-                // emulation PAUSE leaves translated code on every call;
-                // profiled on rxe under TCG, it took half the process's time
-                // and cut the poll rate about tenfold.
+                // delay, as in perftest and rdma-core's examples (under
+                // emulation PAUSE costs far more than a poll).
                 continue;
             }
             let start = *start.get_or_insert_with(Instant::now);
             let elapsed = start.elapsed();
+            if let Some(why) = self.broken() {
+                // The device declared the QP broken or moved it to the error
+                // state (the peer's access error, a retry failure): flush and
+                // report now rather than wait out the timeout for work the
+                // QP will never do.
+                self.shutdown_and_drain(&why);
+                return self
+                    .try_take(id)
+                    .unwrap_or(Err(TransportError::Unusable(why)));
+            }
             if elapsed >= timeout {
                 let op = self
                     .lock()
@@ -188,5 +195,17 @@ impl WorkQueue {
             }
             std::hint::spin_loop();
         }
+    }
+
+    /// Why the device says the queue pair can no longer work, if it does:
+    /// an async event declared it (or the device) fatal, or it is in the
+    /// error state (one `ibv_query_qp`). Only for waits that have spun a
+    /// while and for status queries, never per operation.
+    pub(crate) fn broken(&self) -> Option<String> {
+        if let Some(why) = self.watch.broken(self.qp.qp_num()) {
+            return Some(why);
+        }
+        matches!(self.qp.state(), Ok(QpState::Error))
+            .then(|| "the queue pair is in the error state".to_owned())
     }
 }

@@ -33,7 +33,7 @@ fn owned_read_after_scope(
         s.post_receive(ReceiveWorkRequest::new(&mut scatter))?.wait()
     })?;
     println!("{}", rx[0]);
-    let mut v = rx.into_inner();
+    let mut v = rx.into_inner().unwrap();
     v.truncate(got.bytes());
     Ok(v)
 }

@@ -35,134 +35,113 @@
 //! whole buffer holds the last round's pattern and answers `OK` or `BAD`.
 //! Both print `data verified`, or exit with status 1.
 
-use rdma_examples::args::{self, Opt};
+mod evpl;
+mod protocol;
+
+use clap::Parser;
+use evpl::{rdma_read, rdma_write, Completions};
+use protocol::{CHUNK, DEPTH, IOVS, ROUNDS, SIZE};
+use rdma_examples::limit::Limit;
+use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{flatten_scope, net, open_pd, pattern, BoxError, Result};
+use rdma_examples::{cli, device, flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, PollingScope, ReadWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
-    ScatterElement, ScopedPendingWork, TransportResult, WorkSuccess, WriteWorkRequest,
-    REMOTE_REGION_ENCODED_LEN,
+    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, TransportResult,
+    WorkSuccess, REMOTE_REGION_ENCODED_LEN,
 };
 use std::cell::{Cell, RefCell};
-use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-const OPTS: &[Opt] = &[
-    Opt::value(
-        Some('d'),
-        "ib-dev",
-        "dev",
-        "use RDMA device <dev> (default first device found)",
-    ),
-    Opt::value(
-        Some('i'),
-        "ib-port",
-        "port",
-        "use port <port> of the device (default 1)",
-    ),
-    Opt::value(
-        Some('x'),
-        "gid-index",
-        "index",
-        "local GID index (default: the port's RoCE v2 IPv4 GID)",
-    ),
-    Opt::value(
-        Some('p'),
-        "port",
-        "port",
-        "TCP port to listen on/connect to (default 18517)",
-    ),
-    Opt::value(
-        None,
-        "size",
-        "bytes",
-        "server: bytes to expose (default 256K)",
-    ),
-    Opt::value(
-        None,
-        "chunk",
-        "bytes",
-        "client: bytes per operation (default 4K; divides the server's size)",
-    ),
-    Opt::value(
-        None,
-        "iovs",
-        "n",
-        "client: local iovecs per operation (default 3)",
-    ),
-    Opt::value(
-        None,
-        "depth",
-        "n",
-        "client: operations in flight (default 16)",
-    ),
-    Opt::value(
-        Some('n'),
-        "rounds",
-        "n",
-        "client: write/read-back rounds (default 3)",
-    ),
-    Opt::flag(Some('h'), "help", "show this help"),
-];
+/// The unit tests' allocator: records the largest allocation, for the
+/// decoders' fuzz tests.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
 
-const SYNOPSIS: &str = "\
-Usage:
-  one_sided [options]            server: expose a buffer, wait for one client
-  one_sided [options] <host>     client: RDMA-write and read back the server's buffer";
-
-fn main() -> ExitCode {
-    let m = match args::parse(OPTS, std::env::args().skip(1)) {
-        Ok(m) if m.flag("help") => {
-            print!("{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::SUCCESS;
-        }
-        Ok(m) if m.positionals.len() <= 1 => m,
-        Ok(_) => {
-            eprintln!(
-                "one_sided: too many arguments\n\n{}",
-                args::usage(SYNOPSIS, OPTS)
-            );
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("one_sided: {e}\n\n{}", args::usage(SYNOPSIS, OPTS));
-            return ExitCode::from(2);
-        }
-    };
-    let result = match m.positionals.first() {
-        Some(host) => client(&m, host),
-        None => server(&m),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("one_sided: {e}");
-            ExitCode::FAILURE
-        }
-    }
+#[derive(Debug, Parser)]
+#[command(
+    name = "one_sided",
+    override_usage = "one_sided [options]          server: expose a buffer, wait for one client\n       \
+                      one_sided [options] <host>   client: RDMA-write and read back the server's buffer"
+)]
+struct Options {
+    #[arg(
+        help = "use RDMA device <dev> (default first device found)",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
+    ib_dev: Option<String>,
+    #[arg(help = "use port <port> of the device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
+    ib_port: u8,
+    /// local GID index (default: the port's RoCE v2 IPv4 GID)
+    #[arg(short = 'x', long = "gid-index", value_name = "index",
+          value_parser = cli::number::<u32>(Limit::new("-x/--gid-index", 0, 255)))]
+    gid_index: Option<u32>,
+    /// TCP port to listen on/connect to (default 18517)
+    #[arg(short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18517",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
+    port: u16,
+    /// server: bytes to expose (default 256K)
+    #[arg(long = "size", value_name = "bytes", hide_default_value = true, default_value = "256K",
+          value_parser = cli::number::<usize>(SIZE))]
+    size: usize,
+    /// client: bytes per operation (default 4K; divides the server's size)
+    #[arg(long = "chunk", value_name = "bytes", hide_default_value = true, default_value = "4K",
+          value_parser = cli::number::<usize>(CHUNK))]
+    chunk: usize,
+    /// client: local iovecs per operation (default 3)
+    #[arg(long = "iovs", value_name = "n", hide_default_value = true, default_value = "3",
+          value_parser = cli::number::<usize>(IOVS))]
+    iovs: usize,
+    /// client: operations in flight (default 16)
+    #[arg(long = "depth", value_name = "n", hide_default_value = true, default_value = "16",
+          value_parser = cli::number::<usize>(DEPTH))]
+    depth: usize,
+    /// client: write/read-back rounds (default 3)
+    #[arg(short = 'n', long = "rounds", value_name = "n", hide_default_value = true, default_value = "3",
+          value_parser = cli::number::<usize>(ROUNDS))]
+    rounds: usize,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+    /// the server to connect to (none: be the server)
+    #[arg(value_name = "host")]
+    host: Option<String>,
 }
 
-/// Opens the device, builds a channel and connects it over `stream`.
+fn main() -> ExitCode {
+    let o = Options::parse();
+    let result = match &o.host {
+        Some(host) => client(&o, host),
+        None => server(&o),
+    };
+    cli::finish("one_sided", result)
+}
+
+/// Builds a channel on `pd` and connects it over `link`.
 fn connect(
-    m: &args::Matches,
-    stream: &mut std::net::TcpStream,
+    o: &Options,
+    pd: &ProtectionDomain,
+    link: &mut Link,
     depth: u32,
     iovs: u32,
 ) -> Result<Channel> {
-    let pd = open_pd(m.value("ib-dev"))?;
     let mut b = pd
         .channel_builder()
-        .port(m.uint_in("ib-port", 1, 1, 255)? as u8)
+        .port(o.ib_port)
         .send_depth(depth)
         .recv_depth(1)
         .max_send_sge(iovs)
-        .max_recv_sge(1);
-    if let Some(g) = m.uint("gid-index")? {
-        b = b.gid_index(g as u32);
+        .max_recv_sge(1)
+        .timeout(o.timeout);
+    if let Some(g) = o.gid_index {
+        b = b.gid_index(g);
     }
     let mut channel = b.build()?;
-    channel.handshake(stream)?;
+    net::handshake(&mut channel, link)?;
     Ok(channel)
 }
 
@@ -175,17 +154,11 @@ fn round_seed(round: usize) -> u64 {
 
 // ----- server ------------------------------------------------------------------
 
-fn server(m: &args::Matches) -> Result<()> {
-    let size = m.uint_in("size", 256 << 10, 1, 1 << 30)? as usize;
-    let port = m.uint_in("port", 18517, 1, 65535)? as u16;
-    let listener = net::listen(port).map_err(|e| format!("can't listen on port {port}: {e}"))?;
-    println!("one_sided: server exposing {size} bytes, waiting on TCP port {port}");
-    let (mut stream, peer) = listener.accept()?;
-    drop(listener);
-    stream.set_nodelay(true)?;
-    let channel = connect(m, &mut stream, 1, 1)?;
-
-    let mut buffer = SharedBuffer::new(size);
+fn server(o: &Options) -> Result<()> {
+    let size = o.size;
+    // Everything that can fail on our side fails before a client is awaited.
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
+    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)")?;
     // SAFETY: no peer knows the buffer yet.
     pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
     // `region` is dropped before `buffer` (declared after it, and dropped
@@ -193,8 +166,18 @@ fn server(m: &args::Matches) -> Result<()> {
     // receiving the region and sending DONE, after its last operation.
     // SAFETY: lifetime as just described; this side creates no reference to
     // the buffer in the client's window.
-    let region = unsafe { buffer.register(channel.pd()) }?;
-    stream.write_all(&region.remote().to_bytes())?;
+    let region = unsafe { buffer.register(&pd) }?;
+    let listener =
+        net::listen(o.port).map_err(|e| format!("can't listen on port {}: {e}", o.port))?;
+    println!(
+        "one_sided: server exposing {size} bytes, waiting on TCP port {}",
+        o.port
+    );
+    let (stream, peer) = listener.accept()?;
+    drop(listener);
+    let mut link = Link::new(stream, o.timeout)?;
+    let channel = connect(o, &pd, &mut link, 1, 1)?;
+    link.write_all(&region.remote().to_bytes())?;
     println!(
         "one_sided: client {peer} connected (QP {:#x}); region rkey {:#x}, {} bytes",
         channel.local_endpoint().qp_num,
@@ -202,153 +185,23 @@ fn server(m: &args::Matches) -> Result<()> {
         region.length()
     );
 
-    let done = net::expect_line(&mut stream, "DONE")?;
-    let seed: u64 = done
-        .parse()
-        .map_err(|_| format!("bad DONE line from the client: `{done}`"))?;
+    let seed = protocol::read_done(&mut link)?;
     // SAFETY: after DONE the client has no operation outstanding.
     let verdict = pattern::check(unsafe { buffer.slice(0..size) }, seed, 0);
     drop(region);
     match verdict {
         Ok(()) => {
-            net::write_line(&mut stream, "OK")?;
+            link.write_line("OK")?;
             println!("one_sided: server checked its buffer ({size} bytes, pattern {seed:#x})");
             println!("data verified");
             Ok(())
         }
         Err(mismatch) => {
             let why = format!("the server's buffer is wrong after the client's writes: {mismatch}");
-            net::write_line(&mut stream, &format!("BAD {why}"))?;
+            link.write_line(&format!("BAD {why}"))?;
             Err(why.into())
         }
     }
-}
-
-// ----- client: the libevpl-style API ---------------------------------------------
-
-/// A completion callback (libevpl's `void (*callback)(int status, void
-/// *private_data)`, with the private data captured by the closure).
-pub type Callback<'cb> = Box<dyn FnOnce(TransportResult<WorkSuccess>) + 'cb>;
-
-/// Operations in flight and their callbacks; [`poll`](Self::poll) fires the
-/// callbacks of those that completed.
-pub struct Completions<'scope, 'cb> {
-    pending: Vec<(ScopedPendingWork<'scope>, Callback<'cb>)>,
-    depth: usize,
-    timeout: Duration,
-}
-
-impl std::fmt::Debug for Completions<'_, '_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Completions")
-            .field("in_flight", &self.pending.len())
-            .field("depth", &self.depth)
-            .finish()
-    }
-}
-
-impl<'scope, 'cb> Completions<'scope, 'cb> {
-    /// Room for `depth` operations; a stall longer than `timeout` ends in
-    /// a bounded wait that shuts the channel down.
-    pub fn new(depth: usize, timeout: Duration) -> Self {
-        Completions {
-            pending: Vec::with_capacity(depth),
-            depth,
-            timeout,
-        }
-    }
-
-    /// Operations in flight.
-    pub fn len(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Whether nothing is in flight.
-    pub fn is_empty(&self) -> bool {
-        self.pending.is_empty()
-    }
-
-    fn push(&mut self, work: ScopedPendingWork<'scope>, cb: Callback<'cb>) {
-        self.pending.push((work, cb));
-    }
-
-    /// Polls every operation once; fires the callbacks of the completed
-    /// ones (in posting order). Returns how many fired.
-    pub fn poll(&mut self) -> usize {
-        let mut fired = 0;
-        for (work, cb) in std::mem::take(&mut self.pending) {
-            match work.poll() {
-                Ok(outcome) => {
-                    cb(outcome);
-                    fired += 1;
-                }
-                Err(work) => self.pending.push((work, cb)),
-            }
-        }
-        fired
-    }
-
-    /// Polls until at most `n` operations are in flight. After `timeout`
-    /// without progress the oldest is waited for with the channel's bounded
-    /// wait (which, if it expires, shuts the channel down and flushes
-    /// everything, so every callback still fires).
-    pub fn poll_until(&mut self, n: usize) {
-        let mut last_progress = Instant::now();
-        while self.pending.len() > n {
-            if self.poll() > 0 {
-                last_progress = Instant::now();
-            } else if last_progress.elapsed() > self.timeout {
-                let (work, cb) = self.pending.remove(0);
-                cb(work.wait());
-                last_progress = Instant::now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    /// Polls until nothing is in flight.
-    pub fn drain(&mut self) {
-        self.poll_until(0);
-    }
-}
-
-/// `evpl_rdma_write`: writes the concatenation of `iov` to `remote`;
-/// `callback` fires with the outcome. Waits for room if `depth` operations
-/// are in flight.
-///
-/// # Errors
-/// The post failed (the callback then does not fire).
-pub fn rdma_write<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_>,
-    q: &mut Completions<'scope, 'cb>,
-    remote: RemoteMemoryRegion,
-    iov: &[GatherElement<'scope>],
-    callback: impl FnOnce(TransportResult<WorkSuccess>) + 'cb,
-) -> TransportResult<()> {
-    q.poll_until(q.depth - 1);
-    let work = s.post_write(WriteWorkRequest::new(iov, remote))?;
-    q.push(work, Box::new(callback));
-    Ok(())
-}
-
-/// `evpl_rdma_read`: reads `remote` into the iovecs in order; `callback`
-/// fires with the outcome. Waits for room if `depth` operations are in
-/// flight.
-///
-/// # Errors
-/// The post failed (the callback then does not fire).
-pub fn rdma_read<'scope, 'cb>(
-    s: &mut PollingScope<'scope, '_>,
-    q: &mut Completions<'scope, 'cb>,
-    remote: RemoteMemoryRegion,
-    iov: &mut [ScatterElement<'scope>],
-    callback: impl FnOnce(TransportResult<WorkSuccess>) + 'cb,
-) -> TransportResult<()> {
-    q.poll_until(q.depth - 1);
-    let work = s.post_read(ReadWorkRequest::new(iov, remote))?;
-    q.push(work, Box::new(callback));
-    Ok(())
 }
 
 // ----- client ------------------------------------------------------------------
@@ -397,27 +250,19 @@ impl Tally {
     }
 }
 
-fn client(m: &args::Matches, host: &str) -> Result<()> {
-    let port = m.uint_in("port", 18517, 1, 65535)? as u16;
-    let chunk = m.uint_in("chunk", 4096, 1, 1 << 30)? as usize;
-    let iovs = m.uint_in("iovs", 3, 1, 16)? as usize;
-    let depth = m.uint_in("depth", 16, 1, 4096)? as usize;
-    let rounds = m.uint_in("rounds", 3, 1, 1_000_000)? as usize;
+fn client(o: &Options, host: &str) -> Result<()> {
+    let (port, chunk, iovs, depth, rounds) = (o.port, o.chunk, o.iovs, o.depth, o.rounds);
     if chunk < iovs {
         return Err(format!("--chunk {chunk} is smaller than --iovs {iovs}").into());
     }
 
-    let mut stream = net::connect(host, port, net::CONNECT_RETRY)?;
-    let mut channel = connect(m, &mut stream, depth as u32, iovs as u32)?;
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
+    let stream = net::connect(host, port, net::CONNECT_RETRY, o.timeout)?;
+    let mut link = Link::new(stream, o.timeout)?;
+    let mut channel = connect(o, &pd, &mut link, depth as u32, iovs as u32)?;
     let mut rb = [0u8; REMOTE_REGION_ENCODED_LEN];
-    stream.read_exact(&mut rb)?;
-    let remote = RemoteMemoryRegion::from_bytes(&rb)?;
-    let size = usize::try_from(remote.length())?;
-    if size % chunk != 0 {
-        return Err(
-            format!("the server's {size} bytes are not a multiple of --chunk {chunk}").into(),
-        );
-    }
+    link.read_exact(&mut rb, "the server's region")?;
+    let (remote, size) = protocol::decode_region(&rb, chunk)?;
     let chunks = size / chunk;
     println!(
         "one_sided: connected to {host}:{port} (QP {:#x} -> {:#x}); remote region {size} bytes, rkey {:#x}",
@@ -428,19 +273,22 @@ fn client(m: &args::Matches, host: &str) -> Result<()> {
 
     // The iovecs: `iovs` source buffers and `iovs` target buffers, each
     // registered on its own; piece j of chunk k lives in buffer j.
-    let pd = channel.pd().clone();
     let wparts = split(chunk, iovs, false);
     let rparts = split(chunk, iovs, true);
-    let mut src = wparts
-        .iter()
-        .map(|p| RegisteredBuffer::new(&pd, p * chunks))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut dst = rparts
-        .iter()
-        .map(|p| RegisteredBuffer::new(&pd, p * chunks))
-        .collect::<Result<Vec<_>, _>>()?;
+    let iovecs = |parts: &[usize], what: &str| -> Result<Vec<RegisteredBuffer>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(parts.len())?;
+        for p in parts {
+            v.push(RegisteredBuffer::new(&pd, p * chunks).map_err(|e| format!("{what}: {e}"))?);
+        }
+        Ok(v)
+    };
+    let mut src = iovecs(&wparts, "the source iovecs (the server's region size)")?;
+    let mut dst = iovecs(&rparts, "the target iovecs (the server's region size)")?;
     let timeout = channel.timeout();
 
+    // The server hears from us at least every HEARTBEAT until DONE.
+    let heartbeat = Heartbeat::start(&link, protocol::HEARTBEAT)?;
     for round in 0..rounds {
         let seed = round_seed(round);
         for (j, buf) in src.iter_mut().enumerate() {
@@ -535,11 +383,9 @@ fn client(m: &args::Matches, host: &str) -> Result<()> {
         );
     }
 
-    net::write_line(&mut stream, &format!("DONE {}", round_seed(rounds - 1)))?;
-    let verdict = net::read_line(&mut stream)?;
-    if verdict != "OK" {
-        return Err(format!("the server's check failed: {verdict}").into());
-    }
+    heartbeat.stop();
+    link.write_line(&protocol::done_line(round_seed(rounds - 1)))?;
+    protocol::decode_verdict(&link.read_line("the server's verdict")?)?;
     let (posted, completed) = channel.totals();
     if completed > posted {
         return Err(format!("{completed} completions for {posted} posts").into());

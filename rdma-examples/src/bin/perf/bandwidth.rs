@@ -1,0 +1,282 @@
+//! The bandwidth tests' data path: the client's loop keeping `-t`
+//! operations in flight in one scope ([`run_bw`], [`pump`]), the send_bw
+//! server's receive ring ([`serve_send_bw`]), and how the rotating buffers
+//! are sized.
+
+use crate::protocol::{Params, Test};
+use crate::{check_message, seed, Side, BY_CLIENT};
+use rdma_examples::clock::{self, Stamp};
+use rdma_examples::net::Link;
+use rdma_examples::stats::Bandwidth;
+use rdma_examples::{flatten_scope, pattern, BoxError, Result};
+use rdma_safe::{
+    PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScatterElement,
+    ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
+};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// send_bw, server side: receives posted in a ring of slots, `GO`, then
+/// every message is checked for order (immediate data) and length. Used
+/// receives are re-posted in batches (one `ibv_post_recv` call each).
+pub(crate) fn serve_send_bw(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    link: &mut Link,
+) -> Result<()> {
+    let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
+    let (rx_mr, rx) = side.rx.split_mut();
+    let refill = batch_size(p.rx_depth);
+    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
+        let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
+            .chunks_mut(stride)
+            .take(slots)
+            .map(|c| [rx_mr.scatter_element(&mut c[..size])])
+            .collect();
+        let mut recvs = VecDeque::with_capacity(p.rx_depth);
+        let mut posted = 0;
+        while posted < p.rx_depth.min(iters) {
+            let n = p.rx_depth.min(iters) - posted;
+            posted += post_ring(s, &mut lists, posted, n, &mut recvs)?;
+        }
+        link.write_line(&format!("GO {size}"))?;
+        let mut used = 0;
+        for i in 0..iters {
+            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
+            check_message(i, size, got.bytes(), got.immediate())?;
+            used += 1;
+            if used >= refill && posted < iters {
+                let n = post_ring(s, &mut lists, posted, used.min(iters - posted), &mut recvs)?;
+                posted += n;
+                used -= n;
+            }
+        }
+        Ok(())
+    }))
+}
+
+/// Posts up to `n` receives, as one batch, into the ring `lists` from slot
+/// `posted % lists.len()` on (fewer where the ring wraps); their handles go
+/// to the back of `recvs`. Returns how many were posted.
+fn post_ring<'scope, 'd: 'scope>(
+    s: &mut PollingScope<'scope, '_>,
+    lists: &mut [[ScatterElement<'d>; 1]],
+    posted: usize,
+    n: usize,
+    recvs: &mut VecDeque<ScopedPendingWork<'scope>>,
+) -> Result<usize> {
+    let at = posted % lists.len();
+    let n = n.min(lists.len() - at);
+    let mut wrs: Vec<ReceiveWorkRequest<'_, 'd>> = lists[at..at + n]
+        .iter_mut()
+        .map(|l| ReceiveWorkRequest::new(l))
+        .collect();
+    recvs.extend(s.post_receive_batch(&mut wrs)?);
+    Ok(n)
+}
+
+/// One bandwidth run as the client saw it.
+pub(crate) struct BwRun {
+    pub(crate) bw: Bandwidth,
+    pub(crate) post_ns_avg: f64,
+    pub(crate) scope_exit_us: f64,
+}
+
+/// Bandwidth, client side: `tx_depth` operations in flight in one scope.
+pub(crate) fn run_bw(
+    p: &Params,
+    verbose: bool,
+    size: usize,
+    side: &mut Side,
+    remote: Option<RemoteMemoryRegion>,
+) -> Result<BwRun> {
+    let chunks = match p.test {
+        Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth),
+        _ => 1,
+    };
+    let (mr, buf) = side.local.split_mut();
+    let buf = &mut buf[..size * chunks];
+    match p.test {
+        Test::ReadBw => buf.fill(0),
+        _ => pattern::fill(buf, seed(size, BY_CLIENT), 0),
+    }
+    let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
+    let mut tl = Timeline::with_capacity(iters);
+    let tl_ref = &mut tl;
+    let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
+        match test {
+            Test::WriteBw => {
+                let remote = remote.ok_or("no remote region")?;
+                let g = [mr.gather_element(buf)];
+                let batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    batch.len(),
+                    &mut |_, n| s.post_write_batch(&batch[..n]),
+                )?;
+            }
+            Test::ReadBw => {
+                let remote = remote.ok_or("no remote region")?;
+                // One exclusive chunk per read of a batch.
+                let mut elems: Vec<[ScatterElement<'_>; 1]> = buf
+                    .chunks_mut(size)
+                    .map(|c| [mr.scatter_element(c)])
+                    .collect();
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    elems.len(),
+                    &mut |_, n| {
+                        let mut reqs: Vec<ReadWorkRequest<'_, '_>> = elems[..n]
+                            .iter_mut()
+                            .map(|e| ReadWorkRequest::new(e, remote))
+                            .collect();
+                        s.post_read_batch(&mut reqs)
+                    },
+                )?;
+            }
+            _ => {
+                let g = [mr.gather_element(buf)];
+                let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
+                pump(
+                    verbose,
+                    tl_ref,
+                    origin,
+                    iters,
+                    depth,
+                    size,
+                    batch.len(),
+                    &mut |first, n| {
+                        for (k, wr) in batch[..n].iter_mut().enumerate() {
+                            *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
+                        }
+                        s.post_send_batch(&batch[..n])
+                    },
+                )?;
+            }
+        }
+        Ok(Instant::now())
+    }))?;
+    let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
+    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed).ok_or("no operations")?;
+    Ok(BwRun {
+        bw,
+        post_ns_avg: if verbose {
+            tl.post_time.as_secs_f64() * 1e9 / iters as f64
+        } else {
+            f64::NAN
+        },
+        scope_exit_us,
+    })
+}
+
+/// Post and completion times of a bandwidth run (seconds since its start).
+struct Timeline {
+    posted: Vec<f64>,
+    completed: Vec<f64>,
+    post_time: Duration,
+}
+
+impl Timeline {
+    fn with_capacity(n: usize) -> Self {
+        Timeline {
+            posted: Vec::with_capacity(n),
+            completed: Vec::with_capacity(n),
+            post_time: Duration::ZERO,
+        }
+    }
+}
+
+/// The most memory a bandwidth test's rotating buffers span (send_bw's
+/// receive slots, read_bw's chunks), but never fewer than two messages —
+/// perftest's buffers are two messages (or a page) long. It stays well
+/// within the common 8 MiB memlock default.
+const RING_BYTES: usize = 2 << 20;
+
+/// Buffers of `size` bytes a rotating ring holds within [`RING_BYTES`]
+/// (at least two).
+pub(crate) fn ring_slots(size: usize) -> usize {
+    (RING_BYTES / size.max(1)).max(2)
+}
+
+/// Chunks of `size` bytes read_bw reads a batch into: a batch's worth (the
+/// reads of one batch need distinct buffers; later batches reuse them), at
+/// most what `local_len` bytes hold, at most [`ring_slots`].
+pub(crate) fn read_chunks(local_len: usize, size: usize, depth: usize) -> usize {
+    let size = size.max(1);
+    batch_size(depth)
+        .min(local_len / size)
+        .min(ring_slots(size))
+        .max(1)
+}
+
+/// Requests per batch in the bandwidth loop: one `ibv_post_send` call and
+/// one completion per batch (perftest signals every 100th request by
+/// default), at most 8, with at least eight batches in flight to keep the
+/// pipe full: rxe's requester stops at 64 packets in flight, and small
+/// batches keep the queue from draining while the oldest is awaited.
+fn batch_size(depth: usize) -> usize {
+    (depth / 8).clamp(1, 8)
+}
+
+/// The bandwidth loop: keeps up to `depth` operations in flight, posted in
+/// batches of up to `batch` (`post(first, n)` posts operations
+/// `first..first + n` with one handle), waiting for the oldest batch when
+/// full; checks every completion's length. Timestamps are taken per batch
+/// (cheap TSC reads, as perftest).
+#[allow(clippy::too_many_arguments)]
+fn pump<'scope>(
+    measure_posts: bool,
+    tl: &mut Timeline,
+    origin: Stamp,
+    iters: usize,
+    depth: usize,
+    size: usize,
+    batch: usize,
+    post: &mut dyn FnMut(usize, usize) -> TransportResult<ScopedPendingWork<'scope>>,
+) -> Result<()> {
+    let mut inflight: VecDeque<(ScopedPendingWork<'scope>, usize)> = VecDeque::with_capacity(depth);
+    let (mut next, mut outstanding) = (0, 0);
+    while tl.completed.len() < iters {
+        while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
+            let n = batch.min(iters - next);
+            let t0 = Stamp::now();
+            inflight.push_back((post(next, n)?, n));
+            if measure_posts {
+                tl.post_time += t0.elapsed();
+            }
+            let at = (t0 - origin).as_secs_f64();
+            tl.posted.extend(std::iter::repeat_n(at, n));
+            next += n;
+            outstanding += n;
+        }
+        let (oldest, n) = inflight.pop_front().expect("an operation is in flight");
+        let done = oldest.wait()?;
+        let at = (Stamp::now() - origin).as_secs_f64();
+        tl.completed.extend(std::iter::repeat_n(at, n));
+        outstanding -= n;
+        if done.bytes() != size * n {
+            return Err(format!(
+                "operations {}..{} completed with {} bytes, expected {}",
+                tl.completed.len() - n,
+                tl.completed.len(),
+                done.bytes(),
+                size * n
+            )
+            .into());
+        }
+    }
+    Ok(())
+}

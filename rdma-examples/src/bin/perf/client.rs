@@ -1,0 +1,111 @@
+//! The `perf` client: sends the parameters, runs each size when the
+//! server says `GO`, and checks what it read or received once the server
+//! has checked its side.
+
+use crate::bandwidth::{read_chunks, run_bw};
+use crate::latency::run_lat;
+use crate::options::Options;
+use crate::protocol::{self, Test};
+use crate::report::{clock_cost, print_report, Out, Report, BW_HEADER, LAT_HEADER, RULE};
+use crate::{mark, recv_region, seed, send_region, setup, BY_SERVER};
+use rdma_examples::net::{self, Link};
+use rdma_examples::shared::SharedBuffer;
+use rdma_examples::stats::Latency;
+use rdma_examples::{device, pattern, Result};
+
+/// Runs the test against the server at `host`.
+pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
+    let out = Out { json: o.json };
+    let p = &o.params;
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
+    let stream = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
+    let mut link = Link::new(stream, o.timeout)?;
+    link.write_line(&p.to_line())?;
+    protocol::decode_answer(&link.read_line("the server's answer to our parameters")?)?;
+    let mut side = setup(o, p, &pd, &mut link, &out)?;
+    let server_region = if p.test.server_exposes() {
+        Some(recv_region(&mut link, p.max_size())?)
+    } else {
+        None
+    };
+    // write_lat: the client exposes a buffer too (declared before its region
+    // so that the region is dropped first).
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
+    let exposed_mr = if p.test == Test::WriteLat {
+        // `exposed_mr` is dropped before `exposed`. The server writes the
+        // buffer only in answer to our writes, within a size's run; we create
+        // references to it only before our first write of a size and after
+        // the server's OK for it.
+        // SAFETY: lifetime and aliasing as just described; otherwise we read
+        // the buffer only with atomic single-byte loads.
+        let mr = unsafe { exposed.register(side.channel.pd()) }?;
+        send_region(&mut link, &mr.remote())?;
+        Some(mr)
+    } else {
+        None
+    };
+
+    if o.verbose {
+        out.say(&clock_cost());
+    }
+    if p.test.is_bw() {
+        out.say(BW_HEADER);
+    } else {
+        out.say(LAT_HEADER);
+    }
+    for &size in &p.sizes {
+        let go = link.expect_line("GO")?;
+        protocol::expect_size(&go, size, "the server is ready")?;
+        let report = match p.test {
+            Test::WriteBw | Test::ReadBw | Test::SendBw => {
+                let r = run_bw(p, o.verbose, size, &mut side, server_region)?;
+                Report::Bw(r)
+            }
+            Test::WriteLat | Test::ReadLat | Test::SendLat => {
+                let mut samples = run_lat(p, size, &mut side, server_region, &mut exposed)?;
+                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+            }
+        };
+        link.write_line(&format!("DONE {size}"))?;
+        protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
+        // Our own checks, now that the server is idle.
+        let mine = match p.test {
+            Test::ReadBw | Test::ReadLat => {
+                // Every chunk a read landed in (read_bw spreads a batch).
+                let chunks = match p.test {
+                    Test::ReadBw => read_chunks(side.local.len(), size, p.tx_depth).min(p.iters),
+                    _ => 1,
+                };
+                side.local[..size * chunks]
+                    .chunks(size)
+                    .enumerate()
+                    .try_for_each(|(c, chunk)| {
+                        pattern::check(chunk, seed(size, BY_SERVER), 0)
+                            .map_err(|m| format!("data read from the server (chunk {c}): {m}"))
+                    })
+            }
+            Test::SendLat => pattern::check(&side.rx[..size], seed(size, BY_SERVER), 0)
+                .map_err(|m| format!("replies received from the server: {m}")),
+            Test::WriteLat => {
+                // SAFETY: after the server's OK it writes nothing until our
+                // next write.
+                let data = unsafe { exposed.slice(0..size) };
+                pattern::check(&data[..size - 1], seed(size, BY_SERVER), 0)
+                    .map_err(|m| format!("buffer written by the server: {m}"))
+                    .and_then(|()| {
+                        (data[size - 1] == mark(p.iters - 1))
+                            .then_some(())
+                            .ok_or_else(|| "last byte written by the server is wrong".to_owned())
+                    })
+            }
+            Test::WriteBw | Test::SendBw => Ok(()),
+        };
+        mine.map_err(|e| format!("{size} bytes: {e}"))?;
+        print_report(&out, p, size, &report, o.verbose);
+    }
+    link.write_line("BYE")?;
+    drop(exposed_mr);
+    out.say(RULE);
+    out.say("data verified");
+    Ok(())
+}

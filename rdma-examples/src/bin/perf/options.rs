@@ -1,0 +1,205 @@
+//! `perf`'s command line (perftest's short flags), turned into the
+//! [`Options`] the server and client run with.
+
+use crate::protocol::{Params, Test, INLINE, ITERS, MAX_ALL, RX_DEPTH, SIZE, TX_DEPTH};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
+use rdma_examples::cli;
+use rdma_examples::limit::Limit;
+use rdma_safe::Mtu;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "perf",
+    override_usage = "perf [options] <test>            server: wait for one client\n       \
+                      perf [options] <test> <host>     client: run <test> against the server at <host>\n       \
+                      perf [options] --test <test> [<host>]",
+    after_help = "Tests: write_bw read_bw send_bw write_lat read_lat send_lat\n\
+                  The client's -s/-a/-n/-t/-r/-I/-e are sent to the server; both check the data."
+)]
+struct Args {
+    /// write_bw|read_bw|send_bw|write_lat|read_lat|send_lat
+    #[arg(long = "test", value_name = "test")]
+    test: Option<String>,
+    #[arg(
+        help = "use RDMA device <dev> (default first device found)",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
+    ib_dev: Option<String>,
+    #[arg(help = "use port <port> of the device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
+    ib_port: u8,
+    /// local GID index (default: the port's RoCE v2 IPv4 GID)
+    #[arg(short = 'x', long = "gid-index", value_name = "index",
+          value_parser = cli::number::<u32>(Limit::new("-x/--gid-index", 0, 255)))]
+    gid_index: Option<u32>,
+    /// message size (default 65536 for bandwidth, 2 for latency tests)
+    #[arg(short = 's', long = "size", value_name = "bytes",
+          value_parser = cli::number::<usize>(SIZE))]
+    size: Option<usize>,
+    /// run every size from 2 bytes to 8 MiB (powers of two)
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    all: bool,
+    /// operations per size (default 5000 for bandwidth, 1000 for latency)
+    #[arg(short = 'n', long = "iters", value_name = "iters",
+          value_parser = cli::number::<usize>(ITERS))]
+    iters: Option<usize>,
+    /// operations in flight, bandwidth tests (default 128)
+    #[arg(short = 't', long = "tx-depth", value_name = "depth", hide_default_value = true, default_value = "128",
+          value_parser = cli::number::<usize>(TX_DEPTH))]
+    tx_depth: usize,
+    /// receives posted at a time by the send_bw server (default 512)
+    #[arg(short = 'r', long = "rx-depth", value_name = "depth", hide_default_value = true, default_value = "512",
+          value_parser = cli::number::<usize>(RX_DEPTH))]
+    rx_depth: usize,
+    /// largest message sent inline (default: 220 for write_lat, 236 for send_lat — perftest's
+    /// defaults — or 0 where the device has no inline support; 0 for the other tests)
+    #[arg(short = 'I', long = "inline-size", value_name = "bytes",
+          value_parser = cli::number::<u32>(INLINE))]
+    inline_size: Option<u32>,
+    /// path MTU (default: the port's active MTU)
+    #[arg(short = 'm', long = "mtu", value_name = "bytes", value_parser = mtu)]
+    mtu: Option<Mtu>,
+    /// sleep on completion events while waiting (default: busy polling)
+    #[arg(short = 'e', long = "events")]
+    events: bool,
+    /// TCP port to listen on/connect to (default 18515)
+    #[arg(short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
+    port: u16,
+    /// one JSON object per size on stdout (other text goes to stderr)
+    #[arg(long = "json")]
+    json: bool,
+    /// also report the per-operation overhead of the safe API
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+    /// the test (unless --test is given), then the server to connect to
+    #[arg(value_name = "test|host")]
+    positionals: Vec<String>,
+}
+
+fn mtu(text: &str) -> Result<Mtu, String> {
+    let b = cli::parse_uint(text).ok_or_else(|| format!("-m/--mtu: not a number: `{text}`"))?;
+    u32::try_from(b)
+        .ok()
+        .and_then(Mtu::from_bytes)
+        .ok_or_else(|| format!("-m/--mtu: {b} is not an IB MTU"))
+}
+
+/// What `perf` runs with.
+#[derive(Debug)]
+pub(crate) struct Options {
+    pub(crate) params: Params,
+    pub(crate) server: Option<String>,
+    pub(crate) ib_dev: Option<String>,
+    pub(crate) ib_port: u8,
+    pub(crate) gid_index: Option<u32>,
+    pub(crate) mtu: Option<Mtu>,
+    pub(crate) port: u16,
+    pub(crate) json: bool,
+    pub(crate) verbose: bool,
+    pub(crate) timeout: Duration,
+}
+
+impl Options {
+    /// The command line's options; exits with a usage error (status 2) if
+    /// it does not parse.
+    pub(crate) fn from_command_line() -> Options {
+        let args = Args::parse();
+        Options::from_args(args)
+            .unwrap_or_else(|e| Args::command().error(ErrorKind::ValueValidation, e).exit())
+    }
+
+    fn from_args(a: Args) -> Result<Options, String> {
+        let mut pos = a.positionals.into_iter();
+        let test_name = match a.test {
+            Some(t) => t,
+            None => pos.next().ok_or("no test given")?,
+        };
+        let test = Test::parse(&test_name).ok_or_else(|| format!("unknown test `{test_name}`"))?;
+        let server = pos.next();
+        if pos.next().is_some() {
+            return Err("too many arguments".into());
+        }
+        let lat = !test.is_bw();
+        let sizes = if a.all {
+            (1..=23).map(|k| 1usize << k).collect()
+        } else {
+            vec![a.size.unwrap_or(if lat { 2 } else { 65536 })]
+        };
+        debug_assert!(sizes.iter().all(|&s| s <= MAX_ALL * 64));
+        Ok(Options {
+            params: Params {
+                test,
+                sizes,
+                iters: a.iters.unwrap_or(if lat { 1000 } else { 5000 }),
+                tx_depth: if lat { 1 } else { a.tx_depth },
+                rx_depth: a.rx_depth,
+                inline: a.inline_size,
+                events: a.events,
+            },
+            server,
+            ib_dev: a.ib_dev,
+            ib_port: a.ib_port,
+            gid_index: a.gid_index,
+            mtu: a.mtu,
+            port: a.port,
+            json: a.json,
+            verbose: a.verbose,
+            timeout: a.timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, String> {
+        let argv = std::iter::once("perf").chain(args.iter().copied());
+        Options::from_args(Args::try_parse_from(argv).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn perftest_style_flags() {
+        let o = parse(&["write_bw", "-s64K", "-ev", "-n", "0x10", "host"]).unwrap();
+        assert_eq!(o.params.sizes, [65536]);
+        assert!(o.params.events && o.verbose);
+        assert_eq!(o.params.iters, 16);
+        assert_eq!(o.server.as_deref(), Some("host"));
+        let o = parse(&["--test=send_lat", "-I", "0", "--json"]).unwrap();
+        assert_eq!((o.params.test, o.params.inline), (Test::SendLat, Some(0)));
+        assert_eq!((o.params.sizes[0], o.params.tx_depth), (2, 1));
+        assert!(o.json && o.server.is_none());
+        assert_eq!(parse(&["read_bw", "-a"]).unwrap().params.sizes.len(), 23);
+    }
+
+    #[test]
+    fn bad_command_lines() {
+        for bad in [
+            &["write_bw", "-a", "-s", "8"][..],
+            &["write_bw", "-s", "0"],
+            &["write_bw", "-s", "1T"],
+            &["write_bw", "-i", "256"],
+            &["write_bw", "-m", "1000"],
+            &["write_bw", "-t", "0"],
+            &["nope"],
+            &[],
+            &["write_bw", "a", "b"],
+            &["write_bw", "-q"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let e = parse(&["write_bw", "-r", "99999"]).unwrap_err();
+        assert!(
+            e.contains("-r/--rx-depth: 99999 is out of range (1..=16384)"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,415 @@
+//! The TCP protocol between a `perf` client and server, both sides of it,
+//! and the limits its numbers share with the command line.
+//!
+//! 1. client → server: the test parameters, one line
+//!    (`PERF1 test=write_bw iters=5000 tx_depth=128 rx_depth=512 inline=auto
+//!    events=0 sizes=65536`); the server answers `OK` or `ERR <why>`.
+//! 2. Both exchange queue pair addresses (`Channel::handshake`); the side
+//!    that exposes a buffer sends its region (`RemoteMemoryRegion::to_bytes`:
+//!    the server for write and read tests, the client too for write_lat).
+//! 3. Per size: server `GO <size>`, client `DONE <size>` after its last
+//!    operation, server `OK <size>` or `BAD <size> <why>`.
+//! 4. client `BYE`.
+//!
+//! Every number the peer sends is checked against the same [`Limit`]s as
+//! the command line before it sizes anything.
+
+use rdma_examples::limit::Limit;
+use rdma_examples::net::{self, MAX_LINE};
+use rdma_examples::Result;
+use rdma_safe::{RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN};
+use std::time::Duration;
+
+/// Largest size of `-a`.
+pub(crate) const MAX_ALL: usize = 8 << 20;
+/// Message size (`-s`).
+pub(crate) const SIZE: Limit = Limit::new("-s/--size", 1, MAX_ALL as u64 * 64);
+/// Sizes one run may have: those of `-a`, 2 B to 8 MiB.
+pub(crate) const MAX_SIZES: usize = 23;
+/// Operations per size (`-n`).
+pub(crate) const ITERS: Limit = Limit::new("-n/--iters", 1, 100_000_000);
+/// Operations in flight (`-t`).
+pub(crate) const TX_DEPTH: Limit = Limit::new("-t/--tx-depth", 1, 16384);
+/// Receives posted at a time (`-r`).
+pub(crate) const RX_DEPTH: Limit = Limit::new("-r/--rx-depth", 1, 16384);
+/// Inline size (`-I`).
+pub(crate) const INLINE: Limit = Limit::new("-I/--inline-size", 0, 4096);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Test {
+    WriteBw,
+    ReadBw,
+    SendBw,
+    WriteLat,
+    ReadLat,
+    SendLat,
+}
+
+impl Test {
+    pub(crate) const ALL: [Test; 6] = [
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::SendBw,
+        Test::WriteLat,
+        Test::ReadLat,
+        Test::SendLat,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::SendBw => "send_bw",
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::SendLat => "send_lat",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    pub(crate) fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::SendBw => "Send BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::SendLat => "Send Latency Test",
+        }
+    }
+
+    pub(crate) fn is_bw(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+    }
+
+    /// Whether the server exposes a buffer to the client.
+    pub(crate) fn server_exposes(self) -> bool {
+        !matches!(self, Test::SendBw | Test::SendLat)
+    }
+
+    pub(crate) fn uses_receives(self) -> bool {
+        matches!(self, Test::SendBw | Test::SendLat)
+    }
+
+    /// Inline size when none is asked for: perftest's values for latency
+    /// tests (which it uses on the devices it knows), none for bandwidth.
+    pub(crate) fn default_inline(self) -> u32 {
+        match self {
+            Test::WriteLat => 220,
+            Test::SendLat => 236,
+            _ => 0,
+        }
+    }
+}
+
+/// Test parameters, decided by the client and sent to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) test: Test,
+    /// 1 to [`MAX_SIZES`] sizes, each within [`SIZE`].
+    pub(crate) sizes: Vec<usize>,
+    pub(crate) iters: usize,
+    pub(crate) tx_depth: usize,
+    pub(crate) rx_depth: usize,
+    /// `None`: the test's default, reduced to 0 where the device refuses.
+    pub(crate) inline: Option<u32>,
+    pub(crate) events: bool,
+}
+
+impl Params {
+    /// The client's parameter line.
+    pub(crate) fn to_line(&self) -> String {
+        let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
+        format!(
+            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} sizes={}",
+            self.test.name(),
+            self.iters,
+            self.tx_depth,
+            self.rx_depth,
+            self.inline.map_or("auto".to_owned(), |n| n.to_string()),
+            u8::from(self.events),
+            sizes.join(",")
+        )
+    }
+
+    /// Decodes and checks the client's parameter line: every number within
+    /// its limit, every parameter present.
+    ///
+    /// # Errors
+    /// What is malformed, missing or out of range (naming the limit).
+    pub(crate) fn from_line(line: &str) -> Result<Params> {
+        let quoted = || {
+            line.chars()
+                .take(200)
+                .collect::<String>()
+                .escape_debug()
+                .to_string()
+        };
+        let mut words = line.split_whitespace();
+        if words.next() != Some("PERF1") {
+            return Err(format!("not a perf client (got `{}`)", quoted()).into());
+        }
+        let (mut test, mut sizes) = (None, Vec::new());
+        let (mut iters, mut tx_depth, mut rx_depth) = (None, None, None);
+        let (mut inline, mut events) = (None, None);
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("malformed parameter in `{}`", quoted()))?;
+            let num = |limit: Limit| limit.parse_usize(v).map(Some);
+            match k {
+                "test" => {
+                    test = Some(Test::parse(v).ok_or_else(|| {
+                        format!(
+                            "unknown test `{}` in the client's parameters",
+                            v.escape_debug()
+                        )
+                    })?)
+                }
+                "iters" => iters = num(ITERS)?,
+                "tx_depth" => tx_depth = num(TX_DEPTH)?,
+                "rx_depth" => rx_depth = num(RX_DEPTH)?,
+                "inline" if v == "auto" => inline = Some(None),
+                "inline" => inline = Some(Some(INLINE.parse(v)? as u32)),
+                "events" => {
+                    events = Some(match v {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(format!("bad events={}", v.escape_debug()).into()),
+                    })
+                }
+                "sizes" => {
+                    sizes.clear();
+                    for s in v.split(',') {
+                        if sizes.len() == MAX_SIZES {
+                            return Err(format!("more than {MAX_SIZES} sizes").into());
+                        }
+                        sizes.push(SIZE.parse_usize(s)?);
+                    }
+                }
+                _ => {} // newer clients may add parameters
+            }
+        }
+        match (test, iters, tx_depth, rx_depth, inline, events) {
+            (
+                Some(test),
+                Some(iters),
+                Some(tx_depth),
+                Some(rx_depth),
+                Some(inline),
+                Some(events),
+            ) if !sizes.is_empty() => Ok(Params {
+                test,
+                sizes,
+                iters,
+                tx_depth,
+                rx_depth,
+                inline,
+                events,
+            }),
+            _ => Err(format!("incomplete parameters `{}`", quoted()).into()),
+        }
+    }
+
+    /// The largest size (at least 1).
+    pub(crate) fn max_size(&self) -> usize {
+        self.sizes.iter().copied().max().unwrap_or(1).max(1)
+    }
+
+    /// How long a passive server (one that only exposes memory) waits for
+    /// `DONE` of a size: the timeout, plus the run at a floor rate far
+    /// below any device's (1000 operations and 1 MiB per second), so that a
+    /// stopped client is noticed in bounded time however long a healthy run
+    /// takes.
+    pub(crate) fn run_allowance(&self, size: usize, timeout: Duration) -> Duration {
+        let ops = self.iters as f64 / 1000.0;
+        let bytes = self.iters as f64 * size as f64 / 1_048_576.0;
+        timeout + Duration::from_secs_f64(ops + bytes)
+    }
+}
+
+/// The server's answer to the parameters.
+pub(crate) fn decode_answer(line: &str) -> Result<()> {
+    if line == "OK" {
+        Ok(())
+    } else {
+        Err(format!("the server refused: {}", line.escape_debug()).into())
+    }
+}
+
+/// Decodes the peer's region and checks that it holds `needed` bytes.
+///
+/// # Errors
+/// Malformed bytes, or a region too small.
+pub(crate) fn decode_region(
+    bytes: &[u8; REMOTE_REGION_ENCODED_LEN],
+    needed: usize,
+) -> Result<RemoteMemoryRegion> {
+    let r = RemoteMemoryRegion::from_bytes(bytes)
+        .map_err(|e| format!("the peer's region does not decode: {e}"))?;
+    if r.length() < needed as u64 {
+        return Err(format!(
+            "the peer's region is {} bytes, smaller than the {needed}-byte messages",
+            r.length()
+        )
+        .into());
+    }
+    Ok(r)
+}
+
+/// Checks that `rest` (after a `GO`, `DONE` or `OK` word) is `size`.
+///
+/// # Errors
+/// Another size, or not a number.
+pub(crate) fn expect_size(rest: &str, size: usize, what: &str) -> Result<()> {
+    if rest == size.to_string() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} for size `{}`, expected {size}",
+            rest.chars().take(64).collect::<String>().escape_debug()
+        )
+        .into())
+    }
+}
+
+/// The server's verdict on a size: `OK <size>`, or the reason of `BAD`.
+///
+/// # Errors
+/// `BAD`, or anything else.
+pub(crate) fn decode_verdict(line: &str, size: usize) -> Result<()> {
+    match net::rest_after(line, "OK") {
+        Some(rest) => expect_size(rest, size, "the server's check passed"),
+        None => Err(format!(
+            "the server's data check failed: {}",
+            line.chars()
+                .take(MAX_LINE)
+                .collect::<String>()
+                .escape_debug()
+        )
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdma_examples::fuzz::{inputs, largest_allocation, Rng};
+
+    fn sample() -> Params {
+        Params {
+            test: Test::WriteLat,
+            sizes: vec![2, 4096],
+            iters: 1000,
+            tx_depth: 1,
+            rx_depth: 512,
+            inline: Some(220),
+            events: true,
+        }
+    }
+
+    #[test]
+    fn parameters_round_trip_and_limits_hold() {
+        let p = sample();
+        assert_eq!(Params::from_line(&p.to_line()).unwrap(), p);
+        let all = Params {
+            sizes: (1..=23).map(|k| 1usize << k).collect(),
+            inline: None,
+            ..sample()
+        };
+        assert_eq!(Params::from_line(&all.to_line()).unwrap(), all);
+        let bad = |from: &str, to: &str| {
+            let line = sample().to_line().replace(from, to);
+            Params::from_line(&line).unwrap_err().to_string()
+        };
+        // The cases a hostile client tried: each names the limit.
+        assert!(bad("sizes=2,4096", "sizes=1099511627776").contains("-s/--size"));
+        assert!(bad("sizes=2,4096", "sizes=18446744073709551615").contains("-s/--size"));
+        assert!(bad("sizes=2,4096", "sizes=0").contains("-s/--size"));
+        assert!(bad("rx_depth=512", "rx_depth=4294967297").contains("-r/--rx-depth"));
+        assert!(bad("iters=1000", "iters=0").contains("-n/--iters"));
+        assert!(bad("tx_depth=1", "tx_depth=16385").contains("-t/--tx-depth"));
+        assert!(bad("inline=220", "inline=4097").contains("-I/--inline-size"));
+        let many = vec!["1"; MAX_SIZES + 1].join(",");
+        assert!(bad("sizes=2,4096", &format!("sizes={many}")).contains("more than 23"));
+        assert!(bad("iters=1000 ", "").contains("incomplete"));
+        assert!(bad("test=write_lat", "test=nope").contains("unknown test"));
+        assert!(bad("PERF1", "GET /").contains("not a perf client"));
+    }
+
+    #[test]
+    fn replies_are_checked() {
+        assert!(decode_answer("OK").is_ok());
+        assert!(decode_answer("ERR no")
+            .unwrap_err()
+            .to_string()
+            .contains("refused"));
+        assert!(decode_verdict("OK 64", 64).is_ok());
+        assert!(decode_verdict("OK 65", 64).is_err());
+        assert!(decode_verdict("BAD 64 wrong", 64).is_err());
+        let r = |len| RemoteMemoryRegion::new(0x1000, len, 7).to_bytes();
+        assert!(decode_region(&r(4096), 4096).is_ok());
+        assert!(decode_region(&r(4095), 4096).is_err());
+        let d = Duration::from_secs(2);
+        assert_eq!(sample().run_allowance(0, d), d + Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_decoders_survive_fuzzing() {
+        let mut rng = Rng::new(0x9e7f);
+        let lines = [
+            sample().to_line(),
+            Params {
+                inline: None,
+                test: Test::SendBw,
+                ..sample()
+            }
+            .to_line(),
+        ];
+        let valid: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        let mut accepted = 0;
+        for input in inputs(&valid, 30_000, &mut rng) {
+            let line = String::from_utf8_lossy(&input);
+            let (r, peak) = largest_allocation(|| Params::from_line(&line));
+            assert!(peak <= 2048 + 4 * line.len(), "{peak} bytes for {line:?}");
+            if let Ok(p) = r {
+                accepted += 1;
+                assert!((1..=MAX_SIZES).contains(&p.sizes.len()), "{p:?}");
+                for &s in &p.sizes {
+                    SIZE.check_usize(s).unwrap();
+                }
+                ITERS.check_usize(p.iters).unwrap();
+                TX_DEPTH.check_usize(p.tx_depth).unwrap();
+                RX_DEPTH.check_usize(p.rx_depth).unwrap();
+                if let Some(n) = p.inline {
+                    INLINE.check(n.into()).unwrap();
+                }
+            }
+        }
+        assert!(accepted > 100, "{accepted}");
+        let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 20, 0x1234).to_bytes();
+        let replies: [&[u8]; 4] = [b"OK", b"OK 4096", b"BAD 4096 x", b"GO 4096"];
+        for input in inputs(&replies, 20_000, &mut rng) {
+            let line = String::from_utf8_lossy(&input);
+            let (_, peak) = largest_allocation(|| {
+                let _ = decode_answer(&line);
+                let _ = decode_verdict(&line, 4096);
+                let _ = expect_size(&line, 4096, "x");
+            });
+            assert!(peak <= 1024 + 8 * line.len(), "{peak} bytes for {line:?}");
+        }
+        for input in inputs(&[&region], 20_000, &mut rng) {
+            let mut bytes = [0u8; REMOTE_REGION_ENCODED_LEN];
+            let n = input.len().min(bytes.len());
+            bytes[..n].copy_from_slice(&input[..n]);
+            let (r, peak) = largest_allocation(|| decode_region(&bytes, 4096));
+            assert!(peak <= 1024);
+            if let Ok(r) = r {
+                assert!(r.length() >= 4096);
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The `perf` server: checks the client's parameters, serves each size
+//! (prepare, `GO`, serve or stay passive, wait for `DONE`), and verifies the
+//! data the client's operations left behind.
+
+use crate::bandwidth::serve_send_bw;
+use crate::latency::{serve_send_lat, serve_write_lat};
+use crate::options::Options;
+use crate::protocol::{self, Params, Test};
+use crate::report::{self, Out};
+use crate::{mark, recv_region, seed, send_region, setup, Side, BY_CLIENT, BY_SERVER};
+use rdma_examples::net::{self, Link};
+use rdma_examples::shared::SharedBuffer;
+use rdma_examples::{device, pattern, Result};
+use rdma_safe::RemoteMemoryRegion;
+
+/// Serves one client.
+pub(crate) fn server(o: &Options) -> Result<()> {
+    let out = Out { json: o.json };
+    // Device, port and GID are checked before a client is awaited; buffers
+    // are allocated when the client's parameters say how large.
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
+    let listener =
+        net::listen(o.port).map_err(|e| format!("can't listen on port {}: {e}", o.port))?;
+    out.say(&format!(
+        "perf: {} server waiting for a client on TCP port {}",
+        o.params.test.name(),
+        o.port
+    ));
+    let (stream, peer) = listener.accept()?;
+    drop(listener);
+    let mut link = Link::new(stream, o.timeout)?;
+    let p = match Params::from_line(&link.read_line("the client's parameters")?) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = link.write_line(&format!("ERR {e}"));
+            return Err(format!("client {peer}: {e}").into());
+        }
+    };
+    if p.test != o.params.test {
+        let why = format!(
+            "the client runs {} but this server was started for {}",
+            p.test.name(),
+            o.params.test.name()
+        );
+        link.write_line(&format!("ERR {why}"))?;
+        return Err(why.into());
+    }
+    link.write_line("OK")?;
+    out.say(&format!("perf: client {peer}"));
+    let mut side = setup(o, &p, &pd, &mut link, &out)?;
+
+    // The exposed buffer (one-sided tests). Declared before its region so
+    // that the region is dropped first.
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
+    let exposed_mr = if p.test.server_exposes() {
+        // `exposed_mr` is dropped before `exposed` (declared after it). The
+        // client accesses the buffer only between our `GO` and its `DONE`
+        // (sent once its last operation has completed); this side creates
+        // Rust references to the buffer only outside those windows (in
+        // `server_size`, before `GO` and after `DONE`).
+        // SAFETY: lifetime and aliasing as just described; inside the windows
+        // this side reads the buffer only with atomic single-byte loads.
+        let mr = unsafe { exposed.register(side.channel.pd()) }?;
+        send_region(&mut link, &mr.remote())?;
+        Some(mr)
+    } else {
+        None
+    };
+    let client_region = if p.test == Test::WriteLat {
+        Some(recv_region(&mut link, p.max_size())?)
+    } else {
+        None
+    };
+
+    for &size in &p.sizes {
+        let outcome = server_size(&p, size, &mut side, &mut exposed, client_region, &mut link);
+        let (reply, result) = match outcome {
+            Ok(()) => (format!("OK {size}"), Ok(())),
+            Err(e) => (format!("BAD {size} {e}"), Err(e)),
+        };
+        // Tell the client either way, then stop on failure.
+        let _ = link.write_line(&reply.replace('\n', " "));
+        result.map_err(|e| format!("{} bytes: {e}", size))?;
+        report::print_server_size(&out, &p, size);
+    }
+    link.expect_line("BYE")?;
+    drop(exposed_mr);
+    out.say("data verified");
+    Ok(())
+}
+
+/// One size, server side: prepare, `GO`, serve, wait for `DONE`, verify.
+fn server_size(
+    p: &Params,
+    size: usize,
+    side: &mut Side,
+    exposed: &mut SharedBuffer,
+    client_region: Option<RemoteMemoryRegion>,
+    link: &mut Link,
+) -> Result<()> {
+    // Preparation: the client is idle (it waits for GO).
+    match p.test {
+        Test::WriteBw | Test::WriteLat => {
+            // SAFETY: the client accesses the buffer only between GO and DONE.
+            unsafe { exposed.slice_mut(0..size) }.fill(0);
+        }
+        Test::ReadBw | Test::ReadLat => {
+            // SAFETY: as above.
+            pattern::fill(
+                unsafe { exposed.slice_mut(0..size) },
+                seed(size, BY_SERVER),
+                0,
+            );
+        }
+        Test::SendBw | Test::SendLat => side.rx.fill(0),
+    }
+    pattern::fill(&mut side.local[..size], seed(size, BY_SERVER), 0);
+
+    match p.test {
+        Test::WriteBw | Test::ReadBw | Test::ReadLat => {
+            link.write_line(&format!("GO {size}"))?;
+        }
+        Test::SendBw => serve_send_bw(p, size, side, link)?,
+        Test::SendLat => serve_send_lat(p, size, side, link)?,
+        Test::WriteLat => {
+            let remote = client_region.ok_or("no client region")?;
+            link.write_line(&format!("GO {size}"))?;
+            serve_write_lat(p, size, side, exposed, remote)?;
+        }
+    }
+    // A server that only exposes memory sees nothing of the client's run
+    // but its DONE: the wait allows for the run. The others served every
+    // operation; DONE follows at once.
+    let limit = if p.test.server_exposes() && p.test != Test::WriteLat {
+        p.run_allowance(size, link.timeout())
+    } else {
+        link.timeout()
+    };
+    let line = link.read_line_within(limit, "the client's DONE")?;
+    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
+        format!(
+            "expected `DONE {size}` from the client, got `{}`",
+            line.escape_debug()
+        )
+    })?;
+    protocol::expect_size(done, size, "the client finished")?;
+
+    // Verification: the client's operations have all completed.
+    let check = |what: &str, data: &[u8], seed: u64| -> Result<()> {
+        pattern::check(data, seed, 0).map_err(|m| format!("{what}: {m}").into())
+    };
+    match p.test {
+        Test::WriteBw => check(
+            "exposed buffer after RDMA writes",
+            // SAFETY: after DONE the client has no operation outstanding.
+            unsafe { exposed.slice(0..size) },
+            seed(size, BY_CLIENT),
+        )?,
+        Test::WriteLat => {
+            // SAFETY: as above.
+            let data = unsafe { exposed.slice(0..size) };
+            check(
+                "exposed buffer after RDMA writes",
+                &data[..size - 1],
+                seed(size, BY_CLIENT),
+            )?;
+            let want = mark(p.iters - 1);
+            if data[size - 1] != want {
+                return Err(format!(
+                    "last byte of the exposed buffer is {:#04x}, expected {want:#04x}",
+                    data[size - 1]
+                )
+                .into());
+            }
+        }
+        Test::ReadBw | Test::ReadLat => check(
+            "exposed buffer after RDMA reads (must be unchanged)",
+            // SAFETY: as above.
+            unsafe { exposed.slice(0..size) },
+            seed(size, BY_SERVER),
+        )?,
+        Test::SendBw | Test::SendLat => {
+            let used = side.slots.min(p.iters);
+            let stride = p.max_size();
+            for slot in 0..used {
+                check(
+                    &format!("receive buffer {slot}"),
+                    &side.rx[slot * stride..slot * stride + size],
+                    seed(size, BY_CLIENT),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

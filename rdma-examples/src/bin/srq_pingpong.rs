@@ -1,0 +1,290 @@
+//! `srq_pingpong` — ping-pong over several reliable connections that share
+//! one receive queue, wire-compatible with rdma-core's `ibv_srq_pingpong`:
+//! either side may be the C program.
+//!
+//! ```text
+//! srq_pingpong -d rxe0 -g 1                 server: wait for a client
+//! srq_pingpong -d rxe0 -g 1 10.0.2.15       client: send first
+//! ```
+//!
+//! Options `-p -d -i -s -m -q -r -n -l -g` as the C program (and
+//! `--timeout`). The TCP exchange is the C program's: each side writes 256
+//! address messages of 52 bytes (`"LID:QPN:PSN:GID"`, one per possible
+//! queue pair; those past `-q` are all zero), the server connects after
+//! reading the client's and answers with its own, and the client ends with
+//! `"done"`. The client sends first on every connection; after that a side
+//! sends on a connection once a message arrived on it, until `-n` messages
+//! went each way in total; both print the C program's summary lines.
+//!
+//! Written against `rdma-safe`: `-q` channels built on one
+//! [`SharedReceiveQueue`] of `-r` slots of `-s` bytes, which the receive
+//! loop refills in batches; sends are blocking. Every message must be `-s`
+//! bytes of zeros (the C program's buffer starts zeroed and echoes what it
+//! receives). The C program may post a few sends past `-n` (it counts
+//! completions, not posts); after its loop this side keeps its connections
+//! up for a moment and takes what still arrives, so those sends complete.
+//! Not supported: `-e` (completion events).
+
+use clap::Parser;
+use rdma_core::Mtu;
+use rdma_examples::limit::Limit;
+use rdma_examples::net::{self, Link};
+use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
+use rdma_examples::{cli, device, Result};
+use rdma_safe::{
+    Channel, ConnectOptions, Endpoint, RegisteredBuffer, SendWorkRequest, SharedReceiveQueue,
+};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Address messages each side writes, whatever `-q` is (the C program's
+/// `MAX_QP`).
+const MAX_QP: usize = 256;
+/// How long to keep taking messages after the loop (see the module docs).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Ping-pong over several connections sharing a receive queue,
+/// wire-compatible with rdma-core's ibv_srq_pingpong.
+#[derive(Debug, Parser)]
+#[command(
+    name = "srq_pingpong",
+    override_usage = "srq_pingpong [options]          start a server and wait for connection\n       \
+                      srq_pingpong [options] <host>   connect to server at <host>"
+)]
+struct Options {
+    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
+          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
+    port: u16,
+    #[arg(
+        help = "use IB device <dev> (default first device found)",
+        short = 'd',
+        long = "ib-dev",
+        value_name = "dev"
+    )]
+    ib_dev: Option<String>,
+    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
+    ib_port: u8,
+    /// size of message to exchange (default 4096)
+    #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "4096",
+          value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, 1 << 24)))]
+    size: usize,
+    /// path MTU (default 1024)
+    #[arg(short = 'm', long = "mtu", value_name = "size", hide_default_value = true, default_value = "1024",
+          value_parser = mtu)]
+    mtu: Mtu,
+    /// number of QPs to use (default 16)
+    #[arg(short = 'q', long = "num-qp", value_name = "num", hide_default_value = true, default_value = "16",
+          value_parser = cli::number::<usize>(Limit::new("-q/--num-qp", 1, MAX_QP as u64)))]
+    num_qp: usize,
+    /// number of receives to post at a time (default 500)
+    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
+          value_parser = cli::number::<u32>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
+    rx_depth: u32,
+    /// number of exchanges (default 1000)
+    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
+          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
+    iters: usize,
+    /// service level value (default 0)
+    #[arg(short = 'l', long = "sl", value_name = "sl", hide_default_value = true, default_value = "0",
+          value_parser = cli::number::<u8>(Limit::new("-l/--sl", 0, 15)))]
+    sl: u8,
+    /// local port gid index (default: the port's RoCE v2 GID on RoCE)
+    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
+          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
+    gid_idx: Option<u32>,
+    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
+          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
+    timeout: Duration,
+    /// the server to connect to (none: be the server)
+    #[arg(value_name = "host")]
+    server: Option<String>,
+}
+
+fn mtu(text: &str) -> Result<Mtu, String> {
+    let bytes = Limit::new("-m/--mtu", 256, 4096).parse(text)?;
+    Mtu::from_bytes(bytes as u32).ok_or_else(|| format!("-m/--mtu: {bytes} is not an IB MTU"))
+}
+
+fn main() -> ExitCode {
+    cli::finish("srq_pingpong", run(&Options::parse()))
+}
+
+fn run(o: &Options) -> Result<()> {
+    if o.num_qp > o.rx_depth as usize {
+        return Err(format!(
+            "rx_depth {} is too small for {} QPs -- must have at least one receive per QP.",
+            o.rx_depth, o.num_qp
+        )
+        .into());
+    }
+    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
+    let mut srq = SharedReceiveQueue::new(&pd, o.rx_depth, o.size)?;
+    srq.set_refill_batch((o.rx_depth as usize / 4).max(1));
+    let mut channels = Vec::with_capacity(o.num_qp);
+    for _ in 0..o.num_qp {
+        let mut b = pd
+            .channel_builder()
+            .port(o.ib_port)
+            .send_depth(1)
+            .max_send_sge(1)
+            .shared_receive_queue(&srq)
+            .mtu(o.mtu)
+            .timeout(o.timeout);
+        if let Some(g) = o.gid_idx {
+            b = b.gid_index(g);
+        }
+        channels.push(b.build()?);
+    }
+    let mine: Vec<Dest> = channels
+        .iter()
+        .map(|c| {
+            let e = c.local_endpoint();
+            Dest {
+                lid: e.lid,
+                qpn: e.qp_num,
+                psn: e.psn,
+                gid: e.gid,
+            }
+        })
+        .collect();
+    let print_mine = || {
+        for d in &mine {
+            println!("  local address:  {}", d.describe());
+        }
+    };
+
+    // The exchange: MAX_QP messages each way, then "done".
+    let wire = |i: usize| mine.get(i).map_or([0u8; MSG_LEN], Dest::to_wire);
+    let remote = match &o.server {
+        Some(host) => {
+            print_mine();
+            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
+            let mut link = Link::new(s, o.timeout)?;
+            for i in 0..MAX_QP {
+                link.write_all(&wire(i))?;
+            }
+            let remote = read_dests(&mut link, o.num_qp, "the server's addresses")?;
+            link.write_all(DONE)?;
+            remote
+        }
+        None => {
+            let listener = net::listen(o.port)
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
+            // Printed once listening, so a script that waits for it knows
+            // the port is open.
+            print_mine();
+            let (s, _) = listener.accept()?;
+            drop(listener);
+            let mut link = Link::new(s, o.timeout)?;
+            let remote = read_dests(&mut link, o.num_qp, "the client's addresses")?;
+            connect_all(&mut channels, &remote, o)?;
+            for i in 0..MAX_QP {
+                link.write_all(&wire(i))?;
+            }
+            let mut done = [0u8; DONE.len()];
+            link.read_exact(&mut done, "\"done\"")
+                .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
+            remote
+        }
+    };
+    for d in &remote {
+        println!("  remote address: {}", d.describe());
+    }
+    if o.server.is_some() {
+        connect_all(&mut channels, &remote, o)?;
+    }
+
+    let tx = RegisteredBuffer::new(&pd, o.size)?;
+    let mut rx = vec![0u8; o.size];
+    let (mut scnt, mut rcnt) = (0, 0);
+    let start = Instant::now();
+    if o.server.is_some() {
+        for c in channels.iter_mut() {
+            c.send(SendWorkRequest::new(&[tx.gather(..)]))?;
+            scnt += 1;
+        }
+    }
+    while rcnt < o.iters || scnt < o.iters {
+        let got = srq
+            .receive(&mut rx, o.timeout)?
+            .ok_or("no message arrived within the timeout")?;
+        rcnt += 1;
+        if got.len() != o.size || rx.iter().any(|&b| b != 0) {
+            return Err(format!(
+                "message {rcnt}: {} bytes, expected {} zero bytes (same -s on both sides?)",
+                got.len(),
+                o.size
+            )
+            .into());
+        }
+        let i = channels
+            .iter()
+            .position(|c| c.qp_num() == got.qp_num())
+            .ok_or_else(|| format!("Couldn't find QPN {:06x}", got.qp_num()))?;
+        if scnt < o.iters {
+            channels[i].send(SendWorkRequest::new(&[tx.gather(..)]))?;
+            scnt += 1;
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    // Take what the peer still sends past -n, so its sends complete.
+    while srq.receive(&mut rx, LINGER)?.is_some() {}
+
+    let bytes = o.size as u64 * o.iters as u64 * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        o.iters,
+        usec / 1e6,
+        usec / o.iters as f64
+    );
+    Ok(())
+}
+
+/// Reads the peer's `MAX_QP` address messages and keeps the first `n`.
+fn read_dests(link: &mut Link, n: usize, what: &str) -> Result<Vec<Dest>> {
+    let mut dests = Vec::with_capacity(n);
+    for i in 0..MAX_QP {
+        let mut msg = [0u8; MSG_LEN];
+        link.read_exact(&mut msg, what)
+            .map_err(|e| format!("Couldn't read remote address [{i}]: {e}"))?;
+        if i < n {
+            dests.push(Dest::from_wire(&msg)?);
+        }
+    }
+    Ok(dests)
+}
+
+/// Connects channel `i` to the peer's queue pair `i` with the C program's
+/// attributes (hop limit 1, one outstanding read, timeout 14, 7 retries).
+fn connect_all(channels: &mut [Channel], remote: &[Dest], o: &Options) -> Result<()> {
+    let attrs = ConnectOptions {
+        service_level: o.sl,
+        hop_limit: 1,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        path_mtu: Some(o.mtu),
+        ..ConnectOptions::default()
+    };
+    for (c, r) in channels.iter_mut().zip(remote) {
+        c.connect_with(
+            &Endpoint {
+                qp_num: r.qpn,
+                psn: r.psn,
+                port: o.ib_port,
+                lid: r.lid,
+                gid: r.gid,
+                gid_index: 0,
+                mtu: o.mtu,
+            },
+            &attrs,
+        )
+        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! Cheap timestamps for per-operation timing, as perftest takes them:
+//! the CPU's time-stamp counter on x86-64 (no system call; on a VM whose
+//! clock source is not the TSC, `Instant::now` costs microseconds and
+//! would dominate a small-message measurement), calibrated once against
+//! `Instant`. Elsewhere, `Instant` itself.
+
+use std::ops::Sub;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A point in time from [`Stamp::now`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Stamp(u64);
+
+fn raw() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions; it only reads the
+        // time-stamp counter (always present on x86-64).
+        #[allow(unused_unsafe)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Ticks per second, measured once (50 ms against `Instant`).
+pub fn ticks_per_sec() -> f64 {
+    static RATE: OnceLock<f64> = OnceLock::new();
+    *RATE.get_or_init(|| {
+        if cfg!(not(target_arch = "x86_64")) {
+            return 1e9;
+        }
+        let (i0, t0) = (Instant::now(), raw());
+        std::thread::sleep(Duration::from_millis(50));
+        let (i1, t1) = (Instant::now(), raw());
+        (t1.wrapping_sub(t0)) as f64 / (i1 - i0).as_secs_f64()
+    })
+}
+
+fn ticks_to_duration(ticks: u64) -> Duration {
+    Duration::from_secs_f64(ticks as f64 / ticks_per_sec())
+}
+
+impl Stamp {
+    /// The current time.
+    #[inline]
+    pub fn now() -> Stamp {
+        Stamp(raw())
+    }
+    /// Time since `self`.
+    pub fn elapsed(self) -> Duration {
+        Stamp::now() - self
+    }
+    /// Raw ticks from `earlier` to `self`: no conversion, so a timed
+    /// loop can keep it and convert afterwards with [`micros`] (as
+    /// perftest keeps raw cycle counts).
+    #[inline]
+    pub fn ticks_since(self, earlier: Stamp) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+/// Microseconds in `ticks` (from [`Stamp::ticks_since`]).
+pub fn micros(ticks: u64) -> f64 {
+    ticks as f64 / ticks_per_sec() * 1e6
+}
+
+impl Sub for Stamp {
+    type Output = Duration;
+    fn sub(self, earlier: Stamp) -> Duration {
+        ticks_to_duration(self.ticks_since(earlier))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agrees_with_instant() {
+        let _ = ticks_per_sec();
+        let (s, i) = (Stamp::now(), Instant::now());
+        std::thread::sleep(Duration::from_millis(30));
+        let ticks = Stamp::now().ticks_since(s);
+        let (ds, di) = (s.elapsed().as_secs_f64(), i.elapsed().as_secs_f64());
+        assert!(
+            (micros(ticks) / 1e6 - ds).abs() < 0.001 + ds * 0.01,
+            "ticks {ticks} as {} us vs stamp {ds} s",
+            micros(ticks)
+        );
+        assert!(
+            (ds - di).abs() < 0.01 + di * 0.1,
+            "stamp {ds} s vs instant {di} s"
+        );
+    }
+}

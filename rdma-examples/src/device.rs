@@ -1,0 +1,51 @@
+//! Opening a device and checking the port and GID index a program was
+//! given, so that a server fails at start-up, not when a client arrives.
+
+use crate::Result;
+use rdma_safe::{Context, ProtectionDomain};
+
+/// Opens the device called `name`, or the first device if `None`, and
+/// allocates a protection domain on it.
+///
+/// # Errors
+/// No such device, no device at all, or the verbs failing.
+pub fn open_pd(name: Option<&str>) -> Result<ProtectionDomain> {
+    let ctx = match name {
+        Some(n) => Context::open(n)?,
+        None => Context::open_first()?,
+    };
+    Ok(ProtectionDomain::new(&ctx)?)
+}
+
+/// Opens the device as [`open_pd`] does and checks that `port` exists and
+/// that `gid_index` (or, without one, the port's preferred RoCE v2 GID)
+/// names a valid GID: the checks a channel builder makes, made before a
+/// server listens.
+///
+/// # Errors
+/// The device cannot be opened, the port does not exist, or the GID index
+/// is not valid on it; the message names the option.
+pub fn open_checked(
+    name: Option<&str>,
+    port: u8,
+    gid_index: Option<u32>,
+) -> Result<ProtectionDomain> {
+    let pd = open_pd(name)?;
+    let ctx = pd.context();
+    ctx.query_port(port)
+        .map_err(|e| format!("port {port} of {}: {e} (check -i)", ctx.name()))?;
+    match gid_index {
+        Some(i) => {
+            ctx.query_gid_entry(port, i).map_err(|e| {
+                format!(
+                    "GID index {i} of {} port {port}: {e} (check -g/-x)",
+                    ctx.name()
+                )
+            })?;
+        }
+        None => {
+            ctx.preferred_gid(port)?;
+        }
+    }
+    Ok(pd)
+}

@@ -1,0 +1,426 @@
+//! TCP for the out-of-band exchanges: listening, connecting with retries
+//! (so a client may start before its server), and [`Link`], a connection
+//! whose every read and write has a deadline, so a silent or stopped peer
+//! ends in a timeout error instead of a hang.
+
+use rdma_safe::{Channel, Endpoint, HandshakeError};
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long clients keep retrying a refused connection.
+pub const CONNECT_RETRY: Duration = Duration::from_secs(15);
+
+/// Longest text line accepted from a peer.
+pub const MAX_LINE: usize = 4096;
+
+/// Listens on TCP `port` on every address: IPv6 and IPv4 where the
+/// system allows a dual-stack socket, else IPv4 only.
+///
+/// # Errors
+/// The port is in use or cannot be bound.
+pub fn listen(port: u16) -> io::Result<TcpListener> {
+    TcpListener::bind((Ipv6Addr::UNSPECIFIED, port))
+        .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
+}
+
+/// Connects to `host:port`, trying every address it resolves to, and
+/// retrying refused connections for up to `retry_for`; each attempt is
+/// bounded by `timeout`.
+///
+/// # Errors
+/// The name does not resolve, or no address accepted in time.
+pub fn connect(
+    host: &str,
+    port: u16,
+    retry_for: Duration,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let start = Instant::now();
+    loop {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
+        for addr in (host, port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, timeout) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        let retryable = matches!(
+            last.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+        );
+        if !retryable || start.elapsed() >= retry_for {
+            return Err(io::Error::new(
+                last.kind(),
+                format!("couldn't connect to {host}:{port}: {last}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether `e` is what a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`)
+/// returns.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// A TCP connection to an untrusted peer: every read and write must finish
+/// within a deadline (by default [`timeout`](Self::timeout) from the call),
+/// lines are bounded ([`MAX_LINE`]), and errors say what was awaited.
+#[derive(Debug)]
+pub struct Link {
+    stream: TcpStream,
+    timeout: Duration,
+}
+
+impl Link {
+    /// Wraps `stream`; `timeout` (at least a millisecond) bounds each
+    /// exchange. Also sets the socket's own timeouts to `timeout`, which
+    /// bound code that uses [`stream`](Self::stream) directly per read and
+    /// write.
+    ///
+    /// # Errors
+    /// Setting the socket options failed.
+    pub fn new(stream: TcpStream, timeout: Duration) -> io::Result<Self> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        Ok(Link { stream, timeout })
+    }
+
+    /// The bound of each exchange.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The stream, for a library call that does its own I/O: its reads and
+    /// writes are each bounded by the timeout (set on the socket here).
+    ///
+    /// # Errors
+    /// Setting the socket options failed.
+    pub fn stream(&mut self) -> io::Result<&mut TcpStream> {
+        self.stream.set_read_timeout(Some(self.timeout))?;
+        self.stream.set_write_timeout(Some(self.timeout))?;
+        Ok(&mut self.stream)
+    }
+
+    /// Fills `buf` within the timeout; `what` names the awaited data.
+    ///
+    /// # Errors
+    /// Timeout, closed connection, or I/O error.
+    pub fn read_exact(&mut self, buf: &mut [u8], what: &str) -> io::Result<()> {
+        self.read_exact_within(buf, self.timeout, what)
+    }
+
+    /// Fills `buf` within `limit`.
+    ///
+    /// # Errors
+    /// Timeout, closed connection, or I/O error.
+    pub fn read_exact_within(
+        &mut self,
+        buf: &mut [u8],
+        limit: Duration,
+        what: &str,
+    ) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        let mut got = 0;
+        while got < buf.len() {
+            self.arm(deadline, limit, what, true)?;
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the peer closed the connection while we waited for {what}"),
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `bytes` within the timeout.
+    ///
+    /// # Errors
+    /// Timeout (the peer stopped reading), or I/O error.
+    pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut sent = 0;
+        while sent < bytes.len() {
+            self.arm(
+                deadline,
+                self.timeout,
+                "the peer to take our message",
+                false,
+            )?;
+            match self.stream.write(&bytes[sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `line` and a newline.
+    ///
+    /// # Errors
+    /// As [`write_all`](Self::write_all).
+    pub fn write_line(&mut self, line: &str) -> io::Result<()> {
+        let mut bytes = Vec::with_capacity(line.len() + 1);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+        self.write_all(&bytes)
+    }
+
+    /// Reads one line (without its newline) within the timeout; `what`
+    /// names it in errors.
+    ///
+    /// # Errors
+    /// Timeout, closed connection, a line over [`MAX_LINE`] bytes, or not
+    /// UTF-8.
+    pub fn read_line(&mut self, what: &str) -> io::Result<String> {
+        self.read_line_within(self.timeout, what)
+    }
+
+    /// Reads one line within `limit`, byte by byte so that nothing after it
+    /// is consumed.
+    ///
+    /// # Errors
+    /// As [`read_line`](Self::read_line).
+    pub fn read_line_within(&mut self, limit: Duration, what: &str) -> io::Result<String> {
+        let deadline = Instant::now() + limit;
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.read_exact_within(&mut byte, left, what)
+                .map_err(|e| self.retimed(e, limit, what))?;
+            if byte[0] == b'\n' {
+                break;
+            }
+            if line.len() == MAX_LINE {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{what}: line longer than {MAX_LINE} bytes"),
+                ));
+            }
+            line.push(byte[0]);
+        }
+        String::from_utf8(line).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{what}: the line is not UTF-8 text"),
+            )
+        })
+    }
+
+    /// Reads a line and checks that its first word is `word`; returns the
+    /// rest of the line.
+    ///
+    /// # Errors
+    /// As [`read_line`](Self::read_line), or another line (`InvalidData`,
+    /// with the line quoted).
+    pub fn expect_line(&mut self, word: &str) -> io::Result<String> {
+        let what = format!("`{word}` from the peer");
+        let line = self.read_line(&what)?;
+        rest_after(&line, word).map(str::to_owned).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "expected `{word} ...` from the peer, got `{}`",
+                    line.escape_debug()
+                ),
+            )
+        })
+    }
+
+    /// Sets the socket timeout for the next read or write to what is left
+    /// before `deadline`, or fails if nothing is left.
+    fn arm(&self, deadline: Instant, limit: Duration, what: &str, reading: bool) -> io::Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out(limit, what));
+        }
+        if reading {
+            self.stream.set_read_timeout(Some(left))
+        } else {
+            self.stream.set_write_timeout(Some(left))
+        }
+    }
+
+    /// A byte read's timeout as the line's timeout (the whole wait).
+    fn retimed(&self, e: io::Error, limit: Duration, what: &str) -> io::Error {
+        if e.kind() == io::ErrorKind::TimedOut {
+            timed_out(limit, what)
+        } else {
+            e
+        }
+    }
+}
+
+fn timed_out(limit: Duration, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("timed out after {limit:?} waiting for {what} (peer silent or stopped?)"),
+    )
+}
+
+/// [`Channel::handshake`] over `link`: each read and write bounded by the
+/// link's timeout, and a timeout reported as one.
+///
+/// # Errors
+/// The peer was silent, closed, sent garbage, or connecting failed.
+pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoint> {
+    let timeout = link.timeout();
+    let what = "the peer's queue pair address (handshake)";
+    channel.handshake(link.stream()?).map_err(|e| match e {
+        HandshakeError::Timeout { .. } => timed_out(timeout, what).into(),
+        HandshakeError::Io(io) if is_timeout(&io) => timed_out(timeout, what).into(),
+        other => other.into(),
+    })
+}
+
+/// The rest of `line` after its first word if that word is `word`.
+pub fn rest_after<'l>(line: &'l str, word: &str) -> Option<&'l str> {
+    let (first, rest) = line.split_once(' ').unwrap_or((line, ""));
+    (first == word).then_some(rest)
+}
+
+/// The line a [`Heartbeat`] sends.
+pub const ALIVE: &str = "ALIVE";
+
+/// A thread that writes [`ALIVE`] lines to a connection every `interval`
+/// while the program works without talking, so that the peer can bound its
+/// wait by its timeout however long the work takes. Nothing else may write
+/// to the connection until [`stop`](Self::stop).
+#[derive(Debug)]
+pub struct Heartbeat {
+    stop: mpsc::Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    /// Starts beating on a clone of `link`'s socket.
+    ///
+    /// # Errors
+    /// The socket could not be cloned.
+    pub fn start(link: &Link, interval: Duration) -> io::Result<Heartbeat> {
+        let mut stream = link.stream.try_clone()?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        let line = format!("{ALIVE}\n");
+        let thread = std::thread::spawn(move || {
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                if stream.write_all(line.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Heartbeat {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the beating and waits for the thread.
+    pub fn stop(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(timeout: Duration) -> (Link, TcpStream) {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (Link::new(s, timeout).unwrap(), c)
+    }
+
+    #[test]
+    fn silent_peer_times_out() {
+        let (mut link, _peer) = pair(Duration::from_millis(200));
+        let e = link.read_line("a greeting").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains("a greeting"), "{e}");
+        let e = link.read_exact(&mut [0u8; 4], "four bytes").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+    }
+
+    #[test]
+    fn trickling_peer_times_out_too() {
+        let (mut link, mut peer) = pair(Duration::from_millis(300));
+        let t = std::thread::spawn(move || {
+            for _ in 0..20 {
+                if peer.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let e = link.read_line("a line").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        drop(link);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn lines_words_limits_and_eof() {
+        let (mut link, mut peer) = pair(Duration::from_secs(20));
+        peer.write_all(b"GO 64\nBYE\n").unwrap();
+        assert_eq!(link.expect_line("GO").unwrap(), "64");
+        assert!(link.expect_line("DONE").is_err());
+        peer.write_all(&vec![b'a'; MAX_LINE + 1]).unwrap();
+        let e = link.read_line("a line").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        drop(peer);
+        let mut rest = Vec::new();
+        let e = loop {
+            match link.read_line("a line") {
+                Ok(l) => rest.push(l),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e} after {rest:?}");
+        assert_eq!(rest_after("DONE 7", "DONE"), Some("7"));
+        assert_eq!(rest_after("DONEX", "DONE"), None);
+    }
+
+    #[test]
+    fn heartbeat_beats_until_stopped() {
+        let (link, peer) = pair(Duration::from_secs(20));
+        let mut reader = Link::new(peer, Duration::from_secs(20)).unwrap();
+        let beat = Heartbeat::start(&link, Duration::from_millis(10)).unwrap();
+        assert_eq!(reader.read_line("a beat").unwrap(), ALIVE);
+        assert_eq!(reader.read_line("a beat").unwrap(), ALIVE);
+        beat.stop();
+    }
+}

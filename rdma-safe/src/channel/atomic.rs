@@ -1,0 +1,31 @@
+//! Blocking atomics on a [`Channel`]; the scoped form is
+//! [`PollingScope::post_atomic`](crate::PollingScope::post_atomic).
+
+use super::Channel;
+use crate::atomic::AtomicWorkRequest;
+use crate::error::TransportResult;
+use crate::work::WorkSuccess;
+
+impl Channel {
+    /// Posts a 64-bit atomic (compare-and-swap or fetch-and-add) and blocks
+    /// until it completes (bounded by the timeout); the remote word's
+    /// previous value is then in the request's result element.
+    ///
+    /// # Errors
+    /// [`TransportError::Post`](crate::TransportError::Post) before anything
+    /// is posted for a misaligned target, a remote region shorter than 8
+    /// bytes or a result element that is not 8 bytes (see
+    /// [`AtomicWorkRequest`]); a
+    /// [`WorkCompletion`](crate::TransportError::WorkCompletion) error when
+    /// the peer refuses it (`RemAccessErr`: wrong key, no atomic access, or
+    /// outside the peer's region); [`Timeout`](crate::TransportError::Timeout)
+    /// and [`Unusable`](crate::TransportError::Unusable) as for every
+    /// operation.
+    pub fn atomic<'op>(
+        &'op mut self,
+        mut wr: AtomicWorkRequest<'op, 'op>,
+    ) -> TransportResult<WorkSuccess> {
+        let id = self.queue.post_atomic(&mut wr)?;
+        self.queue.wait(id, self.timeout)
+    }
+}
