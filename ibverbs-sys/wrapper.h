@@ -1,3 +1,2 @@
-/* The headers ibverbs-sys binds: the verbs, and the RDMA connection manager. */
+/* The one header ibverbs-sys binds. */
 #include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>

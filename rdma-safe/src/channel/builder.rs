@@ -193,7 +193,6 @@ impl<'f1> ChannelBuilder<'f1> {
             timeout: self.timeout,
             remote: None,
             scope_ids: Vec::new(),
-            cm: None,
         })
     }
 }
