@@ -329,6 +329,12 @@ impl SharedChannel {
         Op::new(self, OwnedKind::Send { imm: None }, data)
     }
 
+    /// [`send_async`](Self::send_async) with 32 bits of immediate data,
+    /// which the peer's receive completion carries.
+    pub fn send_with_immediate_async(&self, data: PoolBytes, imm: u32) -> Op<'_, PoolBytes> {
+        Op::new(self, OwnedKind::Send { imm: Some(imm) }, data)
+    }
+
     /// A future that receives one message into `buf` and resolves to the
     /// outcome and the buffer (its length set to the message's). Dropped
     /// after posting, the receive stays posted: the message it takes is

@@ -33,7 +33,14 @@ options:
                         (default 64,4K,64K,1M); the atomic tests always
                         run 8 bytes (fetch-and-add) and ignore --sizes
   --tests T,...         only these tests (default write_bw,read_bw,send_bw,
-                        write_lat,send_lat,atomic_bw,atomic_lat)
+                        write_lat,send_lat,atomic_bw,atomic_lat); a
+                        name ending in _async (write_bw_async, read_bw_async,
+                        send_bw_async, write_lat_async, send_lat_async)
+                        runs ours with perf --async against the same
+                        perftest program
+  --async               run the async variant of every selected test that
+                        has one (rows named <test>_async); the others are
+                        left out
   --inline N            pass -I N to both tools in the write and send tests
                         (reads carry no inline data; default: each tool's
                         own; perftest turns inline off on devices it does
@@ -68,6 +75,8 @@ pub(super) struct Args {
     pub(super) tests: Vec<Test>,
     pub(super) inline: Option<u32>,
     pub(super) no_setup: bool,
+    /// `--async`: the selected tests are replaced by their async variants.
+    pub(super) asynchronous: bool,
 }
 
 impl Args {
@@ -128,9 +137,10 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         bw_iters: 20000,
         lat_iters: 5000,
         sizes: vec![64, 4096, 65536, 1 << 20],
-        tests: TESTS.to_vec(),
+        tests: TESTS.iter().copied().filter(|t| !t.asynchronous).collect(),
         inline: None,
         no_setup: false,
+        asynchronous: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -147,6 +157,7 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
                 return Ok(None);
             }
             "--no-setup" => a.no_setup = true,
+            "--async" => a.asynchronous = true,
             "--reps" => {
                 a.reps = value("--reps")?
                     .parse()
@@ -202,6 +213,22 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         }
         i += 1;
     }
+    if a.asynchronous {
+        a.tests = a
+            .tests
+            .iter()
+            .filter_map(|t| {
+                if t.asynchronous {
+                    Some(*t)
+                } else {
+                    t.async_variant()
+                }
+            })
+            .collect();
+        if a.tests.is_empty() {
+            return Err("bench: --async: none of the selected tests has an async variant".into());
+        }
+    }
     Ok(Some(a))
 }
 
@@ -221,6 +248,20 @@ mod tests {
             "never below perftest's minimum"
         );
         assert_eq!(iters_for(10, 1 << 20), 10);
+    }
+
+    #[test]
+    fn async_selects_the_async_rows() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&["--tests", "write_bw,send_lat,atomic_bw", "--async"]))
+            .unwrap()
+            .unwrap();
+        let names: Vec<_> = a.tests.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["write_bw_async", "send_lat_async"]);
+        assert_eq!(a.tests[0].perf_name(), "write_bw");
+        let a = parse(&v(&[])).unwrap().unwrap();
+        assert!(a.tests.iter().all(|t| !t.asynchronous));
+        assert!(parse(&v(&["--tests", "atomic_lat", "--async"])).is_err());
     }
 
     #[test]

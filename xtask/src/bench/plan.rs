@@ -148,7 +148,8 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                 )
             }
             Tool::Ours => {
-                let name = r.test.name;
+                let name = r.test.perf_name();
+                let mode = if r.test.asynchronous { " --async" } else { "" };
                 (
                     format!(
                         "{raw}; {f}; {perf} {name} {dev} -p {port} --json \
@@ -156,7 +157,7 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                          [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
                     ),
                     format!(
-                        "{raw}; {f}; {perf} {name} {dev}{s} -n {n}{extra} -p {port} --json 127.0.0.1 \
+                        "{raw}; {f}; {perf} {name}{mode} {dev}{s} -n {n}{extra} -p {port} --json 127.0.0.1 \
                          >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
                          if [ $rc = 0 ]; then cat \"$f.client.json\"; \
                          else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"

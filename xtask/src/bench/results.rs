@@ -81,7 +81,7 @@ struct PerfLine {
 fn parse_ours(text: &str, test: Test, size: u64) -> Option<f64> {
     text.lines()
         .filter_map(|l| serde_json::from_str::<PerfLine>(l.trim()).ok())
-        .filter(|l| l.role.is_none() && l.test == test.name && l.bytes == size)
+        .filter(|l| l.role.is_none() && l.test == test.perf_name() && l.bytes == size)
         .find_map(|l| {
             let value = if test.bw {
                 l.bw_avg_mb_s

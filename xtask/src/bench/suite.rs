@@ -14,15 +14,19 @@ pub(super) struct Test {
     /// The one size the test runs whatever `--sizes` says (the atomics'
     /// 8 bytes); neither tool is given `-s` then.
     pub(super) fixed_size: Option<u64>,
+    /// Ours runs `perf --async` (the row is named `<test>_async`; perftest
+    /// runs as for `<test>`).
+    pub(super) asynchronous: bool,
 }
 
-pub(super) const TESTS: [Test; 7] = [
+pub(super) const TESTS: [Test; 12] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
         bw: true,
         inline: true,
         fixed_size: None,
+        asynchronous: false,
     },
     Test {
         name: "read_bw",
@@ -30,6 +34,7 @@ pub(super) const TESTS: [Test; 7] = [
         bw: true,
         inline: false,
         fixed_size: None,
+        asynchronous: false,
     },
     Test {
         name: "send_bw",
@@ -37,6 +42,7 @@ pub(super) const TESTS: [Test; 7] = [
         bw: true,
         inline: true,
         fixed_size: None,
+        asynchronous: false,
     },
     Test {
         name: "write_lat",
@@ -44,6 +50,7 @@ pub(super) const TESTS: [Test; 7] = [
         bw: false,
         inline: true,
         fixed_size: None,
+        asynchronous: false,
     },
     Test {
         name: "send_lat",
@@ -51,6 +58,7 @@ pub(super) const TESTS: [Test; 7] = [
         bw: false,
         inline: true,
         fixed_size: None,
+        asynchronous: false,
     },
     // Fetch-and-add, both tools' default atomic.
     Test {
@@ -59,6 +67,7 @@ pub(super) const TESTS: [Test; 7] = [
         bw: true,
         inline: false,
         fixed_size: Some(8),
+        asynchronous: false,
     },
     Test {
         name: "atomic_lat",
@@ -66,10 +75,65 @@ pub(super) const TESTS: [Test; 7] = [
         bw: false,
         inline: false,
         fixed_size: Some(8),
+        asynchronous: false,
+    },
+    // `--async`: ours on the owned-buffer futures.
+    Test {
+        name: "write_bw_async",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: true,
+    },
+    Test {
+        name: "read_bw_async",
+        perftest: "ib_read_bw",
+        bw: true,
+        inline: false,
+        fixed_size: None,
+        asynchronous: true,
+    },
+    Test {
+        name: "send_bw_async",
+        perftest: "ib_send_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: true,
+    },
+    Test {
+        name: "write_lat_async",
+        perftest: "ib_write_lat",
+        bw: false,
+        inline: true,
+        fixed_size: None,
+        asynchronous: true,
+    },
+    Test {
+        name: "send_lat_async",
+        perftest: "ib_send_lat",
+        bw: false,
+        inline: true,
+        fixed_size: None,
+        asynchronous: true,
     },
 ];
 
 impl Test {
+    /// The test's name for `perf` (without `_async`).
+    pub(super) fn perf_name(self) -> &'static str {
+        self.name.strip_suffix("_async").unwrap_or(self.name)
+    }
+
+    /// The `--async` variant of this test, if it has one.
+    pub(super) fn async_variant(self) -> Option<Test> {
+        TESTS
+            .iter()
+            .copied()
+            .find(|t| t.asynchronous && t.perf_name() == self.name)
+    }
+
     /// The target for ours/perftest: bandwidth at least 1.00, latency at
     /// most 1.05.
     pub(super) fn target(self) -> f64 {

@@ -2,6 +2,7 @@
 //! server says `GO`, and checks what it read or received once the server
 //! has checked its side.
 
+use crate::asynchronous;
 use crate::bandwidth::{read_chunks, run_bw};
 use crate::latency::run_lat;
 use crate::options::Options;
@@ -24,6 +25,9 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     protocol::decode_answer(&link.read_line("the server's answer to our parameters")?)?;
     let mut side = setup(o, p, &pd, &mut link, &out)?;
     if p.test.is_atomic() {
+        if o.asynchronous {
+            return Err("perf --async: the atomic tests have no async path".into());
+        }
         return crate::atomic::client(o, &mut side, &mut link, &out);
     }
     let server_region = if p.test.server_exposes() {
@@ -60,6 +64,14 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
         let report = match p.test {
+            Test::WriteBw | Test::ReadBw | Test::SendBw if o.asynchronous => Report::Bw(
+                asynchronous::run_bw(p, o.verbose, size, &mut side, server_region)?,
+            ),
+            Test::WriteLat | Test::ReadLat | Test::SendLat if o.asynchronous => {
+                let mut samples =
+                    asynchronous::run_lat(p, size, &mut side, server_region, &mut exposed)?;
+                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+            }
             Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw => {
                 let r = run_bw(p, o.verbose, size, &mut side, server_region)?;
                 Report::Bw(r)
@@ -73,6 +85,8 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         // Our own checks, now that the server is idle.
         let mine = match p.test {
+            // The async loops checked what they read or received.
+            Test::ReadBw | Test::ReadLat | Test::SendLat if o.asynchronous => Ok(()),
             Test::ReadBw | Test::ReadLat => {
                 // Every chunk a read landed in (read_bw spreads a batch).
                 let chunks = match p.test {

@@ -192,7 +192,12 @@ fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> 
 }
 
 /// Spins until byte `i` of `buf` (written by the peer) equals `want`.
-fn wait_for_byte(buf: &SharedBuffer, i: usize, want: u8, timeout: Duration) -> Result<()> {
+pub(crate) fn wait_for_byte(
+    buf: &SharedBuffer,
+    i: usize,
+    want: u8,
+    timeout: Duration,
+) -> Result<()> {
     // The timeout is checked with the TSC (`Stamp`), once the wait has spun
     // a while: `Instant::now` is a system call and an emulated HPET read on
     // a VM whose clock source is not the TSC, microseconds each.

@@ -53,7 +53,12 @@
 //! `ScopedPendingWork`, waiting for the oldest when full); `-v` (and
 //! `--json`) add the time spent per post and the time the scope took to
 //! end, which is the safe API's own overhead.
+//!
+//! `--async` (client) runs the bandwidth and latency tests through the
+//! owned-buffer futures instead ([`asynchronous`]); the server and the
+//! output are the same.
 
+mod asynchronous;
 mod atomic;
 mod bandwidth;
 mod client;

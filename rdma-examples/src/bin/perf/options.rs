@@ -78,6 +78,11 @@ struct Args {
     /// one JSON object per size on stdout (other text goes to stderr)
     #[arg(long = "json")]
     json: bool,
+    /// client: run the operations through the owned-buffer async API on a
+    /// tokio current-thread runtime (write_bw, read_bw, send_bw, write_lat,
+    /// read_lat, send_lat); a server serves either client as is
+    #[arg(long = "async")]
+    asynchronous: bool,
     /// also report the per-operation overhead of the safe API
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
@@ -113,6 +118,7 @@ pub(crate) struct Options {
     pub(crate) mtu: Option<Mtu>,
     pub(crate) port: u16,
     pub(crate) json: bool,
+    pub(crate) asynchronous: bool,
     pub(crate) verbose: bool,
     pub(crate) timeout: Duration,
 }
@@ -180,6 +186,7 @@ impl Options {
             mtu: a.mtu,
             port: a.port,
             json: a.json,
+            asynchronous: a.asynchronous,
             verbose: a.verbose,
             timeout: a.timeout,
         })
