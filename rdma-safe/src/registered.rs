@@ -85,10 +85,11 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
                 "cannot register an empty buffer".into(),
             ));
         }
-        // SAFETY: `buffer` is a `StableBuffer`: `ptr..ptr+len` stays on the
+        // `buffer` is a `StableBuffer`: `ptr..ptr+len` stays on the
         // same pages until `buffer` is dropped, and `RegisteredBuffer` drops
         // the region (deregistering it) first. Local access only: the NIC
         // touches the memory solely through elements that borrow `self`.
+        // SAFETY: by the reasoning just above.
         let region = unsafe {
             MemoryRegion::register_mr_with_access(pd, ptr, len, AccessFlags::LOCAL_WRITE)
         }?;

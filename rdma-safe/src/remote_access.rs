@@ -137,13 +137,14 @@ impl RemoteAccessBuffer {
             .take(words)
             .collect();
         let ptr = words.as_ptr().cast::<u8>().cast_mut();
-        // SAFETY: the range is the heap block of `words`, which this value
+        // The range is the heap block of `words`, which this value
         // owns, never reallocates and frees only after deregistering (see
         // `Drop`), so it stays on the pages pinned here. Remote access is
         // granted over memory Rust reaches only through `AtomicU64`, whose
         // `UnsafeCell` permits writes behind shared references and whose
         // accesses are all atomic, so no peer access can race a non-atomic
         // Rust access (module docs).
+        // SAFETY: by the reasoning just above.
         let region =
             unsafe { MemoryRegion::register_mr_with_access(pd, ptr, words.len() * WORD, access) }?;
         Ok(RemoteAccessBuffer {

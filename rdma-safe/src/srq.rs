@@ -177,12 +177,13 @@ impl SharedReceiveQueue {
             .zip(&self.free)
             .map(|(e, &s)| RecvRequest::new(s as u64, scatter_sges(e)))
             .collect();
-        // SAFETY: every SGE names a slot of the ring this queue shares with
+        // Every SGE names a slot of the ring this queue shares with
         // its channels' engines. The ring is memory Rust reaches only
         // atomically (so the NIC writing it is no data race), it is owned by
         // `SrqShared`, and `SrqShared` outlives the SRQ's every use: this
         // value and each attached channel's engine (after its queue pair)
         // hold it.
+        // SAFETY: by the reasoning just above.
         let outcome = unsafe { self.shared.srq.post_recv_list(&mut reqs) };
         let n = self.free.len();
         let posted = match &outcome {

@@ -126,11 +126,12 @@ impl Channel {
         // Local write and window binding only: the region's own key opens
         // nothing remotely; the window carries the remote rights.
         let region_access = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;
-        // SAFETY: `memory` is exclusively borrowed for this whole call and
+        // `memory` is exclusively borrowed for this whole call and
         // `release` deregisters the region before the call returns (or the
         // process aborts), so the range stays on its pages while registered
         // and no Rust code touches it meanwhile. No remote rights are
         // granted through the region itself.
+        // SAFETY: by the reasoning just above.
         let mr = unsafe {
             rdma_core::MemoryRegion::register(self.pd().as_core(), addr, len, region_access)
         }?;

@@ -107,12 +107,13 @@ impl WorkQueue {
         let rc = match kind {
             OwnedKind::Receive => {
                 let mut req = [RecvRequest::new(id, sges)];
-                // SAFETY: the SGE names `held`'s buffer, which `held` keeps
+                // The SGE names `held`'s buffer, which `held` keeps
                 // allocated and registered (its pool holds the slab). `held`
                 // is the buffer's only handle (a `PoolBuf`) and moves into
                 // the slot below, under the same lock, before anyone could
                 // reap this request; the slot gives it up only after the
                 // completion is seen.
+                // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_recv_list(&mut req) }.map_err(IbvError::from)
             }
             _ => {

@@ -180,11 +180,12 @@ impl WorkQueue {
             }
             reqs[last].set_wr_id(id);
             reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);
-            // SAFETY: every SGE comes from a `GatherElement` (a live `&[u8]`)
+            // Every SGE comes from a `GatherElement` (a live `&[u8]`)
             // or a `ScatterElement` (a live `&mut [u8]`) of a registration
             // whose range stays on its pinned pages; they stay borrowed until
             // the completion is claimed: blocking calls wait for it, scopes
             // drain it before returning, and `PendingWork` waits on drop.
+            // SAFETY: by the reasoning just above.
             match unsafe { self.qp.post_send_list(reqs) } {
                 Ok(()) => Ok(()),
                 Err(e) if e.posted() == Some(0) => Err(e.into()),

@@ -70,10 +70,11 @@ mod tokio_impl {
                     "TokioReactor needs a tokio runtime (enable_io and enable_time)",
                 ));
             }
-            // SAFETY: `CompChannel::as_raw_fd` always returns the channel's
+            // `CompChannel::as_raw_fd` always returns the channel's
             // own descriptor, which stays open until the last clone of the
             // channel is dropped — the one moved into the `AsyncFd` lives as
             // long as the registration.
+            // SAFETY: by the reasoning just above.
             let fd =
                 unsafe { AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE) }?;
             let timer = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));

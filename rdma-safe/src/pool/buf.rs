@@ -89,10 +89,11 @@ impl Deref for PoolBuf {
     #[inline]
     fn deref(&self) -> &[u8] {
         let (ptr, _) = self.pool.chunk(self.idx);
-        // SAFETY: the chunk is `capacity >= len` initialised bytes (slabs
+        // The chunk is `capacity >= len` initialised bytes (slabs
         // are zeroed at allocation; the NIC writes only bytes) inside a slab
         // the pool keeps allocated while `self` holds it; `self` is the
         // chunk's only handle, so nobody writes it during this borrow.
+        // SAFETY: by the reasoning just above.
         unsafe { std::slice::from_raw_parts(ptr, self.len as usize) }
     }
 }

@@ -83,11 +83,12 @@ impl Deref for PoolBytes {
     #[inline]
     fn deref(&self) -> &[u8] {
         let (ptr, _) = self.pool.chunk(self.idx);
-        // SAFETY: `off + len` lies within the chunk's initialised bytes, in a
+        // `off + len` lies within the chunk's initialised bytes, in a
         // slab the pool keeps allocated while `self` holds it. Only
         // `PoolBytes` handles (shared, read-only) exist for the chunk, and
         // the NIC only reads it (sends and write sources), so the bytes do
         // not change during the borrow.
+        // SAFETY: by the reasoning just above.
         unsafe { std::slice::from_raw_parts(ptr.add(self.off as usize), self.len as usize) }
     }
 }
