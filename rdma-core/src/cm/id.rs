@@ -64,6 +64,13 @@ pub struct ConnectParams<'a> {
     pub retry_count: u8,
     /// Receiver-not-ready retries (7: unlimited).
     pub rnr_retry_count: u8,
+    /// How long a peer whose message found no receive posted here waits
+    /// before sending it again (the RNR NAK timer, IB encoding: 12 is
+    /// 0.64 ms). The CM's own value is 0, which encodes the longest wait,
+    /// 655 ms: too long for the first message a peer sends right after the
+    /// connection is established, before a receive could be posted on the
+    /// accepted QP.
+    pub min_rnr_timer: u8,
 }
 
 impl Default for ConnectParams<'_> {
@@ -74,6 +81,7 @@ impl Default for ConnectParams<'_> {
             initiator_depth: 1,
             retry_count: 7,
             rnr_retry_count: 7,
+            min_rnr_timer: 12,
         }
     }
 }
@@ -320,9 +328,7 @@ impl CmId {
         })?;
         match self.expect("rdma_connect", timeout)? {
             CmEvent::ConnectResponse(theirs) => {
-                let ready = self
-                    .modify_qp(qp, QpState::ReadyToReceive)
-                    .and_then(|()| self.modify_qp(qp, QpState::ReadyToSend));
+                let ready = self.make_ready(qp, params.min_rnr_timer);
                 if let Err(err) = ready {
                     // SAFETY: the identifier is alive; no private data.
                     unsafe { sys::rdma_reject(self.as_ptr(), ptr::null(), 0) };
@@ -357,8 +363,7 @@ impl CmId {
     ) -> Result<()> {
         let mut raw = params.to_raw(qp.qp_num(), MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         qp.to_init(self.port_num(), access)?;
-        self.modify_qp(qp, QpState::ReadyToReceive)?;
-        self.modify_qp(qp, QpState::ReadyToSend)?;
+        self.make_ready(qp, params.min_rnr_timer)?;
         // SAFETY: the identifier is alive; `raw` is valid for the call.
         check_rc("rdma_accept", unsafe {
             sys::rdma_accept(self.as_ptr(), &mut raw)
@@ -420,6 +425,26 @@ impl CmId {
     /// # Errors
     /// The errno of either verb.
     pub fn modify_qp(&self, qp: &QueuePair, state: QpState) -> Result<()> {
+        self.modify_qp_with(qp, state, |_| {})
+    }
+
+    /// INIT → RTR → RTS with the negotiated attributes, the RNR NAK timer
+    /// replaced by `min_rnr_timer`.
+    fn make_ready(&self, qp: &QueuePair, min_rnr_timer: u8) -> Result<()> {
+        self.modify_qp_with(qp, QpState::ReadyToReceive, |attr| {
+            attr.min_rnr_timer = min_rnr_timer.min(31);
+        })?;
+        self.modify_qp(qp, QpState::ReadyToSend)
+    }
+
+    /// [`modify_qp`](Self::modify_qp), letting `adjust` change the
+    /// negotiated attributes before they are applied.
+    fn modify_qp_with(
+        &self,
+        qp: &QueuePair,
+        state: QpState,
+        adjust: impl FnOnce(&mut sys::ibv_qp_attr),
+    ) -> Result<()> {
         use sys::ibv_qp_state as S;
         let raw_state = match state {
             QpState::Init => S::IBV_QPS_INIT,
@@ -441,6 +466,7 @@ impl CmId {
         check_rc("rdma_init_qp_attr", unsafe {
             sys::rdma_init_qp_attr(self.as_ptr(), &mut attr, &mut mask)
         })?;
+        adjust(&mut attr);
         qp.modify(&mut attr, sys::ibv_qp_attr_mask(mask as u32))
     }
 

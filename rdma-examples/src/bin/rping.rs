@@ -265,17 +265,29 @@ fn server(o: &Options) -> Result<()> {
     let mut rx = RegisteredBuffer::new(&pd, INFO_LEN)?;
     let go_ahead = RegisteredBuffer::register(&pd, encode(0, 0, o.size as u32).to_vec())?;
     let mut channel = incoming.accept(&[])?;
+    let go = [go_ahead.gather(..)];
     let mut ping = 0u64;
-    while o.count.is_none_or(|c| ping < c) {
-        // The client's source buffer, or its disconnect between pings.
-        match exchange(&mut channel, &mut rx, None) {
-            Ok(()) => {}
-            Err(TransportError::PeerDisconnected { .. }) => {
-                // The C server's words for the same moment.
-                eprintln!("server DISCONNECT EVENT...");
-                break;
-            }
+    loop {
+        // The client's source buffer, or its disconnect between pings. The
+        // receive for it goes up with the previous ping's last "go ahead",
+        // as the C server's does, so the client's next message never finds
+        // the queue empty (an RNR NAK would delay it).
+        let last_go_ahead = (ping > 0).then_some(&go[..]);
+        let disconnected = match exchange(&mut channel, &mut rx, last_go_ahead) {
+            Ok(()) => false,
+            Err(TransportError::PeerDisconnected { .. }) => true,
             Err(e) => return Err(e.into()),
+        };
+        if disconnected {
+            // The C server's words for the same moment.
+            eprintln!("server DISCONNECT EVENT...");
+            break;
+        }
+        if o.count.is_some_and(|c| ping == c) {
+            // Like the C server, the disconnect is the client's: one made
+            // here right after the last "go ahead" can overtake it in a C
+            // client, which then reports a failure.
+            return Err(format!("the client sent more than -C {ping} pings").into());
         }
         let source = decode(&rx);
         let len = usize::try_from(source.length()).unwrap_or(usize::MAX);
@@ -291,7 +303,7 @@ fn server(o: &Options) -> Result<()> {
             println!("server ping data: {}", c_str(&buf[..len]));
         }
         // Go ahead, and the client's sink buffer in return.
-        exchange(&mut channel, &mut rx, Some(&[go_ahead.gather(..)]))?;
+        exchange(&mut channel, &mut rx, Some(&go))?;
         let sink = decode(&rx);
         let written = buf[..len]
             .iter()
@@ -301,23 +313,10 @@ fn server(o: &Options) -> Result<()> {
             return Err("the client's sink buffer is smaller than its ping".into());
         }
         channel.write(WriteWorkRequest::new(&[buf.gather(..written)], sink))?;
-        channel.send(SendWorkRequest::new(&[go_ahead.gather(..)]))?;
         ping += 1;
     }
     if o.debug {
         eprintln!("rping: {ping} pings served");
-    }
-    if o.count.is_some_and(|c| ping == c) {
-        // Like the C server, leave the disconnect to the client: one made
-        // here right after the last "go ahead" can overtake it in a C
-        // client, which then reports a failure.
-        match exchange(&mut channel, &mut rx, None) {
-            Err(TransportError::PeerDisconnected { .. }) => {
-                eprintln!("server DISCONNECT EVENT...");
-            }
-            Err(e) => return Err(e.into()),
-            Ok(()) => return Err(format!("the client sent more than -C {ping} pings").into()),
-        }
     }
     Ok(())
 }

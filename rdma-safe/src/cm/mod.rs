@@ -52,6 +52,11 @@ pub struct CmOptions {
     /// Receiver-not-ready retries (default 7, unlimited; the timeout still
     /// bounds every wait).
     pub rnr_retry_count: u8,
+    /// How long a peer whose message found no receive posted waits before
+    /// sending it again (RNR NAK timer, IB encoding; default 12, 0.64 ms).
+    /// An accepted channel exists only once the connection is established,
+    /// so a peer that sends at once meets this wait once.
+    pub min_rnr_timer: u8,
     /// Connect requests the kernel queues for a [`Listener`] (default 64).
     pub backlog: i32,
 }
@@ -65,6 +70,7 @@ impl Default for CmOptions {
             rd_atomic: 16,
             retry_count: 7,
             rnr_retry_count: 7,
+            min_rnr_timer: 12,
             backlog: 64,
         }
     }
@@ -96,6 +102,7 @@ impl CmOptions {
             initiator_depth: self.rd_atomic,
             retry_count: self.retry_count,
             rnr_retry_count: self.rnr_retry_count,
+            min_rnr_timer: self.min_rnr_timer,
         }
     }
 }
