@@ -177,7 +177,8 @@ impl CmId {
     /// the context; the handle keeps the identifier alive.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] while the identifier is bound to no device.
+    /// [`Error::InvalidArgument`] while the identifier is bound to no device,
+    /// or the error of making its async event descriptor non-blocking.
     pub fn context(&self) -> Result<Context> {
         // SAFETY: the identifier is alive; `verbs` is a plain field.
         let verbs = unsafe { (*self.as_ptr()).verbs };
@@ -187,7 +188,7 @@ impl CmId {
         let owner: Arc<dyn std::any::Any + Send + Sync> = self.inner.clone();
         // SAFETY: librdmacm keeps the context of a device open while an
         // identifier on it exists, and `owner` keeps this identifier.
-        Ok(unsafe { Context::lent(verbs, owner) })
+        unsafe { Context::lent(verbs, owner) }
     }
 
     /// The device port the identifier is bound to (0 when unbound).
