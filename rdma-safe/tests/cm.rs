@@ -1,8 +1,8 @@
 //! Channels made by the RDMA connection manager, on the device: private data
 //! both ways, data checked byte for byte, several clients at once, the
 //! failures (nobody listening, an unresolvable or unreachable address, too
-//! much private data, a peer that disconnects mid-transfer) and that
-//! nothing is left behind.
+//! much private data, a peer that disconnects mid-transfer), async
+//! operations over a CM channel, and that nothing is left behind.
 
 mod common;
 
@@ -346,4 +346,77 @@ fn nothing_is_left_behind() {
         after = counts().unwrap();
     }
     assert_eq!(after, before, "[cm_id, qp, pd] counts after vs before");
+}
+
+/// A CM-made channel works with the async API: 200 messages echoed through
+/// tokio futures on both sides, every byte checked, then the client's
+/// disconnect ends the server's pending receive with a flush at once (the
+/// channel says why) instead of the timeout.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_cm_channel_serves_async_operations() {
+    use rdma_safe::BufferPool;
+    const MESSAGES: usize = 200;
+    const LEN: usize = 300;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cm_opts = opts(Duration::from_secs(30)).completion_events(true);
+    let listener = Listener::bind_with(format!("{}:0", device_ip()), &cm_opts).expect("listen");
+    let addr = listener.local_addr().expect("bound");
+    let outcome = rt.block_on(async move {
+        let server = tokio::task::spawn_blocking(move || listener.accept().expect("accept"));
+        let client = tokio::task::spawn_blocking(move || {
+            Channel::connect_to_with(addr, b"async", &cm_opts).expect("connect")
+        });
+        let (server, client) = (server.await.unwrap(), client.await.unwrap());
+        assert_eq!(&server.peer_private_data().unwrap()[..5], b"async");
+        let s = server.shared().with_tokio().expect("server on tokio");
+        let c = client.shared().with_tokio().expect("client on tokio");
+        let s_pool = BufferPool::new(server.pd(), LEN, 8).expect("server pool");
+        let c_pool = BufferPool::new(client.pd(), LEN, 8).expect("client pool");
+        let echo = {
+            let (s, pool) = (s.clone(), s_pool.clone());
+            tokio::spawn(async move {
+                let mut incoming = s.receive_stream(pool, 4);
+                for _ in 0..MESSAGES {
+                    let (got, buf) = incoming.next().await.expect("open").expect("receive");
+                    assert_eq!(got.bytes(), LEN);
+                    let (r, _) = s.send_async(buf.freeze()).await;
+                    r.expect("server echo");
+                }
+                // The next receive waits for a message that never comes.
+                let started = Instant::now();
+                let pending = incoming.next().await.expect("the stream reports the end");
+                (pending.map(|(got, _)| got), started.elapsed())
+            })
+        };
+        // Receives stay posted ahead of the echoes.
+        let mut echoes = c.receive_stream(c_pool.clone(), 4);
+        for i in 0..MESSAGES {
+            let out = pattern(seed("cm-async", i), LEN);
+            let mut tx = c_pool.alloc().await;
+            tx.fill_from(&out);
+            let (r, _) = c.send_async(tx.freeze()).await;
+            r.expect("client send");
+            let (got, back) = echoes.next().await.expect("stream open").expect("echo");
+            assert_eq!(got.bytes(), LEN);
+            assert_bytes(&back[..], &out, "echoed over a CM channel");
+        }
+        drop((echoes, c, client));
+        let (pending, took) = echo.await.expect("echo task");
+        assert!(server.peer_disconnected(), "the server saw the disconnect");
+        drop((s, server));
+        assert_eq!(s_pool.available(), s_pool.capacity(), "server buffers back");
+        (pending, took)
+    });
+    let (pending, took) = outcome;
+    let err = pending.expect_err("the client left");
+    eprintln!("pending async receive: {err} after {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "flushed by the disconnect, not the 30 s timeout: {took:?}"
+    );
 }
