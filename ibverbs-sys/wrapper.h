@@ -1,2 +1,3 @@
-/* The one header ibverbs-sys binds. */
+/* The headers ibverbs-sys binds: the verbs, and the RDMA connection manager. */
 #include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>

@@ -43,6 +43,25 @@ mod lp64 {
     const_assert_eq!(size_of::<ibv_mr>(), 48);
     const_assert_eq!(size_of::<ibv_qp>(), 160);
     const_assert_eq!(size_of::<ibv_cq>(), 128);
+
+    // <rdma/rdma_cma.h>
+    const_assert_eq!(size_of::<rdma_cm_id>(), 416);
+    const_assert_eq!(offset_of!(rdma_cm_id, verbs), 0);
+    const_assert_eq!(offset_of!(rdma_cm_id, channel), 8);
+    const_assert_eq!(offset_of!(rdma_cm_id, qp), 24);
+    const_assert_eq!(offset_of!(rdma_cm_id, route), 32);
+    const_assert_eq!(offset_of!(rdma_cm_id, port_num), 348);
+    const_assert_eq!(offset_of!(rdma_cm_id, pd), 400);
+    const_assert_eq!(size_of::<rdma_route>(), 312);
+    const_assert_eq!(size_of::<rdma_addr>(), 296);
+    const_assert_eq!(size_of::<rdma_cm_event>(), 80);
+    const_assert_eq!(offset_of!(rdma_cm_event, event), 16);
+    const_assert_eq!(offset_of!(rdma_cm_event, status), 20);
+    const_assert_eq!(offset_of!(rdma_cm_event, param), 24);
+    const_assert_eq!(size_of::<rdma_conn_param>(), 24);
+    const_assert_eq!(offset_of!(rdma_conn_param, private_data_len), 8);
+    const_assert_eq!(offset_of!(rdma_conn_param, qp_num), 16);
+    const_assert_eq!(size_of::<rdma_event_channel>(), 4);
 }
 
 // `ibv_context` must be the last field of `verbs_context` (container_of).

@@ -1,4 +1,5 @@
-//! Raw FFI bindings to `libibverbs`, the RDMA verbs library of rdma-core.
+//! Raw FFI bindings to `libibverbs`, the RDMA verbs library of rdma-core, and
+//! to `librdmacm`, its connection manager (`<rdma/rdma_cma.h>`: `rdma_*`).
 //!
 //! Everything `bindgen` can see in `<infiniband/verbs.h>` is generated at build
 //! time (the library is located with `pkg-config`). What bindgen cannot bind —
@@ -15,7 +16,9 @@
 //! * extended verbs: [`ibv_create_cq_ex`], [`ibv_start_poll`],
 //!   [`ibv_next_poll`], [`ibv_end_poll`], the `ibv_wc_read_*` family,
 //!   [`ibv_qp_to_qp_ex`] and the `ibv_wr_*` family, [`ibv_query_device_ex`],
-//!   [`ibv_create_qp_ex`], [`ibv_create_srq_ex`], …
+//!   [`ibv_create_qp_ex`], [`ibv_create_srq_ex`], …;
+//! * the connection manager's inline helpers: [`rdma_get_local_addr`],
+//!   [`rdma_get_peer_addr`].
 //!
 //! # Enums
 //!
@@ -32,7 +35,8 @@
 //! contract, which is the C function's: valid, live pointers from this
 //! library, and whatever the verbs man page requires of the arguments.
 
-/// What bindgen generates from `<infiniband/verbs.h>`: C names, no docs.
+/// What bindgen generates from `<infiniband/verbs.h>` and
+/// `<rdma/rdma_cma.h>`: C names, no docs.
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 #[allow(missing_docs, missing_debug_implementations, unreachable_pub)]
 #[allow(rustdoc::all, unsafe_op_in_unsafe_fn)]

@@ -559,13 +559,55 @@ fn checks() -> Checks {
     fields!(c, ibv_xrcd: context);
     fields!(c, ibv_td: context);
     fields!(c, ibv_counters: context);
+
+    // The connection manager, <rdma/rdma_cma.h>.
+    fields!(
+        c,
+        rdma_cm_id: verbs,
+        channel,
+        context,
+        qp,
+        route,
+        ps,
+        port_num,
+        event,
+        send_cq_channel,
+        send_cq,
+        recv_cq_channel,
+        recv_cq,
+        srq,
+        pd,
+        qp_type,
+    );
+    fields!(c, rdma_route: addr, path_rec, num_paths);
+    fields!(
+        c,
+        rdma_addr: __bindgen_anon_1.src_addr => "src_addr",
+        __bindgen_anon_2.dst_addr => "dst_addr",
+        addr,
+    );
+    fields!(c, rdma_cm_event: id, listen_id, event, status, param);
+    fields!(
+        c,
+        rdma_conn_param: private_data,
+        private_data_len,
+        responder_resources,
+        initiator_depth,
+        flow_control,
+        retry_count,
+        rnr_retry_count,
+        srq,
+        qp_num,
+    );
+    fields!(c, rdma_ud_param: private_data, private_data_len, ah_attr, qp_num, qkey);
+    fields!(c, rdma_event_channel: fd);
     c
 }
 
 /// Compiles and runs the C program; returns its output as key → value.
 fn c_layouts(checks: &Checks) -> BTreeMap<String, String> {
     let program = format!(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n\n\
+        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\n\n\
          int main(void)\n{{\n{}    return 0;\n}}\n",
         checks.c_body
     );

@@ -17,8 +17,19 @@ use std::time::{Duration, Instant};
 
 deleter!(sys::ibv_context, ibv_close_device);
 
+/// The context pointer: opened (and closed) by us, or lent by another owner
+/// (librdmacm opens every device once and shares the context among its
+/// identifiers), kept alive by a reference to that owner.
+enum Raw {
+    Owned(Wrapper<sys::ibv_context>),
+    Lent {
+        ptr: std::ptr::NonNull<sys::ibv_context>,
+        _owner: Arc<dyn std::any::Any + Send + Sync>,
+    },
+}
+
 struct Inner {
-    raw: Wrapper<sys::ibv_context>,
+    raw: Raw,
     name: String,
 }
 
@@ -50,7 +61,7 @@ impl Context {
         let raw = unsafe { Wrapper::from_created("ibv_open_device", ptr) }?;
         let ctx = Context {
             inner: Arc::new(Inner {
-                raw,
+                raw: Raw::Owned(raw),
                 name: device.name(),
             }),
         };
@@ -85,9 +96,48 @@ impl Context {
             .open()
     }
 
+    /// A context that `owner` keeps open (librdmacm's context of a connection
+    /// identifier); never closed through this handle. Its async event
+    /// descriptor is made non-blocking, as [`from_device`](Self::from_device)
+    /// does, so that [`try_get_async_event`](Self::try_get_async_event)
+    /// never blocks (librdmacm opens device contexts with blocking
+    /// descriptors and never reads their async events itself).
+    ///
+    /// # Safety
+    /// `ptr` must be a live context that stays open while `owner` is alive.
+    ///
+    /// # Errors
+    /// The error of `fcntl` on the async event descriptor.
+    pub(crate) unsafe fn lent(
+        ptr: std::ptr::NonNull<sys::ibv_context>,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<Self> {
+        // SAFETY: the context is alive (caller's contract); `device` and its
+        // name are fixed for the life of the context.
+        let name = unsafe {
+            let name = sys::ibv_get_device_name((*ptr.as_ptr()).device);
+            if name.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(name).to_string_lossy().into_owned()
+            }
+        };
+        let ctx = Context {
+            inner: Arc::new(Inner {
+                raw: Raw::Lent { ptr, _owner: owner },
+                name,
+            }),
+        };
+        fd::set_nonblocking(ctx.as_raw_fd(), "fcntl(O_NONBLOCK) on async event fd")?;
+        Ok(ctx)
+    }
+
     /// The raw context, valid while `self` is alive.
     pub fn as_ptr(&self) -> *mut sys::ibv_context {
-        self.inner.raw.as_ptr()
+        match &self.inner.raw {
+            Raw::Owned(raw) => raw.as_ptr(),
+            Raw::Lent { ptr, .. } => ptr.as_ptr(),
+        }
     }
 
     /// The device's name.

@@ -48,6 +48,25 @@ pub enum Error {
     /// A post verb failed part-way through a list of work requests.
     #[error(transparent)]
     Post(#[from] PostError),
+    /// The connection manager answered a step with an event other than the
+    /// one awaited (a reject, an unreachable peer, an address error, …).
+    #[error("{step} failed: {event} ({})", crate::CmEvent::describe(event, *status))]
+    Cm {
+        /// The step, named by its verb (`"rdma_connect"`, `"rdma_resolve_addr"`).
+        step: &'static str,
+        /// The event that came instead (`"RDMA_CM_EVENT_REJECTED"`).
+        event: &'static str,
+        /// The event's status (negated errno, or a reject reason).
+        status: i32,
+    },
+    /// A bounded wait of the connection manager expired.
+    #[error("{step} did not finish within {timeout:?}")]
+    Timeout {
+        /// The step waited for.
+        step: &'static str,
+        /// The bound.
+        timeout: std::time::Duration,
+    },
     /// An argument was rejected before any verb was called.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -70,6 +89,24 @@ impl Error {
             .filter(|&e| e != 0)
             .unwrap_or(libc::EIO);
         Self::verb(verb, errno)
+    }
+
+    /// The error of CM step `step` answered by `event`.
+    pub(crate) fn cm(step: &'static str, event: &crate::CmEvent) -> Self {
+        let status = match event {
+            crate::CmEvent::AddrError { status }
+            | crate::CmEvent::RouteError { status }
+            | crate::CmEvent::ConnectError { status }
+            | crate::CmEvent::Unreachable { status }
+            | crate::CmEvent::Rejected { status, .. }
+            | crate::CmEvent::Other { status, .. } => *status,
+            _ => 0,
+        };
+        Error::Cm {
+            step,
+            event: event.name(),
+            status,
+        }
     }
 
     /// The errno of a failed verb, if this is one.

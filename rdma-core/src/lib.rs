@@ -11,6 +11,7 @@
 //!                                  │                     └─► SharedReceiveQueue
 //!                                  ├─► CompChannel ◄── CompQueue
 //!                                  └─► CompQueue
+//! CmId (connection manager) ─► Context (lent by librdmacm) ─► …as above
 //! ```
 //!
 //! # Ownership: children keep their parents alive
@@ -37,6 +38,7 @@
 
 mod ah;
 mod async_event;
+mod cm;
 mod comp_channel;
 mod context;
 mod cq;
@@ -57,6 +59,10 @@ mod wrapper;
 
 pub use ah::{AddressHandle, AddressVector, GlobalRoute};
 pub use async_event::{AsyncEvent, CqId, SrqId, WqId};
+pub use cm::{
+    CmEvent, CmId, ConnParams, ConnectParams, ConnectRequest, EventChannel,
+    MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+};
 pub use comp_channel::CompChannel;
 pub use context::{Context, DeviceAttr};
 pub use cq::CompQueue;

@@ -84,6 +84,13 @@ pub enum TransportError {
         /// The wait.
         timeout: Duration,
     },
+    /// The peer of a channel made by the connection manager disconnected;
+    /// the request was flushed and the channel is unusable.
+    #[error("{operation} failed: the peer disconnected")]
+    PeerDisconnected {
+        /// The operation.
+        operation: Operation,
+    },
     /// The channel was shut down by an earlier failure or timeout.
     #[error("channel unusable: {0}")]
     Unusable(String),

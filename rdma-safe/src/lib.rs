@@ -94,6 +94,7 @@
 mod aligned;
 mod atomic;
 mod channel;
+pub mod cm;
 pub mod datagram;
 mod endpoint;
 mod engine;
@@ -117,6 +118,7 @@ mod work;
 pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
 pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
+pub use cm::{CmOptions, Connector, Incoming, Listener};
 pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{

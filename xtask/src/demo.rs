@@ -1,7 +1,8 @@
 //! `cargo xtask demo` — shows a newcomer a working RDMA stack: the soft-RoCE
 //! device, its port and GIDs, our `rc_pingpong` against itself and against
-//! rdma-core's `ibv_rc_pingpong` (both directions), and a short RDMA-write
-//! bandwidth and latency measurement with our `perf`.
+//! rdma-core's `ibv_rc_pingpong` (both directions), a short RDMA-write
+//! bandwidth and latency measurement with our `perf`, and a connection made
+//! by the RDMA connection manager (our `rping` against rdma-core's).
 //!
 //! The example programs are built in release mode on the host first; the
 //! steps then run through [`crate::rxe`] (natively or in the VM, in one
@@ -31,6 +32,8 @@ it, explaining each step:
      other way round (the two are wire-compatible)
   4. RDMA-write bandwidth (perf write_bw, 4 KiB / 64 KiB / 1 MiB) and
      latency (perf write_lat, 64 B)
+  5. connecting by IP address with the RDMA connection manager: our rping
+     server + rdma-core's rping client, and the other way round
 Exits non-zero if any step fails. Takes a few minutes under CPU emulation.
 
 options:
@@ -45,11 +48,13 @@ const BW_ITERS: u32 = 300;
 const BW_SIZES: [u32; 3] = [4096, 65536, 1 << 20];
 /// Round trips of the latency test.
 const LAT_ITERS: u32 = 300;
+/// Pings of the rping steps.
+const RPING_COUNT: u32 = 5;
 
 /// The demo's steps; `bin` is the directory holding the release binaries.
 fn plan(bin: &Path) -> Plan {
     let exe = |name: &str| shell_quote(&bin.join(name).to_string_lossy());
-    let (pingpong, perf) = (exe("rc_pingpong"), exe("perf"));
+    let (pingpong, perf, rping) = (exe("rc_pingpong"), exe("perf"), exe("rping"));
     let dev = "-d \"$RXE_DEVICE\"";
     let gid = "-g \"$RXE_GID_INDEX\"";
     let n = PINGPONG_ITERS;
@@ -158,6 +163,34 @@ fn plan(bin: &Path) -> Plan {
          bytes between registered memory regions; the programs only posted work\n\
          requests and polled completions. Both perf sides end with `data verified`.",
     );
+
+    let c = RPING_COUNT;
+    let addr = "-a \"$RXE_IPV4\"";
+    p.say(&format!(
+        "5a. Connecting by address: the RDMA connection manager (librdmacm) resolves\n\
+         $RXE_IPV4 to the rxe0 device, picks the GID and path, and carries the connect\n\
+         and accept - no TCP side channel, no -d/-g. Our rping serves, rdma-core's rping\n\
+         connects: {c} pings in which the client advertises its buffers, the server\n\
+         RDMA-reads the ping data and RDMA-writes it back. Both print each ping\n\
+         (`ping data: rdma-ping-N: ...` / `server ping data: ...`); -V makes the client\n\
+         compare what came back with what it sent."
+    ));
+    p.server_client(
+        "rping: ours (server) <-> rping (client), RDMA CM",
+        0,
+        &format!("{rping} -s {addr} -p 7174 -v -C {c}"),
+        &format!("rping -c {addr} -p 7174 -v -V -C {c}"),
+    );
+    p.say(
+        "5b. And the other way round: rdma-core's rping serves, ours connects. The C\n\
+         server prints `server DISCONNECT EVENT...` when the client leaves.",
+    );
+    p.server_client(
+        "rping: rping (server) <-> ours (client), RDMA CM",
+        0,
+        &format!("rping -s {addr} -p 7175 -v -C {c}"),
+        &format!("{rping} -c {addr} -p 7175 -v -V -C {c}"),
+    );
     p
 }
 
@@ -169,7 +202,7 @@ pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
         .current_dir(&ws.root);
     process::run(&mut cmd)?;
     let bin = ws.target.join("release");
-    for name in ["devices", "rc_pingpong", "perf"] {
+    for name in ["devices", "rc_pingpong", "perf", "rping"] {
         if !bin.join(name).is_file() {
             return Err(format!("{} was not built", bin.join(name).display()).into());
         }

@@ -10,8 +10,8 @@
 //! file: `post` (data path), `wrapped` (macro-wrapped queries and
 //! registration), `extended` (extended creation, XRC), `cq_ex` (extended
 //! polling, `ibv_wc_read_*`), `wr` (`ibv_wr_*`), `memory` (windows, device
-//! memory), `wq` (work queues, SRQ operations), `flow` (steering, counters)
-//! and `misc`.
+//! memory), `wq` (work queues, SRQ operations), `flow` (steering, counters),
+//! `misc`, and `cm` (the inline helpers of `<rdma/rdma_cma.h>`).
 
 use crate::*;
 use core::ffi::{c_int, c_uint, c_void};
@@ -129,6 +129,7 @@ macro_rules! ctx_op {
     };
 }
 
+mod cm;
 mod cq_ex;
 mod extended;
 mod flow;
@@ -139,6 +140,7 @@ mod wq;
 mod wr;
 mod wrapped;
 
+pub use cm::*;
 pub use cq_ex::*;
 pub use extended::*;
 pub use flow::*;

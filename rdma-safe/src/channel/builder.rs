@@ -193,6 +193,7 @@ impl<'f1> ChannelBuilder<'f1> {
             timeout: self.timeout,
             remote: None,
             scope_ids: Vec::new(),
+            cm: None,
         })
     }
 }

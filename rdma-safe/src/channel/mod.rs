@@ -5,10 +5,12 @@
 
 mod atomic;
 mod builder;
+mod cm;
 mod connect;
 mod ops;
 
 pub use builder::ChannelBuilder;
+pub(crate) use cm::CmQueue;
 pub use connect::ConnectOptions;
 
 use crate::endpoint::Endpoint;
@@ -51,6 +53,9 @@ pub struct Channel {
     /// The id list of the last scope, kept so that a loop of short scopes
     /// does not allocate one per iteration.
     pub(crate) scope_ids: Vec<u64>,
+    /// The connection manager's side of a channel it connected. Last, so
+    /// that it is dropped last: it disconnects and stops its watcher.
+    cm: Option<cm::CmLink>,
 }
 
 impl Channel {

@@ -14,7 +14,7 @@ impl Channel {
     /// Posts a send and blocks until it completes (bounded by the timeout).
     pub fn send<'op>(&'op mut self, wr: SendWorkRequest<'op, 'op>) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_send(&wr)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a receive and blocks until a message arrives in it (bounded by
@@ -24,7 +24,7 @@ impl Channel {
         mut wr: ReceiveWorkRequest<'op, 'op>,
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_recv(&mut wr)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the
@@ -34,7 +34,7 @@ impl Channel {
         wr: WriteWorkRequest<'op, 'op>,
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_write(&wr)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA read and blocks until it completes (bounded by the
@@ -44,7 +44,7 @@ impl Channel {
         mut wr: ReadWorkRequest<'op, 'op>,
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_read(&mut wr)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a batch of sends with one `ibv_post_send` call, only the last
@@ -57,7 +57,7 @@ impl Channel {
         wrs: &[SendWorkRequest<'op, 'op>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_send_batch(wrs)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
@@ -68,7 +68,7 @@ impl Channel {
         wrs: &[WriteWorkRequest<'op, 'op>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_write_batch(wrs)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
@@ -80,7 +80,7 @@ impl Channel {
         wrs: &mut [ReadWorkRequest<'op, 'op>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_read_batch(wrs)?;
-        self.queue.wait(id, self.timeout)
+        self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     // ----- unpolled operations ------------------------------------------------

@@ -1,0 +1,534 @@
+//! `rdma_create_id`: a connection identifier, the connection manager's
+//! socket, and the steps of connecting it (resolve, listen, connect,
+//! accept, disconnect), each bounded in time.
+
+use super::addr::{self, RawAddr};
+use super::event::{CmEvent, ConnParams, ConnectRequest};
+use super::EventChannel;
+use crate::error::{check_rc, Error, Result};
+use crate::mr::AccessFlags;
+use crate::qp::{QpState, QueuePair};
+use crate::wrapper::{Deleter, Wrapper};
+use crate::Context;
+use ibverbs_sys as sys;
+use std::ffi::c_int;
+use std::fmt;
+use std::net::SocketAddr;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most private data a connect request carries (RDMA_PS_TCP over IB CM or
+/// RoCE: the 92 bytes of a CM REQ less the 36 of the RDMA CM header).
+pub const MAX_CONNECT_PRIVATE_DATA: usize = 56;
+/// Most private data an accept carries (a CM REP).
+pub const MAX_ACCEPT_PRIVATE_DATA: usize = 196;
+/// Most private data a reject carries (a CM REJ).
+pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
+
+impl Deleter for sys::rdma_cm_id {
+    const DESTROY_VERB: &'static str = "rdma_destroy_id";
+    unsafe fn delete(ptr: *mut Self) -> c_int {
+        // SAFETY: forwarded from `Deleter::delete`'s contract.
+        unsafe { sys::rdma_destroy_id(ptr) }
+    }
+}
+
+/// Field order is drop order: the identifier is destroyed before its
+/// channel is closed, as librdmacm requires.
+struct Inner {
+    raw: Wrapper<sys::rdma_cm_id>,
+    channel: EventChannel,
+}
+
+// SAFETY: librdmacm's identifier calls are serialised by the kernel (one
+// `ucma` file per channel) and may be made from any thread; `Inner` is
+// otherwise a pointer and a file descriptor.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+/// What this side asks for or grants when connecting or accepting
+/// (`struct rdma_conn_param`; the QP number is filled in by
+/// [`CmId::connect`] and [`CmId::accept`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectParams<'a> {
+    /// Private data for the peer (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes
+    /// in a connect, [`MAX_ACCEPT_PRIVATE_DATA`] in an accept).
+    pub private_data: &'a [u8],
+    /// RDMA reads the peer may have outstanding on our QP.
+    pub responder_resources: u8,
+    /// RDMA reads our QP may have outstanding at the peer.
+    pub initiator_depth: u8,
+    /// Transport retries (at most 7; rxe treats 7 as unlimited).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (7: unlimited).
+    pub rnr_retry_count: u8,
+    /// How long a peer whose message found no receive posted here waits
+    /// before sending it again (the RNR NAK timer, IB encoding: 12 is
+    /// 0.64 ms). The CM's own value is 0, which encodes the longest wait,
+    /// 655 ms: too long for the first message a peer sends right after the
+    /// connection is established, before a receive could be posted on the
+    /// accepted QP.
+    pub min_rnr_timer: u8,
+}
+
+impl Default for ConnectParams<'_> {
+    fn default() -> Self {
+        ConnectParams {
+            private_data: &[],
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+impl ConnectParams<'_> {
+    fn to_raw(self, qp_num: u32, max: usize, step: &'static str) -> Result<sys::rdma_conn_param> {
+        if self.private_data.len() > max {
+            return Err(Error::InvalidArgument(format!(
+                "{step}: {} bytes of private data do not fit: the transport carries at most {max}",
+                self.private_data.len()
+            )));
+        }
+        Ok(sys::rdma_conn_param {
+            private_data: if self.private_data.is_empty() {
+                ptr::null()
+            } else {
+                self.private_data.as_ptr().cast()
+            },
+            private_data_len: self.private_data.len() as u8,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: 1,
+            retry_count: self.retry_count.min(7),
+            rnr_retry_count: self.rnr_retry_count.min(7),
+            srq: 0,
+            qp_num,
+        })
+    }
+}
+
+/// A connection identifier (`struct rdma_cm_id`, port space RDMA_PS_TCP),
+/// with an [`EventChannel`] of its own. Destroyed on drop, which also
+/// disconnects (or, for a connect request not yet accepted, rejects).
+///
+/// The identifier never owns a QP: the caller creates one with
+/// [`QueuePair::builder`] on a protection domain of [`context`](Self::context)
+/// and hands it to [`connect`](Self::connect) or [`accept`](Self::accept),
+/// which drive its state with the attributes the CM negotiated
+/// (`rdma_init_qp_attr`). librdmacm never touches that QP afterwards.
+pub struct CmId {
+    inner: Arc<Inner>,
+}
+
+impl CmId {
+    /// `rdma_create_id`—A new identifier for reliable connections, on a new
+    /// event channel.
+    ///
+    /// # Errors
+    /// The errno of `rdma_create_event_channel` or `rdma_create_id`.
+    pub fn new() -> Result<Self> {
+        let channel = EventChannel::new()?;
+        let mut id = ptr::null_mut();
+        // SAFETY: the channel is alive; `id` is valid for writes.
+        check_rc("rdma_create_id", unsafe {
+            sys::rdma_create_id(
+                channel.as_ptr(),
+                &mut id,
+                ptr::null_mut(),
+                sys::rdma_port_space::RDMA_PS_TCP,
+            )
+        })?;
+        let id = NonNull::new(id).ok_or_else(|| Error::verb("rdma_create_id", libc::EIO))?;
+        // SAFETY: a new identifier, ours, reporting to `channel`.
+        Ok(unsafe { Self::from_raw(id, channel) })
+    }
+
+    /// # Safety
+    /// `id` must be a live identifier owned by nobody else, reporting its
+    /// events to `channel`.
+    pub(super) unsafe fn from_raw(id: NonNull<sys::rdma_cm_id>, channel: EventChannel) -> Self {
+        CmId {
+            inner: Arc::new(Inner {
+                // SAFETY: forwarded to the caller.
+                raw: unsafe { Wrapper::from_ptr(id) },
+                channel,
+            }),
+        }
+    }
+
+    /// The raw identifier, valid while `self` is alive.
+    pub fn as_ptr(&self) -> *mut sys::rdma_cm_id {
+        self.inner.raw.as_ptr()
+    }
+
+    /// The identifier's event channel.
+    pub fn channel(&self) -> &EventChannel {
+        &self.inner.channel
+    }
+
+    /// The device context the CM bound the identifier to (after
+    /// [`resolve_addr`](Self::resolve_addr), on a connect request's
+    /// identifier, or after binding to a device's address). librdmacm owns
+    /// the context; the handle keeps the identifier alive.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] while the identifier is bound to no device,
+    /// or the error of making its async event descriptor non-blocking.
+    pub fn context(&self) -> Result<Context> {
+        // SAFETY: the identifier is alive; `verbs` is a plain field.
+        let verbs = unsafe { (*self.as_ptr()).verbs };
+        let verbs = NonNull::new(verbs).ok_or_else(|| {
+            Error::InvalidArgument("the identifier is not bound to an RDMA device yet".into())
+        })?;
+        let owner: Arc<dyn std::any::Any + Send + Sync> = self.inner.clone();
+        // SAFETY: librdmacm keeps the context of a device open while an
+        // identifier on it exists, and `owner` keeps this identifier.
+        unsafe { Context::lent(verbs, owner) }
+    }
+
+    /// The device port the identifier is bound to (0 when unbound).
+    pub fn port_num(&self) -> u8 {
+        // SAFETY: the identifier is alive; `port_num` is a plain field.
+        unsafe { (*self.as_ptr()).port_num }
+    }
+
+    /// `rdma_get_local_addr`—The local address, once bound or resolved.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: the identifier is alive; the CM stores a sockaddr of the
+        // family it names there.
+        unsafe { addr::from_raw(sys::rdma_get_local_addr(self.as_ptr())) }
+    }
+
+    /// `rdma_get_peer_addr`—The peer's address, once resolved or connected.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: as in `local_addr`.
+        unsafe { addr::from_raw(sys::rdma_get_peer_addr(self.as_ptr())) }
+    }
+
+    /// `rdma_bind_addr`—Binds to a local address (port 0: any free port).
+    ///
+    /// # Errors
+    /// The errno of `rdma_bind_addr` (`EADDRINUSE`, `EADDRNOTAVAIL`: no RDMA
+    /// device has that address, …).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let mut raw = RawAddr::new(addr);
+        // SAFETY: the identifier is alive; `raw` is a valid sockaddr.
+        check_rc("rdma_bind_addr", unsafe {
+            sys::rdma_bind_addr(self.as_ptr(), raw.as_mut_ptr())
+        })
+    }
+
+    /// `rdma_listen`—Listens for connect requests, taken with
+    /// [`get_request`](Self::get_request).
+    ///
+    /// # Errors
+    /// The errno of `rdma_listen`.
+    pub fn listen(&self, backlog: i32) -> Result<()> {
+        // SAFETY: the identifier is alive.
+        check_rc("rdma_listen", unsafe {
+            sys::rdma_listen(self.as_ptr(), backlog)
+        })
+    }
+
+    /// Waits up to `timeout` for a connect request on a listening
+    /// identifier; `None` when none came. Events other than connect
+    /// requests are logged and skipped.
+    ///
+    /// # Errors
+    /// The error of taking an event.
+    pub fn get_request(&self, timeout: Duration) -> Result<Option<ConnectRequest>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.channel().get_event(left)? {
+                None => return Ok(None),
+                Some(CmEvent::ConnectRequest(req)) => return Ok(Some(req)),
+                Some(other) => log::debug!("listener skipped {other}"),
+            }
+        }
+    }
+
+    /// `rdma_resolve_addr`—Resolves `dst` (binding to `src` if given, else
+    /// to the local address that routes to `dst`) and so picks the device
+    /// and port; waits up to `timeout` for the result.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] with `RDMA_CM_EVENT_ADDR_ERROR` (no RDMA device routes to
+    /// `dst`, …), [`Error::Timeout`], or a verb's errno.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut src = src.map(RawAddr::new);
+        let mut dst_raw = RawAddr::new(dst);
+        let ms = timeout_ms(timeout);
+        // SAFETY: the identifier is alive; the addresses are valid for the call.
+        check_rc("rdma_resolve_addr", unsafe {
+            sys::rdma_resolve_addr(
+                self.as_ptr(),
+                src.as_mut().map_or(ptr::null_mut(), RawAddr::as_mut_ptr),
+                dst_raw.as_mut_ptr(),
+                ms,
+            )
+        })?;
+        match self.expect("rdma_resolve_addr", timeout)? {
+            CmEvent::AddrResolved => Ok(()),
+            other => Err(Error::cm("rdma_resolve_addr", &other)),
+        }
+    }
+
+    /// `rdma_resolve_route`—Resolves the path to the peer; waits up to
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] with `RDMA_CM_EVENT_ROUTE_ERROR`, [`Error::Timeout`], or
+    /// a verb's errno.
+    pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        // SAFETY: the identifier is alive.
+        check_rc("rdma_resolve_route", unsafe {
+            sys::rdma_resolve_route(self.as_ptr(), timeout_ms(timeout))
+        })?;
+        match self.expect("rdma_resolve_route", timeout)? {
+            CmEvent::RouteResolved => Ok(()),
+            other => Err(Error::cm("rdma_resolve_route", &other)),
+        }
+    }
+
+    /// `rdma_connect` (active side)—Moves `qp` (created on this identifier's
+    /// [`context`](Self::context), in RESET) to INIT granting remote
+    /// `access`, asks the peer to connect, and on its answer moves `qp` to
+    /// RTR and RTS with the negotiated attributes and completes the
+    /// connection (`rdma_establish`). Waits up to `timeout`. Returns what
+    /// the peer sent with its accept.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes, [`Error::Cm`] when the peer
+    /// rejects (nobody listening included) or is unreachable,
+    /// [`Error::Timeout`], or a verb's errno.
+    pub fn connect(
+        &self,
+        qp: &QueuePair,
+        access: AccessFlags,
+        params: &ConnectParams<'_>,
+        timeout: Duration,
+    ) -> Result<ConnParams> {
+        let mut raw = params.to_raw(qp.qp_num(), MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
+        qp.to_init(self.port_num(), access)?;
+        // SAFETY: the identifier is alive; `raw` and its private data are
+        // valid for the call (the kernel copies them).
+        check_rc("rdma_connect", unsafe {
+            sys::rdma_connect(self.as_ptr(), &mut raw)
+        })?;
+        match self.expect("rdma_connect", timeout)? {
+            CmEvent::ConnectResponse(theirs) => {
+                let ready = self.make_ready(qp, params.min_rnr_timer);
+                if let Err(err) = ready {
+                    // SAFETY: the identifier is alive; no private data.
+                    unsafe { sys::rdma_reject(self.as_ptr(), ptr::null(), 0) };
+                    return Err(err);
+                }
+                // SAFETY: the identifier is alive and has no librdmacm QP.
+                check_rc("rdma_establish", unsafe {
+                    sys::rdma_establish(self.as_ptr())
+                })?;
+                Ok(theirs)
+            }
+            other => Err(Error::cm("rdma_connect", &other)),
+        }
+    }
+
+    /// `rdma_accept` (passive side, on a connect request's identifier)—Moves
+    /// `qp` (created on [`context`](Self::context), in RESET) to INIT with
+    /// remote `access`, then RTR and RTS with the attributes of the
+    /// request, accepts, and waits up to `timeout` for the connection to be
+    /// established.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes, [`Error::Cm`] if the peer gives up
+    /// first, [`Error::Timeout`], or a verb's errno.
+    pub fn accept(
+        &self,
+        qp: &QueuePair,
+        access: AccessFlags,
+        params: &ConnectParams<'_>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let mut raw = params.to_raw(qp.qp_num(), MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
+        qp.to_init(self.port_num(), access)?;
+        self.make_ready(qp, params.min_rnr_timer)?;
+        // SAFETY: the identifier is alive; `raw` is valid for the call.
+        check_rc("rdma_accept", unsafe {
+            sys::rdma_accept(self.as_ptr(), &mut raw)
+        })?;
+        match self.expect("rdma_accept", timeout)? {
+            CmEvent::Established(_) => Ok(()),
+            other => Err(Error::cm("rdma_accept", &other)),
+        }
+    }
+
+    /// `rdma_reject`—Refuses a connect request, with private data for the
+    /// peer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_REJECT_PRIVATE_DATA`] bytes, or the errno of `rdma_reject`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > MAX_REJECT_PRIVATE_DATA {
+            return Err(Error::InvalidArgument(format!(
+                "rdma_reject: {} bytes of private data do not fit: the transport carries at most {MAX_REJECT_PRIVATE_DATA}",
+                private_data.len()
+            )));
+        }
+        // SAFETY: the identifier is alive; the data is valid for the call.
+        check_rc("rdma_reject", unsafe {
+            sys::rdma_reject(
+                self.as_ptr(),
+                private_data.as_ptr().cast(),
+                private_data.len() as u8,
+            )
+        })
+    }
+
+    /// `rdma_disconnect`—Tears the connection down (the peer gets
+    /// `RDMA_CM_EVENT_DISCONNECTED`). The QP is not touched: move it to the
+    /// error state to flush its work.
+    ///
+    /// # Errors
+    /// The errno of `rdma_disconnect` (`EINVAL` when not connected).
+    pub fn disconnect(&self) -> Result<()> {
+        // SAFETY: the identifier is alive.
+        check_rc("rdma_disconnect", unsafe {
+            sys::rdma_disconnect(self.as_ptr())
+        })
+    }
+
+    /// Waits up to `timeout` for the identifier's next event; `None` when
+    /// none came.
+    ///
+    /// # Errors
+    /// The error of taking an event.
+    pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent>> {
+        self.channel().get_event(timeout)
+    }
+
+    /// `rdma_init_qp_attr` + `ibv_modify_qp`—Moves `qp` to `state` with the
+    /// attributes the CM negotiated for this connection.
+    ///
+    /// # Errors
+    /// The errno of either verb.
+    pub fn modify_qp(&self, qp: &QueuePair, state: QpState) -> Result<()> {
+        self.modify_qp_with(qp, state, |_| {})
+    }
+
+    /// INIT → RTR → RTS with the negotiated attributes, the RNR NAK timer
+    /// replaced by `min_rnr_timer`.
+    fn make_ready(&self, qp: &QueuePair, min_rnr_timer: u8) -> Result<()> {
+        self.modify_qp_with(qp, QpState::ReadyToReceive, |attr| {
+            attr.min_rnr_timer = min_rnr_timer.min(31);
+        })?;
+        self.modify_qp(qp, QpState::ReadyToSend)
+    }
+
+    /// [`modify_qp`](Self::modify_qp), letting `adjust` change the
+    /// negotiated attributes before they are applied.
+    fn modify_qp_with(
+        &self,
+        qp: &QueuePair,
+        state: QpState,
+        adjust: impl FnOnce(&mut sys::ibv_qp_attr),
+    ) -> Result<()> {
+        use sys::ibv_qp_state as S;
+        let raw_state = match state {
+            QpState::Init => S::IBV_QPS_INIT,
+            QpState::ReadyToReceive => S::IBV_QPS_RTR,
+            QpState::ReadyToSend => S::IBV_QPS_RTS,
+            QpState::Error => S::IBV_QPS_ERR,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "rdma_init_qp_attr does not give attributes for {other:?}"
+                )))
+            }
+        };
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: raw_state,
+            ..Default::default()
+        };
+        let mut mask: c_int = 0;
+        // SAFETY: the identifier is alive; out-pointers are valid.
+        check_rc("rdma_init_qp_attr", unsafe {
+            sys::rdma_init_qp_attr(self.as_ptr(), &mut attr, &mut mask)
+        })?;
+        adjust(&mut attr);
+        qp.modify(&mut attr, sys::ibv_qp_attr_mask(mask as u32))
+    }
+
+    /// The next event within `timeout`, or [`Error::Timeout`] naming `step`.
+    fn expect(&self, step: &'static str, timeout: Duration) -> Result<CmEvent> {
+        self.get_event(timeout)?
+            .ok_or(Error::Timeout { step, timeout })
+    }
+}
+
+/// A timeout in whole milliseconds for the CM verbs (at least 1).
+fn timeout_ms(timeout: Duration) -> c_int {
+    timeout.as_millis().clamp(1, c_int::MAX as u128) as c_int
+}
+
+impl fmt::Debug for CmId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmId")
+            .field("local", &self.local_addr())
+            .field("peer", &self.peer_addr())
+            .field("port_num", &self.port_num())
+            .field("channel", self.channel())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversized_private_data_is_refused_before_any_verb() {
+        let data = [7u8; MAX_CONNECT_PRIVATE_DATA + 1];
+        let params = ConnectParams {
+            private_data: &data,
+            ..Default::default()
+        };
+        let err = params
+            .to_raw(1, MAX_CONNECT_PRIVATE_DATA, "rdma_connect")
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 56"), "{err}");
+        let fits = ConnectParams {
+            private_data: &data[..MAX_CONNECT_PRIVATE_DATA],
+            ..Default::default()
+        };
+        let raw = fits
+            .to_raw(9, MAX_CONNECT_PRIVATE_DATA, "rdma_connect")
+            .unwrap();
+        assert_eq!((raw.private_data_len, raw.qp_num), (56, 9));
+    }
+
+    #[test]
+    fn reject_reasons_read_as_text() {
+        let text = Error::cm(
+            "rdma_connect",
+            &CmEvent::Rejected {
+                status: 8,
+                private_data: Vec::new(),
+            },
+        )
+        .to_string();
+        assert!(text.contains("nobody listens"), "{text}");
+    }
+}

@@ -1,0 +1,228 @@
+//! A channel connected through the RDMA connection manager: building it
+//! around a CM-connected queue pair, and the watcher that turns the peer's
+//! disconnect into a typed error on pending work.
+
+use super::Channel;
+use crate::endpoint::Endpoint;
+use crate::engine::{DeviceWatch, Limits, WorkQueue};
+use crate::error::{IbvResult, TransportError, TransportResult};
+use crate::pd::ProtectionDomain;
+use crate::work::WorkSuccess;
+use rdma_core::{CmEvent, CmId, CompQueue, Mtu, QpCapabilities, QueuePair};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How often the watcher looks at its stop flag between CM events: the
+/// longest a dropped channel waits for its watcher thread.
+const WATCH_TICK: Duration = Duration::from_millis(50);
+
+/// What a CM-made channel keeps beside the engine: the connection's
+/// identifier, the peer's private data, and the watcher thread.
+pub(crate) struct CmLink {
+    id: Arc<CmId>,
+    private_data: Vec<u8>,
+    shared: Arc<Shared>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    disconnected: AtomicBool,
+}
+
+/// A queue pair and completion queue created for a CM connection, before
+/// the connection exists.
+pub(crate) struct CmQueue {
+    pub(crate) qp: QueuePair,
+    pub(crate) cq: CompQueue,
+    pub(crate) limits: Limits,
+}
+
+impl CmQueue {
+    /// An RC queue pair (in RESET) and its CQ in `pd`, which must live on
+    /// the device context the CM chose for the connection.
+    pub(crate) fn new(
+        pd: &ProtectionDomain,
+        caps: QpCapabilities,
+        completion_events: bool,
+    ) -> IbvResult<Self> {
+        let ctx = pd.context();
+        let channel = if completion_events {
+            Some(ctx.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq_size = (caps.max_send_wr + caps.max_recv_wr).max(1);
+        let cq = CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
+        let qp = QueuePair::builder(pd.as_core(), rdma_core::QpType::Rc, &cq, &cq)
+            .capabilities(caps)
+            .build()?;
+        let granted = qp.capabilities();
+        let limits = Limits {
+            caps: granted,
+            inline_default: granted.max_inline_data.min(caps.max_inline_data),
+        };
+        Ok(CmQueue { qp, cq, limits })
+    }
+}
+
+impl Channel {
+    /// The channel over `queue`, whose QP `id` has just connected; a
+    /// watcher thread moves the QP to the error state when the peer
+    /// disconnects, which flushes every pending request.
+    pub(crate) fn from_cm(
+        id: CmId,
+        pd: &ProtectionDomain,
+        queue: CmQueue,
+        completion_events: bool,
+        timeout: Duration,
+        private_data: Vec<u8>,
+    ) -> IbvResult<Channel> {
+        let port = id.port_num();
+        let ctx = pd.context();
+        let port_attr = ctx.query_port(port)?;
+        let gid = ctx.preferred_gid(port)?;
+        let local = Endpoint {
+            qp_num: queue.qp.qp_num(),
+            psn: 0,
+            port,
+            lid: port_attr.lid(),
+            gid: gid.gid,
+            gid_index: u8::try_from(gid.index).unwrap_or(u8::MAX),
+            mtu: port_attr.active_mtu().unwrap_or(Mtu::Mtu1024),
+        };
+        let work = Arc::new(WorkQueue::new(
+            queue.qp,
+            queue.cq,
+            completion_events,
+            queue.limits,
+            DeviceWatch::of(ctx),
+        ));
+        let id = Arc::new(id);
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            disconnected: AtomicBool::new(false),
+        });
+        let watcher = {
+            let (id, shared, work) = (id.clone(), shared.clone(), work.clone());
+            std::thread::Builder::new()
+                .name("rdma-cm-watch".into())
+                .spawn(move || watch(&id, &shared, &work))
+                .map_err(|e| rdma_core::Error::Verb {
+                    verb: "spawning the RDMA CM watcher thread",
+                    source: e,
+                })?
+        };
+        Ok(Channel {
+            needs_grh: port_attr.needs_grh(),
+            queue: work,
+            pd: pd.clone(),
+            local,
+            gid,
+            timeout,
+            remote: None,
+            scope_ids: Vec::new(),
+            cm: Some(CmLink {
+                id,
+                private_data,
+                shared,
+                watcher: Some(watcher),
+            }),
+        })
+    }
+
+    /// The private data the peer sent when the connection was made through
+    /// the connection manager (with its connect request, or its accept);
+    /// `None` for a channel connected otherwise. The transport pads it (to
+    /// 56 bytes for a request, 196 for an accept): decode only the length
+    /// your protocol sent.
+    pub fn peer_private_data(&self) -> Option<&[u8]> {
+        self.cm.as_ref().map(|cm| cm.private_data.as_slice())
+    }
+
+    /// Whether the peer of a CM-made channel has disconnected. Its pending
+    /// work was then flushed: blocking operations report
+    /// [`TransportError::PeerDisconnected`]; inside a scope, handles report
+    /// the flush (`WR_FLUSH_ERR`) and this says why.
+    pub fn peer_disconnected(&self) -> bool {
+        self.cm
+            .as_ref()
+            .is_some_and(|cm| cm.shared.disconnected.load(Ordering::Acquire))
+    }
+
+    /// The peer's address, for a CM-made channel.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.cm.as_ref().and_then(|cm| cm.id.peer_addr())
+    }
+
+    /// Turns the failure of a blocking operation of a channel whose peer
+    /// has disconnected into [`TransportError::PeerDisconnected`].
+    #[inline]
+    pub(crate) fn peer_gone(
+        &self,
+        outcome: TransportResult<WorkSuccess>,
+    ) -> TransportResult<WorkSuccess> {
+        match outcome {
+            Err(TransportError::WorkCompletion { operation, .. })
+            | Err(TransportError::Timeout { operation, .. })
+                if self.peer_disconnected() =>
+            {
+                Err(TransportError::PeerDisconnected { operation })
+            }
+            other => other,
+        }
+    }
+}
+
+/// The watcher: waits for the connection's events until told to stop; on
+/// a disconnect (or the device going away) moves the QP to the error
+/// state, so that every pending request completes (flushed) at once
+/// instead of waiting out the channel's timeout.
+fn watch(id: &CmId, shared: &Shared, work: &WorkQueue) {
+    while !shared.stop.load(Ordering::Acquire) {
+        match id.get_event(WATCH_TICK) {
+            Ok(Some(CmEvent::Disconnected | CmEvent::DeviceRemoval)) => {
+                shared.disconnected.store(true, Ordering::Release);
+                if let Err(err) = work.qp().to_error() {
+                    log::warn!("moving the QP of a disconnected channel to ERR: {err}");
+                }
+                return;
+            }
+            Ok(Some(other)) => log::debug!("CM event on a connected channel: {other}"),
+            Ok(None) => {}
+            Err(err) => {
+                log::warn!("reading CM events: {err}");
+                std::thread::sleep(WATCH_TICK);
+            }
+        }
+    }
+}
+
+impl Drop for CmLink {
+    fn drop(&mut self) {
+        if !self.shared.disconnected.load(Ordering::Acquire) {
+            // Tell the peer now rather than when the last handle on the
+            // identifier goes; an error means it is gone already.
+            let _ = self.id.disconnect();
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+    }
+}
+
+impl fmt::Debug for CmLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CmLink")
+            .field("id", &self.id)
+            .field(
+                "disconnected",
+                &self.shared.disconnected.load(Ordering::Relaxed),
+            )
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,99 @@
+//! [`Connector`]: the active side — resolve an address, then connect.
+
+use super::{access, resolve, CmOptions};
+use crate::channel::{Channel, CmQueue};
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use rdma_core::CmId;
+use std::fmt;
+use std::net::ToSocketAddrs;
+
+/// A connection being made: the address and route are resolved, so the
+/// device is known and memory can be registered in [`pd`](Self::pd)
+/// (e.g. to send its region as private data) before [`connect`](Self::connect).
+pub struct Connector {
+    id: CmId,
+    pd: ProtectionDomain,
+    opts: CmOptions,
+}
+
+impl Connector {
+    /// Resolves `addr` (`"host:port"`) to an RDMA device and a path,
+    /// trying each address the name has in turn, each step bounded by
+    /// `opts.timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the name does not resolve;
+    /// [`Error::Verbs`] with [`IbvError::Cm`](rdma_core::Error::Cm) when no
+    /// RDMA device reaches the address (`RDMA_CM_EVENT_ADDR_ERROR`) or no
+    /// route does, [`IbvError::Timeout`](rdma_core::Error::Timeout), or a
+    /// verb's error.
+    pub fn resolve(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Connector> {
+        let mut last = None;
+        for dst in resolve(addr)? {
+            let id = CmId::new()?;
+            let attempt = id
+                .resolve_addr(None, dst, opts.timeout)
+                .and_then(|()| id.resolve_route(opts.timeout))
+                .and_then(|()| id.context());
+            match attempt {
+                Ok(ctx) => {
+                    let pd = ProtectionDomain::new(&ctx)?;
+                    return Ok(Connector {
+                        id,
+                        pd,
+                        opts: *opts,
+                    });
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(Error::Verbs(
+            last.expect("resolve returns at least one address"),
+        ))
+    }
+
+    /// The protection domain the channel will use, on the device the CM
+    /// chose: register the channel's memory here.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// Connects, sending `private_data` (at most
+    /// [`MAX_CONNECT_PRIVATE_DATA`](rdma_core::MAX_CONNECT_PRIVATE_DATA)
+    /// bytes), and returns the connected channel; the peer's accept data is
+    /// its [`peer_private_data`](Channel::peer_private_data).
+    ///
+    /// # Errors
+    /// [`Error::Verbs`] with [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument)
+    /// for too much private data, [`IbvError::Cm`](rdma_core::Error::Cm)
+    /// when the peer rejects (nobody listening: reject reason 8) or is
+    /// unreachable, [`IbvError::Timeout`](rdma_core::Error::Timeout) after
+    /// `opts.timeout`, or a verb's error.
+    pub fn connect(self, private_data: &[u8]) -> Result<Channel> {
+        let queue = CmQueue::new(&self.pd, self.opts.caps, self.opts.completion_events)?;
+        let theirs = self.id.connect(
+            &queue.qp,
+            access(),
+            &self.opts.params(private_data),
+            self.opts.timeout,
+        )?;
+        Ok(Channel::from_cm(
+            self.id,
+            &self.pd,
+            queue,
+            self.opts.completion_events,
+            self.opts.timeout,
+            theirs.private_data,
+        )?)
+    }
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector")
+            .field("id", &self.id)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}

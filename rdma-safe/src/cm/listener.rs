@@ -1,0 +1,183 @@
+//! [`Listener`]: the passive side — listen on an address and turn connect
+//! requests into channels.
+
+use super::{access, resolve, CmOptions};
+use crate::channel::{Channel, CmQueue};
+use crate::error::{Error, Result};
+use crate::pd::ProtectionDomain;
+use rdma_core::{CmId, ConnParams, ConnectRequest};
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// Listens for connections made through the RDMA connection manager
+/// (`rdma_listen`). `Sync`: several threads may accept at once.
+pub struct Listener {
+    id: CmId,
+    opts: CmOptions,
+}
+
+impl Listener {
+    /// Binds to `addr` (`"0.0.0.0:7174"`: every RDMA device; port 0: any
+    /// free port, see [`local_addr`](Self::local_addr)) and listens, with
+    /// [`CmOptions::default`].
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the name does not resolve; the error of
+    /// `rdma_bind_addr` (`EADDRINUSE`; `EADDRNOTAVAIL`: no RDMA device has
+    /// that address) or `rdma_listen`.
+    pub fn bind(addr: impl ToSocketAddrs) -> Result<Listener> {
+        Self::bind_with(addr, &CmOptions::default())
+    }
+
+    /// [`bind`](Self::bind) with explicit options for the accepted channels.
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind).
+    pub fn bind_with(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Listener> {
+        let addr = resolve(addr)?[0];
+        let id = CmId::new()?;
+        id.bind_addr(addr)?;
+        id.listen(opts.backlog)?;
+        Ok(Listener { id, opts: *opts })
+    }
+
+    /// The address listened on (with the port chosen when bound to port 0).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.id.local_addr()
+    }
+
+    /// The options accepted channels get.
+    pub fn options(&self) -> &CmOptions {
+        &self.opts
+    }
+
+    /// Waits (up to the options' timeout) for a connect request and accepts
+    /// it without private data of its own. The requester's private data is
+    /// the channel's [`peer_private_data`](Channel::peer_private_data).
+    ///
+    /// # Errors
+    /// [`IbvError::Timeout`](rdma_core::Error::Timeout) when no request
+    /// came in time, or as [`Incoming::accept`].
+    pub fn accept(&self) -> Result<Channel> {
+        self.incoming()?.accept(&[])
+    }
+
+    /// Waits (up to the options' timeout) for a connect request.
+    ///
+    /// # Errors
+    /// [`IbvError::Timeout`](rdma_core::Error::Timeout) when none came, or
+    /// the error of preparing its device.
+    pub fn incoming(&self) -> Result<Incoming> {
+        self.incoming_within(self.opts.timeout)?
+            .ok_or(Error::Verbs(rdma_core::Error::Timeout {
+                step: "waiting for a connect request",
+                timeout: self.opts.timeout,
+            }))
+    }
+
+    /// Waits up to `timeout` for a connect request; `None` when none came.
+    ///
+    /// # Errors
+    /// The error of taking the request or of allocating a protection domain
+    /// on its device.
+    pub fn incoming_within(&self, timeout: Duration) -> Result<Option<Incoming>> {
+        let Some(ConnectRequest { id, params }) = self.id.get_request(timeout)? else {
+            return Ok(None);
+        };
+        let pd = ProtectionDomain::new(&id.context()?)?;
+        Ok(Some(Incoming {
+            id,
+            params,
+            pd,
+            opts: self.opts,
+        }))
+    }
+}
+
+impl fmt::Debug for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Listener")
+            .field("id", &self.id)
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+/// A connect request, not yet answered: accept it (with private data of
+/// one's own) or reject it. Dropping it rejects it.
+pub struct Incoming {
+    id: CmId,
+    params: ConnParams,
+    pd: ProtectionDomain,
+    opts: CmOptions,
+}
+
+impl Incoming {
+    /// The requester's private data, padded by the transport to 56 bytes.
+    pub fn private_data(&self) -> &[u8] {
+        &self.params.private_data
+    }
+
+    /// The requester's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.id.peer_addr()
+    }
+
+    /// The protection domain the channel will use, on the device the
+    /// request came in on: register memory here before accepting, e.g. to
+    /// send its region with the accept.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// Accepts, sending `private_data` (at most
+    /// [`MAX_ACCEPT_PRIVATE_DATA`](rdma_core::MAX_ACCEPT_PRIVATE_DATA)
+    /// bytes), and waits (up to the options' timeout) until the connection
+    /// is established.
+    ///
+    /// # Errors
+    /// [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
+    /// too much private data, [`IbvError::Cm`](rdma_core::Error::Cm) when
+    /// the requester gave up, [`IbvError::Timeout`](rdma_core::Error::Timeout),
+    /// or a verb's error.
+    pub fn accept(self, private_data: &[u8]) -> Result<Channel> {
+        let queue = CmQueue::new(&self.pd, self.opts.caps, self.opts.completion_events)?;
+        let mut params = self.opts.params(private_data);
+        // Grant no more reads than the requester can issue, and issue no
+        // more than it grants.
+        params.responder_resources = params
+            .responder_resources
+            .min(self.params.responder_resources);
+        params.initiator_depth = params.initiator_depth.min(self.params.initiator_depth);
+        self.id
+            .accept(&queue.qp, access(), &params, self.opts.timeout)?;
+        Ok(Channel::from_cm(
+            self.id,
+            &self.pd,
+            queue,
+            self.opts.completion_events,
+            self.opts.timeout,
+            self.params.private_data,
+        )?)
+    }
+
+    /// Rejects the request, sending `private_data` (at most
+    /// [`MAX_REJECT_PRIVATE_DATA`](rdma_core::MAX_REJECT_PRIVATE_DATA) bytes).
+    ///
+    /// # Errors
+    /// [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
+    /// too much private data, or the error of `rdma_reject`.
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        Ok(self.id.reject(private_data)?)
+    }
+}
+
+impl fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Incoming")
+            .field("peer", &self.peer_addr())
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,158 @@
+//! Connecting channels by IP address and port through the RDMA connection
+//! manager (librdmacm), as `rping`, `ib_write_bw -R` and most C services do:
+//! the CM picks the device, port, GID and path; nothing is configured by
+//! hand and no side channel is needed.
+//!
+//! * [`Listener::bind`] listens on an address; [`Listener::accept`] yields a
+//!   connected [`Channel`], [`Listener::incoming`] an [`Incoming`] request to
+//!   inspect (its private data), then accept with private data of one's own
+//!   or reject.
+//! * [`Channel::connect_to`] connects to `host:port` with optional private
+//!   data (e.g. an encoded [`RemoteMemoryRegion`](crate::RemoteMemoryRegion));
+//!   [`Connector`] splits resolving from connecting, to register memory on
+//!   the chosen device first.
+//!
+//! A CM-made channel has a protection domain of its own on the device the CM
+//! chose ([`Channel::pd`]): register the memory it uses there. Everything
+//! else — blocking operations, scopes, batches, timeouts — is the same as
+//! for any channel. When the peer disconnects, pending work is flushed at
+//! once and blocking operations fail with
+//! [`TransportError::PeerDisconnected`](crate::TransportError::PeerDisconnected).
+
+mod connector;
+mod listener;
+
+pub use connector::Connector;
+pub use listener::{Incoming, Listener};
+
+use crate::channel::{Channel, DEFAULT_TIMEOUT};
+use crate::error::Result;
+use rdma_core::{AccessFlags, ConnectParams, QpCapabilities};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// The settings of channels made through the connection manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CmOptions {
+    /// Queue capacities (default: 128 sends, 128 receives, 4 SGEs each, no
+    /// inline data).
+    pub caps: QpCapabilities,
+    /// Bound on every blocking wait: resolving, connecting, accepting, and
+    /// then the channel's operations (default [`DEFAULT_TIMEOUT`]).
+    pub timeout: Duration,
+    /// Sleep on completion events instead of busy polling (default off).
+    pub completion_events: bool,
+    /// RDMA reads the peer may have outstanding here, and this side at the
+    /// peer (default 16 each; an accept grants at most what was asked for).
+    pub rd_atomic: u8,
+    /// Transport retries (default 7; rxe treats 7 as unlimited).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (default 7, unlimited; the timeout still
+    /// bounds every wait).
+    pub rnr_retry_count: u8,
+    /// How long a peer whose message found no receive posted waits before
+    /// sending it again (RNR NAK timer, IB encoding; default 12, 0.64 ms).
+    /// An accepted channel exists only once the connection is established,
+    /// so a peer that sends at once meets this wait once.
+    pub min_rnr_timer: u8,
+    /// Connect requests the kernel queues for a [`Listener`] (default 64).
+    pub backlog: i32,
+}
+
+impl Default for CmOptions {
+    fn default() -> Self {
+        CmOptions {
+            caps: QpCapabilities::default(),
+            timeout: DEFAULT_TIMEOUT,
+            completion_events: false,
+            rd_atomic: 16,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            min_rnr_timer: 12,
+            backlog: 64,
+        }
+    }
+}
+
+impl CmOptions {
+    /// Sets the bound on every blocking wait.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the queue capacities.
+    pub fn capabilities(mut self, caps: QpCapabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    /// Sets whether waits sleep on completion events.
+    pub fn completion_events(mut self, on: bool) -> Self {
+        self.completion_events = on;
+        self
+    }
+
+    fn params<'a>(&self, private_data: &'a [u8]) -> ConnectParams<'a> {
+        ConnectParams {
+            private_data,
+            responder_resources: self.rd_atomic,
+            initiator_depth: self.rd_atomic,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            min_rnr_timer: self.min_rnr_timer,
+        }
+    }
+}
+
+/// What a CM-made channel's QP lets the peer do: everything a channel
+/// offers (RDMA read, write and atomics on memory registered for it).
+fn access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// The addresses `addr` names (`"host:port"`, a `SocketAddr`, …).
+///
+/// # Errors
+/// [`Error::Io`](crate::Error::Io) when the name does not resolve or names
+/// no address.
+fn resolve(addr: impl ToSocketAddrs) -> Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(
+            io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address").into(),
+        );
+    }
+    Ok(addrs)
+}
+
+impl Channel {
+    /// Connects to the listener at `addr` (`"host:port"`) through the RDMA
+    /// connection manager, sending `private_data` (at most
+    /// [`MAX_CONNECT_PRIVATE_DATA`](rdma_core::MAX_CONNECT_PRIVATE_DATA)
+    /// bytes) with the request, with [`CmOptions::default`]. The peer's
+    /// answer is [`peer_private_data`](Self::peer_private_data).
+    ///
+    /// # Errors
+    /// As [`Connector::resolve`] and [`Connector::connect`].
+    pub fn connect_to(addr: impl ToSocketAddrs, private_data: &[u8]) -> Result<Channel> {
+        Self::connect_to_with(addr, private_data, &CmOptions::default())
+    }
+
+    /// [`connect_to`](Self::connect_to) with explicit options.
+    ///
+    /// # Errors
+    /// As [`Connector::resolve`] and [`Connector::connect`].
+    pub fn connect_to_with(
+        addr: impl ToSocketAddrs,
+        private_data: &[u8],
+        opts: &CmOptions,
+    ) -> Result<Channel> {
+        Connector::resolve(addr, opts)?.connect(private_data)
+    }
+}
