@@ -416,6 +416,10 @@ fn a_cm_channel_serves_async_operations() {
     let err = pending.expect_err("the client left");
     eprintln!("pending async receive: {err} after {took:?}");
     assert!(
+        matches!(err, TransportError::PeerDisconnected { .. }),
+        "{err:?}"
+    );
+    assert!(
         took < Duration::from_secs(20),
         "flushed by the disconnect, not the 30 s timeout: {took:?}"
     );

@@ -144,9 +144,9 @@ impl Channel {
     }
 
     /// Whether the peer of a CM-made channel has disconnected. Its pending
-    /// work was then flushed: blocking operations report
-    /// [`TransportError::PeerDisconnected`]; inside a scope, handles report
-    /// the flush (`WR_FLUSH_ERR`) and this says why.
+    /// work was then flushed, and whatever waits for it — a blocking
+    /// operation, a scope's handle, a [`SharedChannel`](crate::SharedChannel)
+    /// future or callback — reports [`TransportError::PeerDisconnected`].
     pub fn peer_disconnected(&self) -> bool {
         self.cm
             .as_ref()
@@ -186,7 +186,7 @@ fn watch(id: &CmId, shared: &Shared, work: &WorkQueue) {
         match id.get_event(WATCH_TICK) {
             Ok(Some(CmEvent::Disconnected | CmEvent::DeviceRemoval)) => {
                 shared.disconnected.store(true, Ordering::Release);
-                if let Err(err) = work.qp().to_error() {
+                if let Err(err) = work.peer_disconnected() {
                     log::warn!("moving the QP of a disconnected channel to ERR: {err}");
                 }
                 return;

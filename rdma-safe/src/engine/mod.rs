@@ -27,6 +27,7 @@ pub(crate) use owned::{OwnedKind, Refused, Returned};
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
@@ -53,6 +54,10 @@ pub(crate) struct WorkQueue {
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
+    /// Set (before the queue pair is moved to ERR) when the peer of a
+    /// connection-manager channel disconnected: failed completions then
+    /// report [`TransportError::PeerDisconnected`].
+    peer_gone: AtomicBool,
     /// Memory the queue pair's receives may write that lives outside the
     /// engine (a shared receive queue's slots): dropped after `qp`, so it
     /// outlives every use the NIC can make of it through this queue pair.
@@ -82,6 +87,7 @@ impl WorkQueue {
             limits,
             watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
+            peer_gone: AtomicBool::new(false),
             _keep_alive: None,
         }
     }
@@ -97,6 +103,35 @@ impl WorkQueue {
     /// tracking that decides when borrowed memory is released.
     pub(crate) fn qp(&self) -> &QueuePair {
         &self.qp
+    }
+
+    /// Records that the peer disconnected, then moves the queue pair to ERR
+    /// so that every pending request is flushed at once; each then reports
+    /// [`TransportError::PeerDisconnected`], whichever API waits for it.
+    ///
+    /// # Errors
+    /// The error of moving the queue pair to ERR.
+    pub(crate) fn peer_disconnected(&self) -> rdma_core::Result<()> {
+        self.peer_gone.store(true, Ordering::SeqCst);
+        self.qp.to_error()
+    }
+
+    /// The result of a completion of `op` on `len` bytes: a failure after
+    /// the peer disconnected is [`TransportError::PeerDisconnected`].
+    fn outcome(
+        &self,
+        op: Operation,
+        len: usize,
+        wc: &rdma_core::WorkCompletion,
+    ) -> TransportResult<crate::work::WorkSuccess> {
+        match Tracker::outcome(op, len, wc) {
+            Err(TransportError::WorkCompletion { operation, .. })
+                if self.peer_gone.load(Ordering::SeqCst) =>
+            {
+                Err(TransportError::PeerDisconnected { operation })
+            }
+            other => other,
+        }
     }
 
     pub(crate) fn limits(&self) -> &Limits {

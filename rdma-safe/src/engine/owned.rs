@@ -10,7 +10,7 @@
 //! the memory when the completion arrives.
 
 use super::attached::{Attached, Callback, Held, Notify};
-use super::tracker::{Slot, Tracker};
+use super::tracker::Slot;
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::remote::RemoteMemoryRegion;
@@ -183,7 +183,7 @@ impl WorkQueue {
             }
             Some(Slot::Done { .. }) => match st.slots.remove(id) {
                 Some(Slot::Done { op, len, wc, att }) => {
-                    Some((Tracker::outcome(op, len, &wc), att.held))
+                    Some((self.outcome(op, len, &wc), att.held))
                 }
                 _ => unreachable!(),
             },
@@ -267,7 +267,7 @@ impl WorkQueue {
                                 held,
                                 notify: Notify::Callback(cb),
                             },
-                    }) => (cb, Tracker::outcome(op, len, &wc), held),
+                    }) => (cb, self.outcome(op, len, &wc), held),
                     _ => continue,
                 }
             };

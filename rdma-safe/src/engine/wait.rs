@@ -1,7 +1,7 @@
 //! Waiting for completions: claiming one, the bounded wait, and the
 //! shutdown that drains a queue pair when a wait expires.
 
-use super::tracker::{Slot, Tracker};
+use super::tracker::Slot;
 use super::WorkQueue;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::fatal::AbortOnUnwind;
@@ -34,7 +34,7 @@ impl WorkQueue {
         match st.slots.get(id) {
             Some(Slot::Posted { .. }) => None,
             Some(Slot::Done { .. }) => match st.slots.remove(id) {
-                Some(Slot::Done { op, len, wc, .. }) => Some(Tracker::outcome(op, len, &wc)),
+                Some(Slot::Done { op, len, wc, .. }) => Some(self.outcome(op, len, &wc)),
                 _ => unreachable!(),
             },
             None => Some(Err(TransportError::Unusable(format!(
