@@ -1,12 +1,13 @@
-//! What an owning operation costs the allocator on the data path: zero
-//! heap allocations per operation is the target. Counted with a global
+//! What an operation costs the allocator on the data path: zero heap
+//! allocations per operation is the target (owning operations as futures,
+//! on a reactor and busy-polled, and blocking atomics). Counted with a global
 //! allocator over many send/receive pairs, after a warm-up (the engine's
 //! slot ring and the runtime's first-use structures grow once).
 
 mod common;
 
-use common::{pair_with, pd};
-use rdma_safe::BufferPool;
+use common::{pair, pair_with, pd, registered};
+use rdma_safe::{AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -92,4 +93,68 @@ fn owned_operations_allocate_nothing_per_operation() {
              (the callback's box is one)"
         );
     });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn busy_polled_futures_allocate_nothing_per_operation() {
+    const WARM: usize = 100;
+    const ROUNDS: usize = 1000;
+    let pd = pd();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        // No reactor: the futures poll the completion queue themselves.
+        let (a, b) = pair(&pd);
+        let (sa, sb) = (a.shared(), b.shared());
+        let pool = BufferPool::new(&pd, 64, 8).expect("pool");
+        let data = {
+            let mut d = pool.try_alloc().expect("data");
+            d.fill(7);
+            d.freeze()
+        };
+        let mut counted = 0;
+        for round in 0..WARM + ROUNDS {
+            if round == WARM {
+                counted = ALLOCATIONS.load(Ordering::Relaxed);
+            }
+            let rx = pool.try_alloc().expect("rx");
+            let (r, s) = tokio::join!(sb.receive_async(rx), sa.send_async(data.clone()));
+            assert_eq!(r.0.expect("receive").bytes(), 64);
+            s.0.expect("send");
+        }
+        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
+        println!("allocations per busy-polled owned operation: {per_op:.3}");
+        assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn blocking_atomics_allocate_nothing_per_operation() {
+    const WARM: u64 = 100;
+    const ROUNDS: u64 = 1000;
+    let pd = pd();
+    let (mut a, _b) = pair(&pd);
+    let target = RemoteAccessBuffer::new(&pd, 8).expect("target");
+    let counter = target.remote();
+    let mut old = registered(&pd, vec![0u8; 8]);
+    let mut counted = 0;
+    for round in 0..WARM + ROUNDS {
+        if round == WARM {
+            counted = ALLOCATIONS.load(Ordering::Relaxed);
+        }
+        a.atomic(AtomicWorkRequest::fetch_and_add(
+            counter,
+            1,
+            &mut old.scatter(..),
+        ))
+        .expect("fetch-and-add");
+        assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), round);
+    }
+    let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / ROUNDS as f64;
+    println!("allocations per blocking atomic: {per_op:.3}");
+    assert_eq!(per_op, 0.0, "{per_op:.3} allocations per blocking atomic");
 }

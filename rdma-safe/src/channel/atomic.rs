@@ -25,8 +25,7 @@ impl Channel {
         &'op mut self,
         mut wr: AtomicWorkRequest<'op, 'op>,
     ) -> TransportResult<WorkSuccess> {
-        let id = self.queue.post_atomic(&mut wr)?;
-        self.queue.wait(id, self.timeout)
+        self.queue.post_atomic_and_wait(&mut wr, self.timeout)
     }
 
     /// Posts a batch of atomics with one `ibv_post_send` call, only the last
@@ -36,7 +35,6 @@ impl Channel {
         &'op mut self,
         wrs: &mut [AtomicWorkRequest<'op, 'op>],
     ) -> TransportResult<WorkSuccess> {
-        let id = self.queue.post_atomic_batch(wrs)?;
-        self.queue.wait(id, self.timeout)
+        self.queue.post_atomic_batch_and_wait(wrs, self.timeout)
     }
 }

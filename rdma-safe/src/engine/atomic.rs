@@ -5,7 +5,9 @@ use super::WorkQueue;
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::sge::scatter_sges;
+use crate::work::WorkSuccess;
 use rdma_core::SendRequest;
+use std::time::Duration;
 
 impl WorkQueue {
     /// Validates an atomic and posts it (signaled, one request).
@@ -17,8 +19,19 @@ impl WorkQueue {
     /// breaks), and a remote region shorter than 8 bytes (the target would
     /// lie outside the range the peer handed out).
     pub(crate) fn post_atomic(&self, wr: &mut AtomicWorkRequest<'_, '_>) -> TransportResult<u64> {
-        let (op, req) = self.atomic_request(wr)?;
-        self.post_sends(op, ATOMIC_SIZE, &mut [req])
+        let op = check(wr)?;
+        self.post_sends(op, ATOMIC_SIZE, &mut [request(wr)])
+    }
+
+    /// Validates an atomic, posts it and waits for its completion (the
+    /// blocking call's path; see [`post_sends_and_wait`](Self::post_sends_and_wait)).
+    pub(crate) fn post_atomic_and_wait(
+        &self,
+        wr: &mut AtomicWorkRequest<'_, '_>,
+        timeout: Duration,
+    ) -> TransportResult<WorkSuccess> {
+        let op = check(wr)?;
+        self.post_sends_and_wait(op, ATOMIC_SIZE, &mut [request(wr)], timeout)
     }
 
     /// Validates every atomic of `wrs` and posts them as one list (one
@@ -29,58 +42,83 @@ impl WorkQueue {
         &self,
         wrs: &mut [AtomicWorkRequest<'_, '_>],
     ) -> TransportResult<u64> {
-        let len = wrs.len() * ATOMIC_SIZE;
-        let mut op = Operation::FetchAndAdd;
-        let mut reqs = Vec::with_capacity(wrs.len());
-        for wr in wrs.iter_mut() {
-            let (this, req) = self.atomic_request(wr)?;
-            op = this;
-            reqs.push(req);
-        }
-        self.post_sends(op, len, &mut reqs)
+        let (op, mut reqs) = batch_requests(wrs)?;
+        self.post_sends(op, wrs_len(&reqs), &mut reqs)
     }
 
-    /// Validates an atomic and builds its request.
-    fn atomic_request<'a>(
+    /// Validates `wrs`, posts them as one list and waits for the batch.
+    pub(crate) fn post_atomic_batch_and_wait(
         &self,
-        wr: &'a mut AtomicWorkRequest<'_, '_>,
-    ) -> TransportResult<(Operation, SendRequest<'a>)> {
-        let op = match wr.op {
-            AtomicOp::CompareAndSwap { .. } => Operation::CompareAndSwap,
-            AtomicOp::FetchAndAdd { .. } => Operation::FetchAndAdd,
-        };
-        let refuse = |why: String| TransportError::Post {
-            operation: op,
-            source: IbvError::InvalidArgument(why),
-        };
-        if wr.result.len() != ATOMIC_SIZE {
-            return Err(refuse(format!(
-                "the result element of an atomic must be exactly {ATOMIC_SIZE} bytes, not {}",
-                wr.result.len()
-            )));
+        wrs: &mut [AtomicWorkRequest<'_, '_>],
+        timeout: Duration,
+    ) -> TransportResult<WorkSuccess> {
+        let (op, mut reqs) = batch_requests(wrs)?;
+        self.post_sends_and_wait(op, wrs_len(&reqs), &mut reqs, timeout)
+    }
+}
+
+/// Bytes a batch of atomics moves (8 each).
+fn wrs_len(reqs: &[SendRequest<'_>]) -> usize {
+    reqs.len() * ATOMIC_SIZE
+}
+
+/// Validates every atomic of `wrs` (nothing is built if one is malformed)
+/// and builds their requests; the operation of the last names the batch.
+fn batch_requests<'a>(
+    wrs: &'a mut [AtomicWorkRequest<'_, '_>],
+) -> TransportResult<(Operation, Vec<SendRequest<'a>>)> {
+    let mut op = Operation::FetchAndAdd;
+    for wr in wrs.iter() {
+        op = check(wr)?;
+    }
+    Ok((op, wrs.iter_mut().map(request).collect()))
+}
+
+/// Validates an atomic: its operation, or why it is refused. A few
+/// comparisons; the message is built only when one fails.
+#[inline]
+fn check(wr: &AtomicWorkRequest<'_, '_>) -> TransportResult<Operation> {
+    let op = match wr.op {
+        AtomicOp::CompareAndSwap { .. } => Operation::CompareAndSwap,
+        AtomicOp::FetchAndAdd { .. } => Operation::FetchAndAdd,
+    };
+    let (addr, length, result_len) = (wr.remote.address(), wr.remote.length(), wr.result.len());
+    if result_len != ATOMIC_SIZE || addr % ATOMIC_SIZE as u64 != 0 || length < ATOMIC_SIZE as u64 {
+        return Err(malformed(op, result_len, addr, length));
+    }
+    Ok(op)
+}
+
+/// The request of an atomic that passed [`check`].
+#[inline]
+fn request<'a>(wr: &'a mut AtomicWorkRequest<'_, '_>) -> SendRequest<'a> {
+    let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
+    let sges = scatter_sges(std::slice::from_mut(wr.result));
+    match wr.op {
+        AtomicOp::CompareAndSwap { compare, swap } => {
+            SendRequest::atomic_cmp_swap(0, sges, addr, rkey, compare, swap)
         }
-        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
-        if addr % ATOMIC_SIZE as u64 != 0 {
-            return Err(refuse(format!(
-                "the target of an atomic must be {ATOMIC_SIZE}-byte aligned; {addr:#x} is not"
-            )));
-        }
-        if wr.remote.length() < ATOMIC_SIZE as u64 {
-            return Err(refuse(format!(
-                "the target of an atomic is {ATOMIC_SIZE} bytes; the remote region at {addr:#x} \
-                 has only {}",
-                wr.remote.length()
-            )));
-        }
-        let sges = scatter_sges(std::slice::from_mut(wr.result));
-        let req = match wr.op {
-            AtomicOp::CompareAndSwap { compare, swap } => {
-                SendRequest::atomic_cmp_swap(0, sges, addr, rkey, compare, swap)
-            }
-            AtomicOp::FetchAndAdd { add } => {
-                SendRequest::atomic_fetch_add(0, sges, addr, rkey, add)
-            }
-        };
-        Ok((op, req))
+        AtomicOp::FetchAndAdd { add } => SendRequest::atomic_fetch_add(0, sges, addr, rkey, add),
+    }
+}
+/// Why an atomic is refused: its result element is not [`ATOMIC_SIZE`]
+/// bytes, its target is misaligned, or the remote region is too short.
+#[cold]
+fn malformed(op: Operation, result_len: usize, addr: u64, length: u64) -> TransportError {
+    let why = if result_len != ATOMIC_SIZE {
+        format!(
+            "the result element of an atomic must be exactly {ATOMIC_SIZE} bytes, not {result_len}"
+        )
+    } else if addr % ATOMIC_SIZE as u64 != 0 {
+        format!("the target of an atomic must be {ATOMIC_SIZE}-byte aligned; {addr:#x} is not")
+    } else {
+        format!(
+            "the target of an atomic is {ATOMIC_SIZE} bytes; the remote region at {addr:#x} \
+             has only {length}"
+        )
+    };
+    TransportError::Post {
+        operation: op,
+        source: IbvError::InvalidArgument(why),
     }
 }

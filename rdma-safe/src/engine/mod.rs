@@ -27,7 +27,7 @@ pub(crate) use owned::{OwnedKind, Refused, Returned};
 use crate::error::{Operation, TransportError, TransportResult};
 use rdma_core::{CompQueue, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
@@ -58,6 +58,9 @@ pub(crate) struct WorkQueue {
     /// connection-manager channel disconnected: failed completions then
     /// report [`TransportError::PeerDisconnected`].
     peer_gone: AtomicBool,
+    /// Polls by busy-polling waits that found nothing (paces the stall
+    /// watchdog's clock reads).
+    idle_polls: AtomicU32,
     /// Memory the queue pair's receives may write that lives outside the
     /// engine (a shared receive queue's slots): dropped after `qp`, so it
     /// outlives every use the NIC can make of it through this queue pair.
@@ -67,9 +70,6 @@ pub(crate) struct WorkQueue {
 /// Something a [`WorkQueue`] keeps alive for its queue pair.
 pub(crate) trait KeepAlive: Send + Sync + std::fmt::Debug {}
 impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
-
-/// What the caller of [`WorkQueue::post`] does with the id it is given.
-pub(crate) type PostFn<'a> = &'a mut dyn FnMut(u64) -> rdma_core::Result<()>;
 
 impl WorkQueue {
     pub(crate) fn new(
@@ -88,6 +88,7 @@ impl WorkQueue {
             watch,
             state: Mutex::new(Tracker::new(sq_capacity)),
             peer_gone: AtomicBool::new(false),
+            idle_polls: AtomicU32::new(0),
             _keep_alive: None,
         }
     }
@@ -149,19 +150,30 @@ impl WorkQueue {
     /// signaled (and carries the id; the others carry `id | BATCH_MEMBER`).
     /// `sq` is 0 for receives. A batch that would overflow the send queue is
     /// refused before anything is posted.
-    fn post(&self, op: Operation, len: usize, sq: u32, post: PostFn<'_>) -> TransportResult<u64> {
-        let mut st = self.lock();
+    fn post(
+        &self,
+        op: Operation,
+        len: usize,
+        sq: u32,
+        post: impl FnOnce(u64) -> rdma_core::Result<()>,
+    ) -> TransportResult<u64> {
+        Self::post_locked(&mut self.lock(), op, len, sq, post)
+    }
+
+    /// [`post`](Self::post) with the lock already held.
+    #[inline]
+    fn post_locked(
+        st: &mut Tracker,
+        op: Operation,
+        len: usize,
+        sq: u32,
+        post: impl FnOnce(u64) -> rdma_core::Result<()>,
+    ) -> TransportResult<u64> {
         if let Some(why) = &st.unusable {
             return Err(TransportError::Unusable(why.clone()));
         }
         if sq > 1 && st.sq_in_flight + sq as usize > st.sq_capacity {
-            return Err(TransportError::Post {
-                operation: op,
-                source: rdma_core::Error::InvalidArgument(format!(
-                    "a batch of {sq} requests does not fit the send queue ({} of {} entries in use)",
-                    st.sq_in_flight, st.sq_capacity
-                )),
-            });
+            return Err(batch_too_big(op, sq, st));
         }
         let id = st.next_wr_id;
         post(id).map_err(|source| TransportError::Post {
@@ -212,5 +224,18 @@ impl WorkQueue {
 
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable.clone()
+    }
+}
+
+/// The error of a batch that does not fit the send queue (cold: built only
+/// when refusing).
+#[cold]
+fn batch_too_big(op: Operation, sq: u32, st: &Tracker) -> TransportError {
+    TransportError::Post {
+        operation: op,
+        source: rdma_core::Error::InvalidArgument(format!(
+            "a batch of {sq} requests does not fit the send queue ({} of {} entries in use)",
+            st.sq_in_flight, st.sq_capacity
+        )),
     }
 }

@@ -10,14 +10,20 @@
 //! the memory when the completion arrives.
 
 use super::attached::{Attached, Callback, Held, Notify};
-use super::tracker::Slot;
+use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
+use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::{Duration, Instant};
+
+/// Idle polls of busy-polling waits between two looks at the clock for the
+/// stall watchdog (a few milliseconds of polling: nothing next to a
+/// timeout of seconds).
+const STALL_CHECK_EVERY: u32 = 256;
 
 /// What an owning request does.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +74,32 @@ impl WorkQueue {
         held: Held,
         notify: Notify,
     ) -> Result<u64, Refused> {
+        self.post_owned_locked(&mut self.lock(), kind, held, notify, false)
+            .map(|(id, _)| id)
+    }
+
+    /// [`post_owned`](Self::post_owned), then, under the same lock, one
+    /// look at the completion queue (completions of earlier requests are
+    /// delivered too): the id, and the outcome if it completed already.
+    /// One lock round trip where posting and then
+    /// [`take_owned`](Self::take_owned) would cost two.
+    pub(crate) fn post_owned_and_reap(
+        &self,
+        kind: OwnedKind,
+        held: Held,
+        notify: Notify,
+    ) -> Result<(u64, Option<Returned>), Refused> {
+        self.post_owned_locked(&mut self.lock(), kind, held, notify, true)
+    }
+
+    fn post_owned_locked(
+        &self,
+        st: &mut Tracker,
+        kind: OwnedKind,
+        held: Held,
+        notify: Notify,
+        look: bool,
+    ) -> Result<(u64, Option<Returned>), Refused> {
         let op = kind.operation();
         let invalid = |msg: String| TransportError::Post {
             operation: op,
@@ -95,7 +127,6 @@ impl WorkQueue {
         // A zero-length payload is sent without an SGE.
         let sges = if len == 0 { &sge[..0] } else { &sge[..] };
         let sq = u32::from(!matches!(kind, OwnedKind::Receive));
-        let mut st = self.lock();
         if let Some(why) = &st.unusable {
             return Err(Refused::Error(TransportError::Unusable(why.clone()), held));
         }
@@ -109,10 +140,11 @@ impl WorkQueue {
                 let mut req = [RecvRequest::new(id, sges)];
                 // The SGE names `held`'s buffer, which `held` keeps
                 // allocated and registered (its pool holds the slab). `held`
-                // is the buffer's only handle (a `PoolBuf`) and moves into
-                // the slot below, under the same lock, before anyone could
-                // reap this request; the slot gives it up only after the
-                // completion is seen.
+                // is the buffer's only handle (a `PoolBuf`) and, under the
+                // same lock, before anyone else could reap this request,
+                // either comes back with the completion this function saw
+                // or moves into the request's slot, which gives it up only
+                // after the completion is seen.
                 // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_recv_list(&mut req) }.map_err(IbvError::from)
             }
@@ -144,7 +176,8 @@ impl WorkQueue {
                 }
                 // SAFETY: as for the receive: `held` — a `PoolBytes` the NIC
                 // only reads, or for a read target the buffer's only handle
-                // — moves into the slot before the lock is released.
+                // — comes back only with the completion, or moves into the
+                // slot before the lock is released.
                 unsafe { self.qp.post_send_list(&mut [req]) }.map_err(IbvError::from)
             }
         };
@@ -155,8 +188,16 @@ impl WorkQueue {
             };
             return Err(Refused::Error(e, held));
         }
+        if look {
+            // A completion that is already there is taken before the request
+            // is tracked: `held` has not left this function, and goes back
+            // with it.
+            if let Ok(Some(wc)) = st.reap_for_untracked(&self.cq, op) {
+                return Ok((id, Some((self.outcome(op, len as usize, &wc), held))));
+            }
+        }
         st.track_attached(op, len as usize, sq, Attached { held, notify });
-        Ok(id)
+        Ok((id, None))
     }
 
     /// Takes the outcome and memory of `id` if its completion was seen
@@ -164,7 +205,7 @@ impl WorkQueue {
     /// any) to be woken when it is. `None` while in flight.
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
         let mut st = self.lock();
-        if let Some(Slot::Posted { .. }) = st.slots.get(id) {
+        if st.slots.get(id).is_some_and(Slot::posted) {
             if let Err(e) = st.reap(&self.cq) {
                 drop(st);
                 self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
@@ -172,21 +213,19 @@ impl WorkQueue {
             }
         }
         match st.slots.get_mut(id) {
-            Some(Slot::Posted { att, .. }) => {
+            Some(slot) if slot.posted() => {
                 if let Some(w) = waker {
-                    match &mut att.notify {
+                    match &mut slot.att.notify {
                         Notify::Waker(old) if old.will_wake(w) => {}
                         n => *n = Notify::Waker(w.clone()),
                     }
                 }
                 None
             }
-            Some(Slot::Done { .. }) => match st.slots.remove(id) {
-                Some(Slot::Done { op, len, wc, att }) => {
-                    Some((self.outcome(op, len, &wc), att.held))
-                }
-                _ => unreachable!(),
-            },
+            Some(_) => st
+                .slots
+                .remove(id)
+                .map(|slot| (self.outcome(slot.op, slot.len, &slot.wc), slot.att.held)),
             None => Some((
                 Err(TransportError::Unusable(format!(
                     "work request {id} is not outstanding"
@@ -202,8 +241,8 @@ impl WorkQueue {
     pub(crate) fn abandon(&self, id: u64) {
         let mut st = self.lock();
         match st.slots.get_mut(id) {
-            Some(Slot::Posted { att, .. }) => att.notify = Notify::Abandoned,
-            Some(Slot::Done { .. }) => {
+            Some(slot) if slot.posted() => slot.att.notify = Notify::Abandoned,
+            Some(_) => {
                 st.slots.remove(id);
                 st.abandoned_total += 1;
             }
@@ -258,7 +297,8 @@ impl WorkQueue {
                     return Ok(ran);
                 };
                 match st.slots.remove(id) {
-                    Some(Slot::Done {
+                    Some(Slot {
+                        done: true,
                         op,
                         len,
                         wc,
@@ -267,6 +307,7 @@ impl WorkQueue {
                                 held,
                                 notify: Notify::Callback(cb),
                             },
+                        ..
                     }) => (cb, self.outcome(op, len, &wc), held),
                     _ => continue,
                 }
@@ -303,6 +344,18 @@ impl WorkQueue {
             st.abandoned_total,
             st.slots.len(),
         )
+    }
+
+    /// For busy-polling waits (no reactor): counts one poll that found
+    /// nothing, and every [`STALL_CHECK_EVERY`]th time checks the stall
+    /// deadline ([`stall_deadline`](Self::stall_deadline)), which reads the
+    /// clock — a system call and an emulated device access on a VM whose
+    /// clock source is not the TSC, too dear for every poll. `false` when
+    /// nothing is in flight any more or the queue pair was just shut down
+    /// and drained (look again: every request has its completion).
+    pub(crate) fn busy_poll_may_wait(&self, timeout: Duration) -> bool {
+        let n = self.idle_polls.fetch_add(1, Ordering::Relaxed);
+        n % STALL_CHECK_EVERY != 0 || self.stall_deadline(timeout).is_some()
     }
 
     /// For waits without a per-request timer: the instant at which the

@@ -1,14 +1,17 @@
 //! Posting: validating typed work requests and handing them to the NIC,
 //! one request or a batch per verb call.
 
-use super::tracker::BATCH_MEMBER;
+use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::fatal::AbortOnUnwind;
 use crate::remote::RemoteMemoryRegion;
 use crate::sge::{gather_sges, scatter_sges};
+use crate::work::WorkSuccess;
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{RecvRequest, SendFlags, SendRequest};
 use std::ops::Range;
+use std::time::Duration;
 
 impl WorkQueue {
     /// Whether a payload of `len` bytes goes inline. A payload forced inline
@@ -168,36 +171,108 @@ impl WorkQueue {
         len: usize,
         reqs: &mut [SendRequest<'_>],
     ) -> TransportResult<u64> {
-        let Some(last) = reqs.len().checked_sub(1) else {
+        self.post_sends_locked(&mut self.lock(), op, len, reqs)
+    }
+
+    /// Posts as [`post_sends`](Self::post_sends) and waits for the
+    /// completion as [`wait`](Self::wait): the blocking calls' path. The
+    /// completion queue is polled once before the lock taken for posting is
+    /// released, so an operation that completes quickly costs one lock
+    /// round trip, not three.
+    pub(super) fn post_sends_and_wait(
+        &self,
+        op: Operation,
+        len: usize,
+        reqs: &mut [SendRequest<'_>],
+        timeout: Duration,
+    ) -> TransportResult<WorkSuccess> {
+        let mut st = self.lock();
+        let id = st.next_wr_id;
+        if reqs.len() == 1 {
+            // One request: posted untracked, then one look at the completion
+            // queue under the same lock; tracked only if its completion is
+            // not there yet.
+            if let Some(why) = &st.unusable {
+                return Err(TransportError::Unusable(why.clone()));
+            }
+            self.post_list(reqs, id)
+                .map_err(|source| TransportError::Post {
+                    operation: op,
+                    source,
+                })?;
+        } else {
+            self.post_sends_locked(&mut st, op, len, reqs)?;
+        }
+        // From here on the request is posted: as in `wait`, this returns
+        // only once its completion was seen, and never unwinds.
+        let guard = AbortOnUnwind("waiting for a completion");
+        let first = if reqs.len() == 1 {
+            match st.reap_for_untracked(&self.cq, op) {
+                Ok(Some(wc)) => Some(self.outcome(op, len, &wc)),
+                // Not there yet (or the poll failed, which `wait` sees
+                // again and handles): track it before unlocking.
+                Ok(None) | Err(_) => {
+                    st.track(op, len, 1);
+                    None
+                }
+            }
+        } else {
+            match st.reap(&self.cq) {
+                Ok(_) => self.take_done(&mut st, id),
+                Err(_) => None,
+            }
+        };
+        drop(st);
+        let outcome = match first {
+            Some(outcome) => outcome,
+            None => self.wait_unguarded(id, timeout),
+        };
+        guard.disarm();
+        outcome
+    }
+
+    fn post_sends_locked(
+        &self,
+        st: &mut Tracker,
+        op: Operation,
+        len: usize,
+        reqs: &mut [SendRequest<'_>],
+    ) -> TransportResult<u64> {
+        if reqs.is_empty() {
             return Err(TransportError::Post {
                 operation: op,
                 source: IbvError::InvalidArgument("empty batch".into()),
             });
-        };
-        self.post(op, len, reqs.len() as u32, &mut |id| {
-            for req in reqs[..last].iter_mut() {
-                req.set_wr_id(id | BATCH_MEMBER);
-            }
-            reqs[last].set_wr_id(id);
-            reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);
-            // Every SGE comes from a `GatherElement` (a live `&[u8]`)
-            // or a `ScatterElement` (a live `&mut [u8]`) of a registration
-            // whose range stays on its pinned pages; they stay borrowed until
-            // the completion is claimed: blocking calls wait for it, scopes
-            // drain it before returning, and `PendingWork` waits on drop.
-            // SAFETY: by the reasoning just above.
-            match unsafe { self.qp.post_send_list(reqs) } {
-                Ok(()) => Ok(()),
-                Err(e) if e.posted() == Some(0) => Err(e.into()),
-                // Part of the list was posted without its signaled end (or
-                // the provider did not say how much): its completion could
-                // never be observed, and returning would let the borrows end
-                // while the NIC may use the memory.
-                Err(e) => {
-                    crate::fatal::abort_with(format_args!("{e} after posting part of a batch"))
-                }
-            }
+        }
+        Self::post_locked(st, op, len, reqs.len() as u32, |id| {
+            self.post_list(reqs, id)
         })
+    }
+
+    /// Posts `reqs` (not empty) as one list, the last signaled and carrying
+    /// `id`, the others `id | BATCH_MEMBER`.
+    fn post_list(&self, reqs: &mut [SendRequest<'_>], id: u64) -> rdma_core::Result<()> {
+        let last = reqs.len() - 1;
+        for req in reqs[..last].iter_mut() {
+            req.set_wr_id(id | BATCH_MEMBER);
+        }
+        reqs[last].set_wr_id(id);
+        reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);
+        // Every SGE comes from a `GatherElement` (a live `&[u8]`)
+        // or a `ScatterElement` (a live `&mut [u8]`) of a registration
+        // whose range stays on its pinned pages; they stay borrowed until
+        // the completion is claimed: blocking calls wait for it, scopes
+        // drain it before returning, and `PendingWork` waits on drop.
+        // SAFETY: by the reasoning just above.
+        match unsafe { self.qp.post_send_list(reqs) } {
+            Ok(()) => Ok(()),
+            Err(e) if e.posted() == Some(0) => Err(e.into()),
+            // Part of the list was posted without its signaled end (or
+            // the provider did not say how much): its completion could
+            // never be observed, and returning would let the borrows end
+            // while the NIC may use the memory.
+            Err(e) => crate::fatal::abort_with(format_args!("{e} after posting part of a batch")),
+        }
     }
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> TransportResult<u64> {
@@ -208,7 +283,7 @@ impl WorkQueue {
         )?;
         let len = wr.len();
         let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
-        self.post(Operation::Receive, len, 0, &mut |id| {
+        self.post(Operation::Receive, len, 0, |id| {
             req[0].set_wr_id(id);
             // SAFETY: every SGE comes from a `ScatterElement`, a live
             // `&mut [u8]` that stays exclusively borrowed until this

@@ -16,31 +16,33 @@ const POLL_BATCH: usize = 32;
 /// recorded in the batch's slot but do not end it.
 pub(crate) const BATCH_MEMBER: u64 = 1 << 63;
 
+/// One tracked request. A flat record, not an enum of states: seeing the
+/// completion flips `done` and stores the completion in place, without
+/// moving the slot (the data path's most frequent update).
 #[derive(Debug)]
-pub(crate) enum Slot {
-    /// In flight: `sq` send-queue entries; the first error reported by an
-    /// earlier member of a batch.
-    Posted {
-        op: Operation,
-        len: usize,
-        sq: u32,
-        first_err: Option<WorkCompletion>,
-        /// What an owning operation keeps until its completion is seen.
-        att: Attached,
-    },
-    Done {
-        op: Operation,
-        len: usize,
-        wc: WorkCompletion,
-        att: Attached,
-    },
+pub(crate) struct Slot {
+    pub(crate) op: Operation,
+    /// The completion was seen: `wc` is the outcome, waiting to be claimed.
+    pub(crate) done: bool,
+    /// In flight: an earlier member of the batch failed, and `wc` is its
+    /// completion (the first error reported).
+    member_failed: bool,
+    /// Send-queue entries the request uses.
+    sq: u32,
+    pub(crate) len: usize,
+    pub(crate) wc: WorkCompletion,
+    /// What an owning operation keeps until its completion is seen.
+    pub(crate) att: Attached,
 }
 
 impl Slot {
     pub(crate) fn operation(&self) -> Operation {
-        match self {
-            Slot::Posted { op, .. } | Slot::Done { op, .. } => *op,
-        }
+        self.op
+    }
+
+    /// The completion was not seen yet.
+    pub(crate) fn posted(&self) -> bool {
+        !self.done
     }
 }
 
@@ -67,6 +69,14 @@ impl SlotRing {
         self.ring.push_back(Some(slot));
         self.live += 1;
     }
+    /// `id` was handed out but is not tracked (its completion was seen
+    /// before it was): leaves a hole, so that later ids keep their places.
+    fn skip(&mut self, id: u64) {
+        if !self.ring.is_empty() {
+            debug_assert_eq!(id, self.base + self.ring.len() as u64, "ids are sequential");
+            self.ring.push_back(None);
+        }
+    }
     pub(crate) fn get(&self, id: u64) -> Option<&Slot> {
         self.index(id).and_then(|i| self.ring[i].as_ref())
     }
@@ -78,7 +88,13 @@ impl SlotRing {
     }
     pub(crate) fn remove(&mut self, id: u64) -> Option<Slot> {
         let i = self.index(id)?;
-        let slot = self.ring[i].take();
+        let slot = if i == 0 {
+            // The oldest (the usual case): off the front, no hole left.
+            self.base += 1;
+            self.ring.pop_front().flatten()
+        } else {
+            self.ring[i].take()
+        };
         if slot.is_some() {
             self.live -= 1;
         }
@@ -152,11 +168,13 @@ impl Tracker {
         self.next_wr_id += 1;
         self.slots.insert(
             id,
-            Slot::Posted {
+            Slot {
                 op,
-                len,
+                done: false,
+                member_failed: false,
                 sq,
-                first_err: None,
+                len,
+                wc: WorkCompletion::default(),
                 att,
             },
         );
@@ -171,15 +189,7 @@ impl Tracker {
             w.wake();
         }
         for slot in self.slots.ring.iter().flatten() {
-            if let Slot::Posted {
-                att:
-                    Attached {
-                        notify: Notify::Waker(w),
-                        ..
-                    },
-                ..
-            } = slot
-            {
+            if let (false, Notify::Waker(w)) = (slot.done, &slot.att.notify) {
                 w.wake_by_ref();
             }
         }
@@ -187,6 +197,41 @@ impl Tracker {
 
     /// Moves available completions from `cq` into their slots.
     pub(crate) fn reap(&mut self, cq: &CompQueue) -> TransportResult<usize> {
+        self.reap_claiming(cq, None).map(|(n, _)| n)
+    }
+
+    /// Posts made with the lock held can look for their completion before
+    /// they are tracked: [`reap`](Self::reap), except that the completion
+    /// of `claim` — the next id, just posted as one signaled request and not
+    /// tracked — is not looked up in the slots but returned (and recorded as
+    /// posted and completed). If it is not among the completions, the
+    /// caller must track the request before releasing the lock.
+    #[inline]
+    pub(crate) fn reap_for_untracked(
+        &mut self,
+        cq: &CompQueue,
+        op: Operation,
+    ) -> TransportResult<Option<WorkCompletion>> {
+        let claim = self.next_wr_id;
+        let (_, found) = self.reap_claiming(cq, Some(claim))?;
+        if let Some(wc) = &found {
+            self.slots.skip(claim);
+            self.next_wr_id += 1;
+            self.posted_total += 1;
+            self.completed_total += 1;
+            if !wc.is_success() && self.unusable.is_none() {
+                self.unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
+            }
+        }
+        Ok(found)
+    }
+
+    fn reap_claiming(
+        &mut self,
+        cq: &CompQueue,
+        claim: Option<u64>,
+    ) -> TransportResult<(usize, Option<WorkCompletion>)> {
+        let mut claimed = None;
         let Tracker {
             wcs,
             slots,
@@ -217,13 +262,17 @@ impl Tracker {
             // completions nobody posted are counted, so that tests asserting
             // "never more completions than posts" catch them.
             let raw_id = wc.wr_id();
+            if Some(raw_id) == claim {
+                claimed = Some(*wc);
+                continue;
+            }
             if raw_id & BATCH_MEMBER != 0 {
                 // An earlier member of a batch reports an error or a flush:
                 // remember the first, wait for the batch's last request.
-                if let Some(Slot::Posted { first_err, .. }) = slots.get_mut(raw_id & !BATCH_MEMBER)
-                {
-                    if !wc.is_success() && first_err.is_none() {
-                        *first_err = Some(*wc);
+                if let Some(slot) = slots.get_mut(raw_id & !BATCH_MEMBER).filter(|s| !s.done) {
+                    if !wc.is_success() && !slot.member_failed {
+                        slot.member_failed = true;
+                        slot.wc = *wc;
                     }
                 } else {
                     *completed_total += 1;
@@ -232,45 +281,35 @@ impl Tracker {
                 continue;
             }
             match slots.get_mut(raw_id) {
-                Some(slot @ Slot::Posted { .. }) => {
-                    let Slot::Posted {
-                        op,
-                        len,
-                        sq,
-                        first_err,
-                        att,
-                    } = slot
-                    else {
-                        unreachable!()
-                    };
-                    let (op, len, sq) = (*op, *len, *sq);
-                    let wc = first_err.unwrap_or(*wc);
-                    let mut att = std::mem::take(att);
-                    let notify = std::mem::take(&mut att.notify);
+                Some(slot) if !slot.done => {
+                    if !slot.member_failed {
+                        slot.wc = *wc;
+                    }
+                    slot.done = true;
+                    let sq = slot.sq;
                     *in_flight -= 1;
                     *sq_in_flight -= sq as usize;
                     *completed_total += u64::from(sq.max(1));
-                    if !wc.is_success() && unusable.is_none() {
-                        *unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
+                    if !slot.wc.is_success() && unusable.is_none() {
+                        *unusable = Some(format!(
+                            "an earlier {} failed with {}",
+                            slot.op,
+                            slot.wc.status()
+                        ));
                     }
-                    match notify {
+                    match std::mem::take(&mut slot.att.notify) {
                         // Nobody will claim it: release what it kept (the
                         // NIC is done with it now) and forget it.
                         Notify::Abandoned => {
                             slots.remove(raw_id);
-                            drop(att);
                             *abandoned_total += 1;
                         }
-                        Notify::Waker(w) => {
-                            *slot = Slot::Done { op, len, wc, att };
-                            w.wake();
-                        }
+                        Notify::Waker(w) => w.wake(),
                         Notify::Callback(cb) => {
-                            att.notify = Notify::Callback(cb);
-                            *slot = Slot::Done { op, len, wc, att };
+                            slot.att.notify = Notify::Callback(cb);
                             ready_callbacks.push_back(raw_id);
                         }
-                        Notify::Claim => *slot = Slot::Done { op, len, wc, att },
+                        Notify::Claim => {}
                     }
                 }
                 // A completion nobody posted (or a second one for an id):
@@ -281,7 +320,7 @@ impl Tracker {
                 }
             }
         }
-        Ok(n)
+        Ok((n, claimed))
     }
 
     pub(crate) fn outcome(
@@ -316,11 +355,13 @@ mod tests {
     use super::*;
 
     fn posted() -> Slot {
-        Slot::Posted {
+        Slot {
             op: Operation::Send,
-            len: 1,
+            done: false,
+            member_failed: false,
             sq: 1,
-            first_err: None,
+            len: 1,
+            wc: WorkCompletion::default(),
             att: Attached::default(),
         }
     }
@@ -346,9 +387,18 @@ mod tests {
         }
         assert_eq!(s.len(), 0);
         assert!(s.ring.is_empty());
+        // An id handed out but never tracked keeps the later ones in place.
+        s.insert(20, posted());
+        s.skip(21);
+        s.insert(22, posted());
+        assert!(s.contains_key(22) && !s.contains_key(21));
+        assert!(s.remove(20).is_some() && s.remove(22).is_some());
+        assert!(s.ring.is_empty());
+        s.skip(23);
+        assert!(s.ring.is_empty(), "nothing to keep in place");
         // Reusable after emptying, from a later id.
-        s.insert(21, posted());
-        assert!(s.contains_key(21));
-        assert!(s.get_mut(21).is_some());
+        s.insert(24, posted());
+        assert!(s.contains_key(24));
+        assert!(s.get_mut(24).is_some());
     }
 }

@@ -1,7 +1,7 @@
 //! Waiting for completions: claiming one, the bounded wait, and the
 //! shutdown that drains a queue pair when a wait expires.
 
-use super::tracker::Slot;
+use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::fatal::AbortOnUnwind;
@@ -20,7 +20,7 @@ impl WorkQueue {
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
         let mut st = self.lock();
-        if let Some(Slot::Posted { .. }) = st.slots.get(id) {
+        if st.slots.get(id).is_some_and(Slot::posted) {
             if let Err(e) = st.reap(&self.cq) {
                 // The CQ cannot be read, so completion of `id` cannot be
                 // observed: shut the QP down and drain before reporting, so
@@ -31,12 +31,23 @@ impl WorkQueue {
                 return Some(Err(e));
             }
         }
+        self.take_done(&mut st, id)
+    }
+
+    /// The outcome of `id` if its completion was seen (removing its slot);
+    /// `None` while in flight; an error if `id` is not tracked.
+    #[inline]
+    pub(super) fn take_done(
+        &self,
+        st: &mut Tracker,
+        id: u64,
+    ) -> Option<TransportResult<WorkSuccess>> {
         match st.slots.get(id) {
-            Some(Slot::Posted { .. }) => None,
-            Some(Slot::Done { .. }) => match st.slots.remove(id) {
-                Some(Slot::Done { op, len, wc, .. }) => Some(self.outcome(op, len, &wc)),
-                _ => unreachable!(),
-            },
+            Some(slot) if slot.posted() => None,
+            Some(_) => st
+                .slots
+                .remove(id)
+                .map(|slot| self.outcome(slot.op, slot.len, &slot.wc)),
             None => Some(Err(TransportError::Unusable(format!(
                 "work request {id} is not outstanding"
             )))),
@@ -74,7 +85,11 @@ impl WorkQueue {
         outcome
     }
 
-    fn wait_unguarded(&self, id: u64, timeout: Duration) -> TransportResult<WorkSuccess> {
+    pub(super) fn wait_unguarded(
+        &self,
+        id: u64,
+        timeout: Duration,
+    ) -> TransportResult<WorkSuccess> {
         // Fast path: already complete (the common case when a bandwidth loop
         // waits for its oldest request). No clock read: under virtualised
         // clock sources `Instant::now` costs microseconds.

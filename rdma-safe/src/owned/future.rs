@@ -63,8 +63,21 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Unposted(buf) | State::Full(buf) => {
                     let notify = Notify::Waker(cx.waker().clone());
-                    match queue.post_owned(this.kind, into_held(buf), notify) {
-                        Ok(id) => this.state = State::Posted(id),
+                    match queue.post_owned_and_reap(this.kind, into_held(buf), notify) {
+                        Ok((_, Some(returned))) => {
+                            return Poll::Ready(finish(this.kind, returned));
+                        }
+                        Ok((id, None)) => {
+                            // Posted, and the slot holds this task's waker.
+                            // No wait on this first poll: a task posting
+                            // many operations gets control back at once.
+                            // Asking to be polled again makes the next poll
+                            // wait as usual (spin, then sleep), whoever
+                            // reaps the completion meanwhile.
+                            this.state = State::Posted(id);
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
+                        }
                         Err(Refused::Full(held)) => {
                             this.state = State::Full(from_held::<B>(held));
                             queue.wait_for_room(cx.waker());
@@ -116,7 +129,23 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
 /// "look again"; `Pending` that the task is registered to be woken.
 pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
     let queue = chan.queue();
+    let Some(reactor) = &chan.reactor else {
+        // No reactor: a busy wait. Poll here a few times before going back
+        // to the runtime (a round through its scheduler costs more than a
+        // poll), then ask to be polled again at once.
+        for _ in 0..BUSY_POLLS {
+            if matches!(queue.reap_now(), Ok(n) if n > 0) {
+                return Poll::Ready(());
+            }
+        }
+        if !queue.busy_poll_may_wait(chan.timeout) {
+            return Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        return Poll::Pending;
+    };
     if !chan.spin.is_zero() {
+        // The clock is read once per 64 polls (see `busy_poll_may_wait`).
         let start = Instant::now();
         while start.elapsed() < chan.spin {
             for _ in 0..64 {
@@ -130,11 +159,6 @@ pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
         // Nothing in flight, or the queue pair was just shut down and
         // drained: every outstanding request has its completion now.
         return Poll::Ready(());
-    };
-    let Some(reactor) = &chan.reactor else {
-        // No reactor: ask to be polled again at once (a busy wait).
-        cx.waker().wake_by_ref();
-        return Poll::Pending;
     };
     if let Err(e) = queue.arm() {
         log::warn!("arming the CQ failed ({e}); polling again");
@@ -167,6 +191,10 @@ pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
         Poll::Pending => Poll::Pending,
     }
 }
+
+/// Polls of the completion queue a busy-polling wait makes per poll of its
+/// future.
+const BUSY_POLLS: u32 = 32;
 
 impl<B: OwnedBuffer> fmt::Debug for Op<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
