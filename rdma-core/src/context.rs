@@ -97,14 +97,21 @@ impl Context {
     }
 
     /// A context that `owner` keeps open (librdmacm's context of a connection
-    /// identifier); never closed through this handle.
+    /// identifier); never closed through this handle. Its async event
+    /// descriptor is made non-blocking, as [`from_device`](Self::from_device)
+    /// does (librdmacm never reads it): without that,
+    /// [`try_get_async_event`](Self::try_get_async_event) would block until
+    /// the next event.
     ///
     /// # Safety
     /// `ptr` must be a live context that stays open while `owner` is alive.
+    ///
+    /// # Errors
+    /// The error of `fcntl` on the async event descriptor.
     pub(crate) unsafe fn lent(
         ptr: std::ptr::NonNull<sys::ibv_context>,
         owner: Arc<dyn std::any::Any + Send + Sync>,
-    ) -> Self {
+    ) -> Result<Self> {
         // SAFETY: the context is alive (caller's contract); `device` and its
         // name are fixed for the life of the context.
         let name = unsafe {
@@ -115,12 +122,14 @@ impl Context {
                 CStr::from_ptr(name).to_string_lossy().into_owned()
             }
         };
-        Context {
+        let ctx = Context {
             inner: Arc::new(Inner {
                 raw: Raw::Lent { ptr, _owner: owner },
                 name,
             }),
-        }
+        };
+        fd::set_nonblocking(ctx.as_raw_fd(), "fcntl(O_NONBLOCK) on async event fd")?;
+        Ok(ctx)
     }
 
     /// The raw context, valid while `self` is alive.

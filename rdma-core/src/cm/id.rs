@@ -187,7 +187,7 @@ impl CmId {
         let owner: Arc<dyn std::any::Any + Send + Sync> = self.inner.clone();
         // SAFETY: librdmacm keeps the context of a device open while an
         // identifier on it exists, and `owner` keeps this identifier.
-        Ok(unsafe { Context::lent(verbs, owner) })
+        unsafe { Context::lent(verbs, owner) }
     }
 
     /// The device port the identifier is bound to (0 when unbound).

@@ -46,6 +46,11 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let p = &o.params;
     let size = p.sizes[0];
     let client = o.server.is_some();
+    let trace = |what: &str| {
+        if o.verbose {
+            eprintln!("perf -R: {what}");
+        }
+    };
     let started = Instant::now();
     let mut ctl = match &o.server {
         Some(host) => Control::connect(host, o.port, o.timeout)?,
@@ -60,9 +65,11 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         }
     };
     let control_setup = started.elapsed();
+    trace("control connection established");
 
     // exchange_versions, check_sys_data, check_mtu.
     let version = wire::decode_version(&ctl.exchange(&wire::version())?)?;
+    trace(&format!("peer version {version}"));
     let page = wire::decode_int(&ctl.exchange(&wire::int(PAGE_SIZE))?)?;
     wire::decode_int(&ctl.exchange(&wire::int(CACHE_LINE))?)?;
     if !(1..=MAX_PAGE).contains(&page) {
@@ -71,7 +78,8 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let cycle = page.max(PAGE_SIZE) as usize;
     let our_mtu = ctl.channel().local_endpoint().mtu;
     let mtu_code = (our_mtu.bytes() / 256).trailing_zeros() as u8 + 1;
-    wire::decode_mtu(&ctl.exchange(&wire::mtu(mtu_code))?);
+    let their_mtu = wire::decode_mtu(&ctl.exchange(&wire::mtu(mtu_code))?);
+    trace(&format!("peer page size {page}, MTU code {their_mtu:?}"));
 
     // The data connection, between two handshakes.
     let blank = Dest::default().encode();
@@ -79,6 +87,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let data_started = Instant::now();
     let channel = data_connection(o, client)?;
     let data_setup = data_started.elapsed();
+    trace("data connection established");
     ctl.hand_shake(&blank)?;
 
     let pd = channel.pd().clone();
@@ -126,7 +135,9 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         gid_index: gid.index,
     }
     .encode();
-    let theirs = Dest::decode(&ctl.hand_shake(&mine)?)?;
+    let theirs_raw = ctl.hand_shake(&mine)?;
+    trace(&format!("peer destination {theirs_raw:02x?}"));
+    let theirs = Dest::decode(&theirs_raw)?;
     let remote = RemoteMemoryRegion::new(theirs.vaddr, size as u64, theirs.rkey);
 
     out.say(RULE);
