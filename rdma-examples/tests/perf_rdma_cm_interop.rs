@@ -26,7 +26,8 @@ fn row(output: &str, size: usize) -> Vec<f64> {
         .lines()
         .map(str::split_whitespace)
         .find_map(|mut w| {
-            (w.next() == Some(&size.to_string())).then(|| w.filter_map(|x| x.parse().ok()).collect())
+            (w.next() == Some(&size.to_string()))
+                .then(|| w.filter_map(|x| x.parse().ok()).collect())
         })
         .unwrap_or_default()
 }
@@ -56,16 +57,23 @@ fn interop(test: &str, opts: &[&str], ours_serves: bool, port: u16) {
     };
     s.assert_ok(&c);
     c.assert_ok(&s);
-    let (mine, label) = if ours_serves { (&s, "server") } else { (&c, "client") };
+    let (mine, label) = if ours_serves {
+        (&s, "server")
+    } else {
+        (&c, "client")
+    };
     let size: usize = opts
         .windows(2)
         .find(|w| w[0] == "-s")
-        .map_or(if test.ends_with("_lat") { 2 } else { 65536 }, |w| w[1].parse().unwrap());
+        .map_or(if test.ends_with("_lat") { 2 } else { 65536 }, |w| {
+            w[1].parse().unwrap()
+        });
     let numbers = row(&mine.output, size);
     let measures = !(ours_serves && matches!(test, "send_bw" | "read_lat"));
     if measures {
         assert!(
-            numbers.len() >= 3 && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)
+            numbers.len() >= 3
+                && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)
                 && numbers[1..3].iter().any(|x| *x > 0.0),
             "our {label} printed no sane result row for {size} bytes:\n{}",
             mine.output

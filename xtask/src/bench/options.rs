@@ -251,7 +251,9 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
     }
     if a.cm {
         if a.asynchronous {
-            return Err("bench: --cm and --async do not combine (perf -R has no async path)".into());
+            return Err(
+                "bench: --cm and --async do not combine (perf -R has no async path)".into(),
+            );
         }
         a.tests = a
             .tests

@@ -133,7 +133,9 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
-            _ if r.test.cm => cm_commands(r, &perf, &raw, &f, &format!("{s} -n {n}{extra} -p {port}")),
+            _ if r.test.cm => {
+                cm_commands(r, &perf, raw, &f, &format!("{s} -n {n}{extra} -p {port}"))
+            }
             Tool::Perftest => {
                 let cmd = format!("{} {dev}{s} -n {n}{extra} -F -p {port}", r.test.perftest);
                 (

@@ -83,7 +83,10 @@ fn print_setup(rows: &[Comparison]) {
         "\nrdma_cm data connection set-up, median ms (ours: resolve -> established, from perf;\n\
          perftest: `Data ex. method` to `local address` in its output, two control handshakes included)"
     );
-    println!("{:<12} {:>8}  {:>10}  {:>10}", "test", "size", "perftest", "ours");
+    println!(
+        "{:<12} {:>8}  {:>10}  {:>10}",
+        "test", "size", "perftest", "ours"
+    );
     let ms = |v: &[f64]| median(v).map_or("-".to_string(), |m| format!("{m:.1}"));
     for c in cm {
         println!(

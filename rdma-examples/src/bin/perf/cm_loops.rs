@@ -56,7 +56,9 @@ pub(crate) fn receive_bw(
         for i in 0..iters {
             let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
             if got.bytes() != size {
-                return Err(format!("message {i} has {} bytes, expected {size}", got.bytes()).into());
+                return Err(
+                    format!("message {i} has {} bytes, expected {size}", got.bytes()).into(),
+                );
             }
             if posted < iters {
                 let k = posted % lists.len();
@@ -133,7 +135,9 @@ pub(crate) fn send_lat(
                 recvs.pop_front().ok_or("no receive posted")?;
             let got = pending.wait()?;
             if got.bytes() != size {
-                return Err(format!("message {i} has {} bytes, expected {size}", got.bytes()).into());
+                return Err(
+                    format!("message {i} has {} bytes, expected {size}", got.bytes()).into(),
+                );
             }
             Ok(())
         };

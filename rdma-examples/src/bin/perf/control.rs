@@ -9,11 +9,10 @@
 //! queue here) and, as the server, waits for the question first.
 
 use crate::perftest_wire::DEST_LEN;
-use rdma_examples::{flatten_scope, BoxError, Result};
 use rdma_core::QpCapabilities;
+use rdma_examples::{flatten_scope, BoxError, Result};
 use rdma_safe::{
-    Channel, CmOptions, Connector, Listener, ReceiveWorkRequest, RegisteredBuffer,
-    SendWorkRequest,
+    Channel, CmOptions, Connector, Listener, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
 };
 use std::time::{Duration, Instant};
 
@@ -52,8 +51,8 @@ impl Control {
     pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Control> {
         let start = Instant::now();
         let channel = loop {
-            let attempt = Connector::resolve((host, port), &options(timeout))
-                .and_then(|c| c.connect(&[]));
+            let attempt =
+                Connector::resolve((host, port), &options(timeout)).and_then(|c| c.connect(&[]));
             match attempt {
                 Ok(c) => break c,
                 Err(_) if start.elapsed() < timeout => std::thread::sleep(RETRY_DELAY),

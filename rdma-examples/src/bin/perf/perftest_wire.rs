@@ -68,7 +68,7 @@ impl Dest {
             )
             .into());
         }
-        let u32_at = |at: usize| b.get(at..at + 4).map_or(0, |x| be32(x));
+        let u32_at = |at: usize| b.get(at..at + 4).map_or(0, be32);
         Ok(Dest {
             lid: u32_at(0),
             out_reads: u32_at(4),
@@ -102,12 +102,16 @@ pub(crate) fn version() -> [u8; VERSION_LEN] {
 pub(crate) fn decode_version(b: &[u8]) -> Result<f64> {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     let text = String::from_utf8_lossy(&b[..end]);
-    let v: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("the peer's version `{}` is not a number", text.escape_debug()))?;
+    let v: f64 = text.trim().parse().map_err(|_| {
+        format!(
+            "the peer's version `{}` is not a number",
+            text.escape_debug()
+        )
+    })?;
     if v < 5.70 {
-        return Err(format!("the peer runs perftest {v}, older than the 5.70 this side speaks").into());
+        return Err(
+            format!("the peer runs perftest {v}, older than the 5.70 this side speaks").into(),
+        );
     }
     Ok(v)
 }

@@ -110,7 +110,11 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let mut exposed = SharedBuffer::new(2 * size.max(cycle), "the exposed buffer (-s)")?;
     // SAFETY: nothing else references the buffer yet; it is dropped after
     // `exposed_mr` (declared later).
-    pattern::fill(unsafe { exposed.slice_mut(0..exposed.len()) }, size as u64, 1);
+    pattern::fill(
+        unsafe { exposed.slice_mut(0..exposed.len()) },
+        size as u64,
+        1,
+    );
     if p.test == Test::WriteLat {
         // SAFETY: as above; the last byte of a message is write_lat's flag.
         unsafe { exposed.slice_mut(0..exposed.len()) }.fill(0);
@@ -282,7 +286,9 @@ fn data_connection(o: &Options, client: bool) -> Result<Channel> {
         Some(host) if client => {
             let start = Instant::now();
             loop {
-                match Connector::resolve((host.as_str(), o.port), &opts).and_then(|c| c.connect(&[])) {
+                match Connector::resolve((host.as_str(), o.port), &opts)
+                    .and_then(|c| c.connect(&[]))
+                {
                     Ok(c) => return Ok(c),
                     Err(_) if start.elapsed() < o.timeout => std::thread::sleep(RETRY_DELAY),
                     Err(e) => return Err(format!("the rdma_cm data connection: {e}").into()),
@@ -319,9 +325,17 @@ fn exchange_report(
     BwReport::decode(&got)
 }
 
-fn report_lat(out: &Out, p: &crate::protocol::Params, size: usize, samples: &mut [f64]) -> Result<()> {
+fn report_lat(
+    out: &Out,
+    p: &crate::protocol::Params,
+    size: usize,
+    samples: &mut [f64],
+) -> Result<()> {
     if samples.is_empty() {
-        out.say(&format!(" {size} bytes x {}: done (the client measures)", p.iters));
+        out.say(&format!(
+            " {size} bytes x {}: done (the client measures)",
+            p.iters
+        ));
         return Ok(());
     }
     out.say(LAT_HEADER);
