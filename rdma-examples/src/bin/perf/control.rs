@@ -28,6 +28,8 @@ pub(crate) struct Control {
     tx: RegisteredBuffer,
     rx: RegisteredBuffer,
     client: bool,
+    /// `-v`: print every message received (hex) on stderr.
+    trace: bool,
 }
 
 /// The options of a control connection: one message at a time each way.
@@ -95,6 +97,7 @@ impl Control {
             rx: RegisteredBuffer::new(&pd, MSG_MAX)?,
             channel,
             client,
+            trace: false,
         })
     }
 
@@ -135,6 +138,13 @@ impl Control {
         }));
         self.channel.set_timeout(saved);
         let n = got.map_err(|e| format!("perftest control exchange: {e}"))?;
+        if self.trace {
+            eprintln!(
+                "perf -R: control: sent {} bytes, received {n}: {:02x?}",
+                mine.len(),
+                &self.rx[..n.min(24)]
+            );
+        }
         Ok(self.rx[..n].to_vec())
     }
 
@@ -144,6 +154,11 @@ impl Control {
     /// As [`exchange`](Self::exchange).
     pub(crate) fn hand_shake(&mut self, mine: &[u8; DEST_LEN]) -> Result<Vec<u8>> {
         self.exchange(mine)
+    }
+
+    /// Prints every message received on stderr from now on.
+    pub(crate) fn trace(&mut self, on: bool) {
+        self.trace = on;
     }
 
     /// The control channel (its device is the one the CM chose).

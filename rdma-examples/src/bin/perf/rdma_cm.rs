@@ -12,7 +12,8 @@
 //!    port (the server listens again once the control connection is up;
 //!    the client retries while it does not yet), then another handshake;
 //! 3. a handshake of `pingpong_dest`s carries each side's rkey and buffer
-//!    address ([`crate::perftest_wire::Dest`]), another says "ready";
+//!    address ([`crate::perftest_wire::Dest`]), two more say "ready" (the
+//!    receiving side of a send test posts its receives before the last);
 //! 4. the test runs on the data connection; bandwidth tests then exchange
 //!    the client's report (write_bw, read_bw) and every test ends with a
 //!    handshake.
@@ -65,6 +66,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         }
     };
     let control_setup = started.elapsed();
+    ctl.trace(o.verbose);
     trace("control connection established");
 
     // exchange_versions, check_sys_data, check_mtu.
@@ -170,8 +172,11 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     }
     out.say(RULE);
 
-    // send_lat posts its receives before the go-ahead; the others give it now.
-    if p.test != Test::SendLat {
+    // Two more handshakes before the run (perftest 6.06 has one after the
+    // QP reaches RTR and one more, seen on the wire); the send tests post
+    // their receives before the last one, inside their loops.
+    ctl.hand_shake(&mine)?;
+    if !matches!(p.test, Test::SendBw | Test::SendLat) {
         ctl.hand_shake(&mine)?;
     }
     let mut side = Side {
@@ -190,6 +195,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
             print_report(&out, p, size, &Report::Bw(r), o.verbose);
         }
         (Test::WriteBw | Test::ReadBw, false) => {
+            // The client's "done", then its report.
             ctl.exchange_within(&mine, allowance)?;
             let nothing = rdma_examples::stats::Bandwidth {
                 peak_mb: 0.0,
