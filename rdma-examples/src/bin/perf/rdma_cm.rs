@@ -20,6 +20,14 @@
 //!
 //! The client prints how long each connection took through the CM (address
 //! resolution to `ESTABLISHED`), the line `cargo xtask bench --cm` reads.
+//!
+//! Status against perftest 6.06 (rxe VM): write_bw and read_bw interoperate
+//! in both directions. Not yet: send_bw with this side as the server (the
+//! peer's messages never arrive after the handshakes), send_bw as the
+//! client (the peer's server waits for more after its report), and the
+//! latency tests (neither side sees the other's first RDMA write: perftest
+//! polls elsewhere than `vaddr + size - 1`); atomic tests are refused.
+//! `perf -R` against `perf -R` follows the same sequence.
 
 use crate::bandwidth::{read_chunks, ring_slots, run_bw};
 use crate::cm_loops::{self, run_allowance};
