@@ -12,8 +12,9 @@
 //!    port (the server listens again once the control connection is up;
 //!    the client retries while it does not yet), then another handshake;
 //! 3. a handshake of `pingpong_dest`s carries each side's rkey and buffer
-//!    address ([`crate::perftest_wire::Dest`]), two more say "ready" (the
-//!    receiving side of a send test posts its receives before the last);
+//!    address ([`crate::perftest_wire::Dest`]), two more (three for the
+//!    send and latency tests) say "ready" (the receiving side of a send
+//!    test posts its receives before the last);
 //! 4. the test runs on the data connection; bandwidth tests then exchange
 //!    the client's report (write_bw, read_bw) and every test ends with a
 //!    handshake.
@@ -21,13 +22,11 @@
 //! The client prints how long each connection took through the CM (address
 //! resolution to `ESTABLISHED`), the line `cargo xtask bench --cm` reads.
 //!
-//! Status against perftest 6.06 (rxe VM): write_bw and read_bw interoperate
-//! in both directions. Not yet: send_bw with this side as the server (the
-//! peer's messages never arrive after the handshakes), send_bw as the
-//! client (the peer's server waits for more after its report), and the
-//! latency tests (neither side sees the other's first RDMA write: perftest
-//! polls elsewhere than `vaddr + size - 1`); atomic tests are refused.
-//! `perf -R` against `perf -R` follows the same sequence.
+//! Status against perftest 6.06 (rxe VM): write_bw, read_bw, send_bw,
+//! send_lat and read_lat interoperate in both directions. Not yet:
+//! write_lat (neither side sees the other's first RDMA write, with two or
+//! three handshakes before the run); atomic tests are refused. `perf -R`
+//! against `perf -R` follows the same sequence.
 
 use crate::bandwidth::{read_chunks, ring_slots, run_bw};
 use crate::cm_loops::{self, run_allowance};
@@ -180,10 +179,15 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     }
     out.say(RULE);
 
-    // Two more handshakes before the run (perftest 6.06 has one after the
-    // QP reaches RTR and one more, seen on the wire); the send tests post
+    // More handshakes before the run: two for write_bw and read_bw, three
+    // for the others (perftest 6.06, seen on the wire); the send tests post
     // their receives before the last one, inside their loops.
     ctl.hand_shake(&mine)?;
+    if !matches!(p.test, Test::WriteBw | Test::ReadBw) {
+        // perftest 6.06's send and latency tests hold one handshake more
+        // before their run (seen on the wire).
+        ctl.hand_shake(&mine)?;
+    }
     if !matches!(p.test, Test::SendBw | Test::SendLat) {
         ctl.hand_shake(&mine)?;
     }
