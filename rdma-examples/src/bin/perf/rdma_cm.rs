@@ -274,7 +274,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
                 cm_loops::read_lat(&mut side.channel, &mut side.local, remote, size, p.iters)?;
             report_lat(&out, p, size, &mut samples)?;
         }
-        (Test::ReadLat, false) => {}
+        (Test::ReadLat, false) => report_lat(&out, p, size, &mut [])?,
         (Test::AtomicBw | Test::AtomicLat, _) => {
             return Err("perf -R: the atomic tests are not implemented yet".into())
         }
