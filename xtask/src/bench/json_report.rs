@@ -60,6 +60,10 @@ struct Values {
     runs: Vec<f64>,
     failed: usize,
     printed_inf: usize,
+    /// rdma_cm rows: the data connection's set-up time per run (ms) and its
+    /// median; empty/`None` otherwise.
+    setup_ms: Vec<f64>,
+    setup_ms_median: Option<f64>,
 }
 
 impl Values {
@@ -71,6 +75,8 @@ impl Values {
             runs: cell.values.iter().copied().map(round3).collect(),
             failed: cell.failed,
             printed_inf: cell.inf,
+            setup_ms: cell.setup_ms.iter().copied().map(round3).collect(),
+            setup_ms_median: median(&cell.setup_ms).map(round3),
         }
     }
 }

@@ -61,6 +61,9 @@ pub(super) fn median(v: &[f64]) -> Option<f64> {
 #[derive(Debug, Default)]
 pub(super) struct Cell {
     pub(super) values: Vec<f64>,
+    /// rdma_cm runs: the data connection's set-up time (ms) of each run
+    /// that reported one.
+    pub(super) setup_ms: Vec<f64>,
     /// The repetition each of `values` came from (same order).
     pub(super) reps: Vec<usize>,
     /// Runs that failed or printed no result.

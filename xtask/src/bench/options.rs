@@ -41,6 +41,18 @@ options:
   --async               run the async variant of every selected test that
                         has one (rows named <test>_async); the others are
                         left out
+  --cm                  run every selected test that has an rdma_cm variant
+                        (write_bw, read_bw, send_bw, write_lat, send_lat)
+                        with -R on both tools instead (rows named <test>_cm,
+                        e.g. write_bw_cm): each pair connects through the
+                        RDMA connection manager to the device's address
+                        ($RXE_IPV4), and the table adds the set-up time of
+                        the data connection: ours from perf's `rdma_cm
+                        set-up` line (resolve -> established), perftest's
+                        from the times its client printed `Data ex. method`
+                        and its `local address` line (that span also holds
+                        two control-channel handshakes, so it is an upper
+                        bound); both are medians in ms
   --inline N            pass -I N to both tools in the write and send tests
                         (reads carry no inline data; default: each tool's
                         own; perftest turns inline off on devices it does
@@ -77,6 +89,8 @@ pub(super) struct Args {
     pub(super) no_setup: bool,
     /// `--async`: the selected tests are replaced by their async variants.
     pub(super) asynchronous: bool,
+    /// `--cm`: the selected tests are replaced by their rdma_cm variants.
+    pub(super) cm: bool,
 }
 
 impl Args {
@@ -137,10 +151,15 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         bw_iters: 20000,
         lat_iters: 5000,
         sizes: vec![64, 4096, 65536, 1 << 20],
-        tests: TESTS.iter().copied().filter(|t| !t.asynchronous).collect(),
+        tests: TESTS
+            .iter()
+            .copied()
+            .filter(|t| !t.asynchronous && !t.cm)
+            .collect(),
         inline: None,
         no_setup: false,
         asynchronous: false,
+        cm: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -158,6 +177,7 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
             }
             "--no-setup" => a.no_setup = true,
             "--async" => a.asynchronous = true,
+            "--cm" => a.cm = true,
             "--reps" => {
                 a.reps = value("--reps")?
                     .parse()
@@ -229,6 +249,21 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
             return Err("bench: --async: none of the selected tests has an async variant".into());
         }
     }
+    if a.cm {
+        if a.asynchronous {
+            return Err(
+                "bench: --cm and --async do not combine (perf -R has no async path)".into(),
+            );
+        }
+        a.tests = a
+            .tests
+            .iter()
+            .filter_map(|t| if t.cm { Some(*t) } else { t.cm_variant() })
+            .collect();
+        if a.tests.is_empty() {
+            return Err("bench: --cm: none of the selected tests has an rdma_cm variant".into());
+        }
+    }
     Ok(Some(a))
 }
 
@@ -272,6 +307,20 @@ mod tests {
             .unwrap();
         assert_eq!(a.sizes_of(a.tests[0]), [8]);
         assert_eq!(a.sizes_of(a.tests[1]), [64, 4096]);
+    }
+
+    #[test]
+    fn cm_selects_the_cm_rows() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&["--tests", "write_bw,send_lat,atomic_bw", "--cm"]))
+            .unwrap()
+            .unwrap();
+        let names: Vec<_> = a.tests.iter().map(|t| t.name).collect();
+        assert_eq!(names, ["write_bw_cm", "send_lat_cm"]);
+        assert_eq!(a.tests[1].perf_name(), "send_lat");
+        assert!(parse(&v(&["--cm", "--async"])).is_err());
+        let a = parse(&v(&[])).unwrap().unwrap();
+        assert!(a.tests.iter().all(|t| !t.cm));
     }
 
     #[test]

@@ -133,6 +133,9 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
+            _ if r.test.cm => {
+                cm_commands(r, &perf, raw, &f, &format!("{s} -n {n}{extra} -p {port}"))
+            }
             Tool::Perftest => {
                 let cmd = format!("{} {dev}{s} -n {n}{extra} -F -p {port}", r.test.perftest);
                 (
@@ -166,9 +169,56 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
             }
         };
         let label = format!("[{}/{}] {}", k + 1, runs.len(), r.label_tail());
-        p.server_client(&label, port as u16, &server, &client);
+        // A `-R` server listens on no TCP port: the runner waits 2 s for it
+        // instead (both clients retry while it is not listening yet).
+        let wait_port = if r.test.cm { 0 } else { port as u16 };
+        p.server_client(&label, wait_port, &server, &client);
     }
     p
+}
+
+/// The server and client commands of an rdma_cm (`-R`) run: both sides get
+/// the test's options (a `-R` server is told them, as perftest's always
+/// is), the client connects to the device's address. perftest's client
+/// output is time-stamped line by line (`<f>.client.ts`, nanoseconds) for
+/// its set-up time; ours prints its own (`rdma_cm set-up`, on stderr with
+/// `--json`).
+fn cm_commands(r: &Run, perf: &str, raw: &str, f: &str, options: &str) -> (String, String) {
+    let dev = "-d \"$RXE_DEVICE\"";
+    match r.tool {
+        Tool::Perftest => {
+            let cmd = format!("{} {dev} -R{options} -F", r.test.perftest);
+            (
+                format!(
+                    "{raw}; {f}; {cmd} >\"$f.server.txt\" 2>&1; rc=$?; \
+                     [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
+                ),
+                format!(
+                    "{raw}; {f}; stdbuf -oL {cmd} \"$RXE_IPV4\" 2>&1 | \
+                     while IFS= read -r l; do echo \"$(date +%s%N) $l\"; done >\"$f.client.ts\"; \
+                     rc=${{PIPESTATUS[0]}}; cut -d' ' -f2- \"$f.client.ts\" >\"$f.client.txt\"; \
+                     if [ $rc = 0 ]; then grep -A1 -e '#bytes' \"$f.client.txt\"; \
+                     else cat \"$f.client.txt\"; fi; exit $rc"
+                ),
+            )
+        }
+        Tool::Ours => {
+            let name = r.test.perf_name();
+            (
+                format!(
+                    "{raw}; {f}; {perf} {name} -R{options} --json \
+                     >\"$f.server.json\" 2>\"$f.server.txt\"; rc=$?; \
+                     [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
+                ),
+                format!(
+                    "{raw}; {f}; {perf} {name} -R{options} --json \"$RXE_IPV4\" \
+                     >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
+                     if [ $rc = 0 ]; then cat \"$f.client.json\"; grep set-up \"$f.client.txt\"; \
+                     else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
+                ),
+            )
+        }
+    }
 }
 
 #[cfg(test)]

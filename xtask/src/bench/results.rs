@@ -45,6 +45,11 @@ pub(super) fn collect(a: &Args, runs: &[Run], outcome: &Outcome, raw: &Path) -> 
             Tool::Perftest => &mut row.perftest,
             Tool::Ours => &mut row.ours,
         };
+        if r.test.cm && passed {
+            if let Some(ms) = setup_ms(raw, r) {
+                cell.setup_ms.push(ms);
+            }
+        }
         match value.filter(|_| passed) {
             Some(v) if v.is_finite() => cell.push(r.rep, v),
             Some(_) => cell.inf += 1,
@@ -52,6 +57,45 @@ pub(super) fn collect(a: &Args, runs: &[Run], outcome: &Outcome, raw: &Path) -> 
         }
     }
     rows
+}
+
+/// The data connection's set-up time (ms) of an rdma_cm run: ours from
+/// perf's `rdma_cm set-up [ms]: control X  data Y` line, perftest's from
+/// its client's time-stamped output (see [`perftest_setup_ms`]).
+fn setup_ms(raw: &Path, r: &Run) -> Option<f64> {
+    match r.tool {
+        Tool::Ours => fs::read_to_string(raw.join(format!("{}.client.txt", r.stem())))
+            .ok()
+            .and_then(|t| ours_setup_ms(&t)),
+        Tool::Perftest => fs::read_to_string(raw.join(format!("{}.client.ts", r.stem())))
+            .ok()
+            .and_then(|t| perftest_setup_ms(&t)),
+    }
+}
+
+/// `Y` of perf's `rdma_cm set-up [ms]: control X  data Y` line.
+fn ours_setup_ms(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.contains("rdma_cm set-up"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == "data")?;
+    words.next()?.parse().ok()
+}
+
+/// perftest prints no set-up time: the span between the line that ends
+/// its banner (`Data ex. method`, printed just before it creates the data
+/// connection) and its first `local address` line (printed once the data
+/// QP is connected), from `<ns> <line>` time stamps.
+fn perftest_setup_ms(text: &str) -> Option<f64> {
+    let stamp = |needle: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.contains(needle))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (from, to) = (stamp("Data ex. method")?, stamp("local address")?);
+    (to >= from).then(|| (to - from) as f64 / 1e6)
 }
 
 /// perftest's result: the line after the `#bytes` header; field 3 (BW
@@ -136,6 +180,17 @@ mod tests {
         assert_eq!(parse_perftest(lat, atomic_lat, 8), Some(20.37));
         let ours = "{\"test\":\"atomic_lat\",\"bytes\":8,\"iterations\":5000,\"t_min_us\":21.597,\"t_typical_us\":22.308,\"verified\":true}";
         assert_eq!(parse_ours(ours, atomic_lat, 8), Some(22.308));
+    }
+
+    #[test]
+    fn parses_set_up_times() {
+        let ours = "perf -R: x\n rdma_cm set-up [ms]: control 320.714  data 16.268  (resolve -> established)\n";
+        assert_eq!(ours_setup_ms(ours), Some(16.268));
+        assert_eq!(ours_setup_ms("nothing"), None);
+        let ts = "1000000000  rdma_cm QPs\t : ON\n1000000000  Data ex. method : rdma_cm\n\
+                  1250000000  local address: LID 0000 QPN 0x0014\n";
+        assert_eq!(perftest_setup_ms(ts), Some(250.0));
+        assert_eq!(perftest_setup_ms("1 Data ex. method\n"), None);
     }
 
     #[test]

@@ -17,9 +17,13 @@ pub(super) struct Test {
     /// Ours runs `perf --async` (the row is named `<test>_async`; perftest
     /// runs as for `<test>`).
     pub(super) asynchronous: bool,
+    /// Both tools connect through the RDMA connection manager (`-R`; the
+    /// row is named `<test>_cm`), and bench reports the data connection's
+    /// set-up time beside the metric.
+    pub(super) cm: bool,
 }
 
-pub(super) const TESTS: [Test; 12] = [
+pub(super) const TESTS: [Test; 17] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
@@ -27,6 +31,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: false,
+        cm: false,
     },
     Test {
         name: "read_bw",
@@ -35,6 +40,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: false,
         fixed_size: None,
         asynchronous: false,
+        cm: false,
     },
     Test {
         name: "send_bw",
@@ -43,6 +49,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: false,
+        cm: false,
     },
     Test {
         name: "write_lat",
@@ -51,6 +58,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: false,
+        cm: false,
     },
     Test {
         name: "send_lat",
@@ -59,6 +67,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: false,
+        cm: false,
     },
     // Fetch-and-add, both tools' default atomic.
     Test {
@@ -68,6 +77,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: false,
         fixed_size: Some(8),
         asynchronous: false,
+        cm: false,
     },
     Test {
         name: "atomic_lat",
@@ -76,6 +86,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: false,
         fixed_size: Some(8),
         asynchronous: false,
+        cm: false,
     },
     // `--async`: ours on the owned-buffer futures.
     Test {
@@ -85,6 +96,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: true,
+        cm: false,
     },
     Test {
         name: "read_bw_async",
@@ -93,6 +105,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: false,
         fixed_size: None,
         asynchronous: true,
+        cm: false,
     },
     Test {
         name: "send_bw_async",
@@ -101,6 +114,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: true,
+        cm: false,
     },
     Test {
         name: "write_lat_async",
@@ -109,6 +123,7 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: true,
+        cm: false,
     },
     Test {
         name: "send_lat_async",
@@ -117,13 +132,69 @@ pub(super) const TESTS: [Test; 12] = [
         inline: true,
         fixed_size: None,
         asynchronous: true,
+        cm: false,
+    },
+    // `--cm`: both tools with `-R`, connected through the RDMA CM.
+    Test {
+        name: "write_bw_cm",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "read_bw_cm",
+        perftest: "ib_read_bw",
+        bw: true,
+        inline: false,
+        fixed_size: None,
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "send_bw_cm",
+        perftest: "ib_send_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "write_lat_cm",
+        perftest: "ib_write_lat",
+        bw: false,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "send_lat_cm",
+        perftest: "ib_send_lat",
+        bw: false,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: true,
     },
 ];
 
 impl Test {
-    /// The test's name for `perf` (without `_async`).
+    /// The test's name for `perf` (without `_async` or `_cm`).
     pub(super) fn perf_name(self) -> &'static str {
-        self.name.strip_suffix("_async").unwrap_or(self.name)
+        let n = self.name.strip_suffix("_async").unwrap_or(self.name);
+        n.strip_suffix("_cm").unwrap_or(n)
+    }
+
+    /// The `--cm` variant of this test, if it has one.
+    pub(super) fn cm_variant(self) -> Option<Test> {
+        TESTS
+            .iter()
+            .copied()
+            .find(|t| t.cm && t.perf_name() == self.name)
     }
 
     /// The `--async` variant of this test, if it has one.

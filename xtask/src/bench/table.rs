@@ -60,6 +60,7 @@ pub(super) fn print(a: &Args, route: &Route, rows: &[Comparison]) {
             }
         );
     }
+    print_setup(rows);
     if missed.is_empty() {
         println!("\ntargets: met in all {} cells", rows.len());
     } else {
@@ -68,6 +69,32 @@ pub(super) fn print(a: &Args, route: &Route, rows: &[Comparison]) {
             rows.len() - missed.len(),
             rows.len(),
             missed.join("; ")
+        );
+    }
+}
+
+/// rdma_cm rows: the medians of the data connection's set-up time.
+fn print_setup(rows: &[Comparison]) {
+    let cm: Vec<&Comparison> = rows.iter().filter(|c| c.test.cm).collect();
+    if cm.is_empty() {
+        return;
+    }
+    println!(
+        "\nrdma_cm data connection set-up, median ms (ours: resolve -> established, from perf;\n\
+         perftest: `Data ex. method` to `local address` in its output, two control handshakes included)"
+    );
+    println!(
+        "{:<12} {:>8}  {:>10}  {:>10}",
+        "test", "size", "perftest", "ours"
+    );
+    let ms = |v: &[f64]| median(v).map_or("-".to_string(), |m| format!("{m:.1}"));
+    for c in cm {
+        println!(
+            "{:<12} {:>8}  {:>10}  {:>10}",
+            c.test.name,
+            size_name(c.size),
+            ms(&c.perftest.setup_ms),
+            ms(&c.ours.setup_ms)
         );
     }
 }

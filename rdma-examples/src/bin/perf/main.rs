@@ -54,6 +54,9 @@
 //! `--json`) add the time spent per post and the time the scope took to
 //! end, which is the safe API's own overhead.
 //!
+//! `-R` (both sides) speaks perftest's rdma_cm protocol instead, so that
+//! either side may be `ib_<test> -R` ([`rdma_cm`]).
+//!
 //! `--async` (client) runs the bandwidth and latency tests through the
 //! owned-buffer futures instead ([`asynchronous`]); the server and the
 //! output are the same.
@@ -62,9 +65,13 @@ mod asynchronous;
 mod atomic;
 mod bandwidth;
 mod client;
+mod cm_loops;
+mod control;
 mod latency;
 mod options;
+mod perftest_wire;
 mod protocol;
+mod rdma_cm;
 mod report;
 mod server;
 
@@ -88,6 +95,7 @@ static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
 fn main() -> ExitCode {
     let opts = Options::from_command_line();
     let result = match &opts.server {
+        _ if opts.rdma_cm => rdma_cm::run(&opts),
         Some(host) => client::client(&opts, host),
         None => server::server(&opts),
     };

@@ -86,6 +86,11 @@ struct Args {
     /// also report the per-operation overhead of the safe API
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
+    /// connect through the RDMA connection manager and speak perftest's
+    /// `-R` protocol (peer: `ib_<test> -R` or `perf -R`; both sides take the
+    /// same -s/-n/-t options, as with perftest)
+    #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
+    rdma_cm: bool,
     #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
           value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
     timeout: Duration,
@@ -116,6 +121,8 @@ pub(crate) struct Options {
     pub(crate) ib_port: u8,
     pub(crate) gid_index: Option<u32>,
     pub(crate) mtu: Option<Mtu>,
+    /// `-R`: perftest's rdma_cm mode ([`crate::rdma_cm`]).
+    pub(crate) rdma_cm: bool,
     pub(crate) port: u16,
     pub(crate) json: bool,
     pub(crate) asynchronous: bool,
@@ -168,6 +175,12 @@ impl Options {
             vec![a.size.unwrap_or(if lat { 2 } else { 65536 })]
         };
         debug_assert!(sizes.iter().all(|&s| s <= MAX_ALL * 64));
+        if a.rdma_cm && (a.all || a.asynchronous || a.events || test.is_atomic()) {
+            return Err(format!(
+                "-R/--rdma_cm runs {test_name} at one size, polling, without --async \
+                 (not with -a, -e or --async; atomic tests not yet)"
+            ));
+        }
         Ok(Options {
             params: Params {
                 test,
@@ -184,6 +197,7 @@ impl Options {
             ib_port: a.ib_port,
             gid_index: a.gid_index,
             mtu: a.mtu,
+            rdma_cm: a.rdma_cm,
             port: a.port,
             json: a.json,
             asynchronous: a.asynchronous,

@@ -1,0 +1,168 @@
+//! perftest's control connection in `-R` mode: a reliable connection made
+//! through the RDMA connection manager on the test's port, over which the
+//! two sides exchange small messages ([`crate::perftest_wire`]) by send and
+//! receive — the client speaks first in every exchange, the server answers.
+//!
+//! The peer keeps one receive posted and re-posts it after reading each
+//! message, so the exchange is strictly alternating; this side posts its
+//! receive for the answer before sending (the answer never meets an empty
+//! queue here) and, as the server, waits for the question first.
+
+use crate::perftest_wire::DEST_LEN;
+use rdma_core::QpCapabilities;
+use rdma_examples::{flatten_scope, BoxError, Result};
+use rdma_safe::{
+    Channel, CmOptions, Connector, Listener, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
+};
+use std::time::{Duration, Instant};
+
+/// Room for the largest message either side sends (a destination).
+const MSG_MAX: usize = 256;
+/// How long a client waits between attempts when the server is not
+/// listening yet (perftest's own retry delay).
+pub(crate) const RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// The control connection and its two message buffers.
+pub(crate) struct Control {
+    channel: Channel,
+    tx: RegisteredBuffer,
+    rx: RegisteredBuffer,
+    client: bool,
+    /// `-v`: print every message received (hex) on stderr.
+    trace: bool,
+}
+
+/// The options of a control connection: one message at a time each way.
+fn options(timeout: Duration) -> CmOptions {
+    let caps = QpCapabilities {
+        max_send_wr: 2,
+        max_recv_wr: 2,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    CmOptions::default().timeout(timeout).capabilities(caps)
+}
+
+impl Control {
+    /// Client: connects to `host:port`, retrying (every [`RETRY_DELAY`],
+    /// for up to `timeout`) while nobody listens there.
+    ///
+    /// # Errors
+    /// The last connection error once `timeout` has passed.
+    pub(crate) fn connect(host: &str, port: u16, timeout: Duration) -> Result<Control> {
+        let start = Instant::now();
+        let channel = loop {
+            let attempt =
+                Connector::resolve((host, port), &options(timeout)).and_then(|c| c.connect(&[]));
+            match attempt {
+                Ok(c) => break c,
+                Err(_) if start.elapsed() < timeout => std::thread::sleep(RETRY_DELAY),
+                Err(e) => {
+                    return Err(format!(
+                        "no perftest -R server at {host}:{port} within {timeout:?}: {e}"
+                    )
+                    .into())
+                }
+            }
+        };
+        Self::around(channel, true)
+    }
+
+    /// Server: accepts one connection on `listener` (waiting up to
+    /// `patience`).
+    ///
+    /// # Errors
+    /// No client within `patience`, or the accept's error.
+    pub(crate) fn accept(listener: &Listener, patience: Duration) -> Result<Control> {
+        let incoming = listener
+            .incoming_within(patience)?
+            .ok_or_else(|| format!("no client connected within {patience:?}"))?;
+        Self::around(incoming.accept(&[])?, false)
+    }
+
+    /// The listener a server accepts its control connection on.
+    ///
+    /// # Errors
+    /// As [`Listener::bind_with`].
+    pub(crate) fn listen(port: u16, timeout: Duration) -> Result<Listener> {
+        Listener::bind_with(("0.0.0.0", port), &options(timeout))
+            .map_err(|e| format!("rdma_cm listen on port {port}: {e}").into())
+    }
+
+    fn around(channel: Channel, client: bool) -> Result<Control> {
+        let pd = channel.pd().clone();
+        Ok(Control {
+            tx: RegisteredBuffer::new(&pd, MSG_MAX)?,
+            rx: RegisteredBuffer::new(&pd, MSG_MAX)?,
+            channel,
+            client,
+            trace: false,
+        })
+    }
+
+    /// One exchange: the client sends `mine` and then reads the server's
+    /// message; the server reads first. Returns the peer's message.
+    ///
+    /// # Errors
+    /// A message too long, a transport error or the timeout.
+    pub(crate) fn exchange(&mut self, mine: &[u8]) -> Result<Vec<u8>> {
+        self.exchange_within(mine, self.channel.timeout())
+    }
+
+    /// [`exchange`](Self::exchange) waiting up to `limit` for the peer.
+    ///
+    /// # Errors
+    /// As [`exchange`](Self::exchange).
+    pub(crate) fn exchange_within(&mut self, mine: &[u8], limit: Duration) -> Result<Vec<u8>> {
+        if mine.len() > MSG_MAX {
+            return Err(format!("a control message of {} bytes", mine.len()).into());
+        }
+        self.tx[..mine.len()].copy_from_slice(mine);
+        let saved = self.channel.timeout();
+        self.channel.set_timeout(limit);
+        let client = self.client;
+        let (tx, rx) = (&self.tx, &mut self.rx);
+        let got = flatten_scope(self.channel.scope(|s| -> Result<usize, BoxError> {
+            let gather = [tx.gather(..mine.len())];
+            let mut scatter = [rx.scatter(..)];
+            let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+            if client {
+                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                Ok(recv.wait()?.bytes())
+            } else {
+                let n = recv.wait()?.bytes();
+                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                Ok(n)
+            }
+        }));
+        self.channel.set_timeout(saved);
+        let n = got.map_err(|e| format!("perftest control exchange: {e}"))?;
+        if self.trace {
+            eprintln!(
+                "perf -R: control: sent {} bytes, received {n}: {:02x?}",
+                mine.len(),
+                &self.rx[..n.min(24)]
+            );
+        }
+        Ok(self.rx[..n].to_vec())
+    }
+
+    /// perftest's `ctx_hand_shake`: an exchange of destinations.
+    ///
+    /// # Errors
+    /// As [`exchange`](Self::exchange).
+    pub(crate) fn hand_shake(&mut self, mine: &[u8; DEST_LEN]) -> Result<Vec<u8>> {
+        self.exchange(mine)
+    }
+
+    /// Prints every message received on stderr from now on.
+    pub(crate) fn trace(&mut self, on: bool) {
+        self.trace = on;
+    }
+
+    /// The control channel (its device is the one the CM chose).
+    pub(crate) fn channel(&self) -> &Channel {
+        &self.channel
+    }
+}

@@ -1,0 +1,363 @@
+//! `perf -R`: perftest's rdma_cm mode, wire-compatible with `ib_<test> -R`
+//! of perftest 4.5 (version 6.06) in either role.
+//!
+//! What `-R` does on the wire (both sides run with the same options, as
+//! with perftest; nothing about the test travels but addresses):
+//!
+//! 1. the client connects a *control* RC connection through the RDMA
+//!    connection manager to the server's port (no TCP at all); over it
+//!    ([`Control`]) the sides exchange versions, page and cache-line
+//!    sizes, and MTUs, then one (blank) handshake;
+//! 2. the client connects the *data* connection through the CM to the same
+//!    port (the server listens again once the control connection is up;
+//!    the client retries while it does not yet), then another handshake;
+//! 3. a handshake of `pingpong_dest`s carries each side's rkey and buffer
+//!    address ([`crate::perftest_wire::Dest`]), two more (three for the
+//!    send and latency tests) say "ready" (the receiving side of a send
+//!    test posts its receives before the last);
+//! 4. the test runs on the data connection; bandwidth tests then exchange
+//!    the client's report (write_bw, read_bw) and every test ends with a
+//!    handshake.
+//!
+//! The client prints how long each connection took through the CM (address
+//! resolution to `ESTABLISHED`), the line `cargo xtask bench --cm` reads.
+//!
+//! Status against perftest 6.06 (rxe VM): write_bw, read_bw, send_bw,
+//! send_lat and read_lat interoperate in both directions. Not yet:
+//! write_lat (neither side sees the other's first RDMA write, with two or
+//! three handshakes before the run); atomic tests are refused. `perf -R`
+//! against `perf -R` follows the same sequence.
+
+use crate::bandwidth::{read_chunks, ring_slots, run_bw};
+use crate::cm_loops::{self, run_allowance};
+use crate::control::{Control, RETRY_DELAY};
+use crate::options::Options;
+use crate::perftest_wire::{self as wire, BwReport, Dest, CACHE_LINE, PAGE_SIZE};
+use crate::protocol::Test;
+use crate::report::{print_report, Out, Report, BW_HEADER, LAT_HEADER, RULE};
+use crate::Side;
+use rdma_core::QpCapabilities;
+use rdma_examples::shared::SharedBuffer;
+use rdma_examples::stats::Latency;
+use rdma_examples::{pattern, Result};
+use rdma_safe::{Channel, CmOptions, Connector, Listener, RegisteredBuffer, RemoteMemoryRegion};
+use std::time::{Duration, Instant};
+
+/// The largest page size a peer may announce (it sizes our exposed buffer).
+const MAX_PAGE: i32 = 1 << 24;
+/// How long a server waits for its client.
+const SERVER_PATIENCE: Duration = Duration::from_secs(3600);
+
+/// Runs the test in `-R` mode, as the client when `o.server` names one.
+pub(crate) fn run(o: &Options) -> Result<()> {
+    let out = Out { json: o.json };
+    let p = &o.params;
+    let size = p.sizes[0];
+    let client = o.server.is_some();
+    let trace = |what: &str| {
+        if o.verbose {
+            eprintln!("perf -R: {what}");
+        }
+    };
+    let started = Instant::now();
+    let mut ctl = match &o.server {
+        Some(host) => Control::connect(host, o.port, o.timeout)?,
+        None => {
+            let listener = Control::listen(o.port, o.timeout)?;
+            out.say(&format!(
+                "perf -R: {} server waiting for a client on rdma_cm port {}",
+                p.test.name(),
+                o.port
+            ));
+            Control::accept(&listener, SERVER_PATIENCE)?
+        }
+    };
+    let control_setup = started.elapsed();
+    ctl.trace(o.verbose);
+    trace("control connection established");
+
+    // exchange_versions, check_sys_data, check_mtu.
+    let version = wire::decode_version(&ctl.exchange(&wire::version())?)?;
+    trace(&format!("peer version {version}"));
+    let page = wire::decode_int(&ctl.exchange(&wire::int(PAGE_SIZE))?)?;
+    wire::decode_int(&ctl.exchange(&wire::int(CACHE_LINE))?)?;
+    if !(1..=MAX_PAGE).contains(&page) {
+        return Err(format!("the peer's page size {page} is out of range").into());
+    }
+    let cycle = page.max(PAGE_SIZE) as usize;
+    let our_mtu = ctl.channel().local_endpoint().mtu;
+    let mtu_code = (our_mtu.bytes() / 256).trailing_zeros() as u8 + 1;
+    let their_mtu = wire::decode_mtu(&ctl.exchange(&wire::mtu(mtu_code))?);
+    trace(&format!("peer page size {page}, MTU code {their_mtu:?}"));
+
+    // The data connection, between two handshakes.
+    let blank = Dest::default().encode();
+    ctl.hand_shake(&blank)?;
+    let data_started = Instant::now();
+    let channel = data_connection(o, client)?;
+    let data_setup = data_started.elapsed();
+    trace("data connection established");
+    ctl.hand_shake(&blank)?;
+
+    let pd = channel.pd().clone();
+    let local_len = match p.test {
+        Test::ReadBw => size * read_chunks(usize::MAX, size, p.tx_depth),
+        _ => size,
+    };
+    let mut local = RegisteredBuffer::new(&pd, local_len)
+        .map_err(|e| format!("the message buffer (-s): {e}"))?;
+    pattern::fill(&mut local, size as u64, 0);
+    let slots = match p.test {
+        Test::SendBw => p.rx_depth.min(ring_slots(size)).clamp(1, p.iters),
+        Test::SendLat => 1,
+        _ => 0,
+    };
+    let rx = RegisteredBuffer::new(&pd, (slots * size).max(1))
+        .map_err(|e| format!("the receive buffers (-s, -r): {e}"))?;
+    // The buffer the peer writes or reads: perftest's writes walk a page
+    // (or a message, if larger) from the address we give.
+    let mut exposed = SharedBuffer::new(2 * size.max(cycle), "the exposed buffer (-s)")?;
+    // SAFETY: nothing else references the buffer yet; it is dropped after
+    // `exposed_mr` (declared later).
+    pattern::fill(
+        unsafe { exposed.slice_mut(0..exposed.len()) },
+        size as u64,
+        1,
+    );
+    if p.test == Test::WriteLat {
+        // SAFETY: as above; the last byte of a message is write_lat's flag.
+        unsafe { exposed.slice_mut(0..exposed.len()) }.fill(0);
+    }
+    // SAFETY: `exposed_mr` is declared after `exposed`, so dropped first;
+    // Rust reads the buffer only with atomic byte loads (write_lat's spin)
+    // while the peer may write it, and the slices above were made before
+    // the peer learned its address.
+    let exposed_mr = unsafe { exposed.register(&pd) }?;
+
+    let gid = channel.gid();
+    let endpoint = channel.local_endpoint();
+    let mine = Dest {
+        lid: endpoint.lid.into(),
+        out_reads: 16,
+        qpn: channel.qp_num(),
+        psn: 0,
+        rkey: exposed_mr.remote().rkey(),
+        vaddr: exposed_mr.remote().address(),
+        gid: *gid.gid.as_bytes(),
+        srqn: 0,
+        gid_index: gid.index,
+    }
+    .encode();
+    let theirs_raw = ctl.hand_shake(&mine)?;
+    trace(&format!("peer destination {theirs_raw:02x?}"));
+    let theirs = Dest::decode(&theirs_raw)?;
+    let remote = RemoteMemoryRegion::new(theirs.vaddr, size as u64, theirs.rkey);
+
+    out.say(RULE);
+    out.say(&format!("                    {} (rdma_cm)", p.title()));
+    out.say(&format!(
+        " Device: {}  GID: {}  MTU: {}  peer version: {version}",
+        pd.context().name(),
+        gid.gid.to_ip(),
+        our_mtu.bytes()
+    ));
+    out.say(&format!(
+        " local:  QPN {:#08x} RKey {:#08x} VAddr {:#016x}\n remote: QPN {:#08x} RKey {:#08x} VAddr {:#016x}",
+        channel.qp_num(),
+        exposed_mr.remote().rkey(),
+        exposed_mr.remote().address(),
+        theirs.qpn,
+        theirs.rkey,
+        theirs.vaddr
+    ));
+    if client {
+        out.say(&format!(
+            " rdma_cm set-up [ms]: control {:.3}  data {:.3}  (resolve -> established)",
+            control_setup.as_secs_f64() * 1e3,
+            data_setup.as_secs_f64() * 1e3
+        ));
+    }
+    out.say(RULE);
+
+    // More handshakes before the run: two for write_bw and read_bw, three
+    // for the others (perftest 6.06, seen on the wire); the send tests post
+    // their receives before the last one, inside their loops.
+    ctl.hand_shake(&mine)?;
+    if !matches!(p.test, Test::WriteBw | Test::ReadBw) {
+        // perftest 6.06's send and latency tests hold one handshake more
+        // before their run (seen on the wire).
+        ctl.hand_shake(&mine)?;
+    }
+    if !matches!(p.test, Test::SendBw | Test::SendLat) {
+        ctl.hand_shake(&mine)?;
+    }
+    let mut side = Side {
+        channel,
+        local,
+        rx,
+        slots,
+    };
+    let allowance = run_allowance(p.iters, size, o.timeout);
+    match (p.test, client) {
+        (Test::WriteBw | Test::ReadBw, true) => {
+            out.say(BW_HEADER);
+            let r = run_bw(p, o.verbose, size, &mut side, Some(remote))?;
+            ctl.hand_shake(&mine)?;
+            exchange_report(&mut ctl, &r.bw, size, p.iters)?;
+            print_report(&out, p, size, &Report::Bw(r), o.verbose);
+        }
+        (Test::WriteBw | Test::ReadBw, false) => {
+            // The client's "done", then its report.
+            ctl.exchange_within(&mine, allowance)?;
+            let nothing = rdma_examples::stats::Bandwidth {
+                peak_mb: 0.0,
+                avg_mb: 0.0,
+                mpps: 0.0,
+            };
+            let r = exchange_report(&mut ctl, &nothing, 0, 0)?;
+            out.say(BW_HEADER);
+            out.say(&format!(
+                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}   (the client's report)",
+                r.size, r.iters, r.peak_mb, r.avg_mb, r.mpps
+            ));
+        }
+        (Test::SendBw, true) => {
+            out.say(BW_HEADER);
+            ctl.hand_shake(&mine)?;
+            let r = run_bw(p, o.verbose, size, &mut side, None)?;
+            print_report(&out, p, size, &Report::Bw(r), o.verbose);
+        }
+        (Test::SendBw, false) => {
+            let started = Instant::now();
+            cm_loops::receive_bw(
+                &mut side.channel,
+                &mut side.rx,
+                size,
+                p.iters,
+                p.rx_depth,
+                &mut ctl,
+                &mine,
+            )?;
+            out.say(&format!(
+                " received {} messages of {size} bytes in {:.3} s",
+                p.iters,
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        (Test::WriteLat, _) => {
+            let mut samples = cm_loops::write_lat(
+                &mut side.channel,
+                &mut side.local,
+                &exposed,
+                remote,
+                size,
+                p.iters,
+                client,
+            )?;
+            report_lat(&out, p, size, &mut samples)?;
+        }
+        (Test::SendLat, _) => {
+            let mut samples = cm_loops::send_lat(
+                &mut side.channel,
+                &side.local,
+                &mut side.rx,
+                size,
+                p.iters,
+                client,
+                &mut ctl,
+                &mine,
+            )?;
+            report_lat(&out, p, size, &mut samples)?;
+        }
+        (Test::ReadLat, true) => {
+            let mut samples =
+                cm_loops::read_lat(&mut side.channel, &mut side.local, remote, size, p.iters)?;
+            report_lat(&out, p, size, &mut samples)?;
+        }
+        (Test::ReadLat, false) => report_lat(&out, p, size, &mut [])?,
+        (Test::AtomicBw | Test::AtomicLat, _) => {
+            return Err("perf -R: the atomic tests are not implemented yet".into())
+        }
+    }
+    // ctx_close_connection: the last handshake (the server waits through
+    // the client's run for it when it had nothing to do).
+    ctl.exchange_within(&mine, allowance)?;
+    drop(exposed_mr);
+    out.say(RULE);
+    Ok(())
+}
+
+/// The data connection: the client connects (retrying every
+/// [`RETRY_DELAY`] while the server is not listening yet), the server
+/// listens on the same port and accepts one.
+fn data_connection(o: &Options, client: bool) -> Result<Channel> {
+    let p = &o.params;
+    let caps = QpCapabilities {
+        max_send_wr: p.tx_depth.max(1) as u32,
+        max_recv_wr: p.rx_depth.max(8) as u32,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let opts = CmOptions::default().timeout(o.timeout).capabilities(caps);
+    match &o.server {
+        Some(host) if client => {
+            let start = Instant::now();
+            loop {
+                match Connector::resolve((host.as_str(), o.port), &opts)
+                    .and_then(|c| c.connect(&[]))
+                {
+                    Ok(c) => return Ok(c),
+                    Err(_) if start.elapsed() < o.timeout => std::thread::sleep(RETRY_DELAY),
+                    Err(e) => return Err(format!("the rdma_cm data connection: {e}").into()),
+                }
+            }
+        }
+        _ => {
+            let listener = Listener::bind_with(("0.0.0.0", o.port), &opts)
+                .map_err(|e| format!("rdma_cm listen on port {} for the data QP: {e}", o.port))?;
+            Ok(listener.incoming()?.accept(&[])?)
+        }
+    }
+}
+
+/// xchg_bw_reports: five exchanges, the client's report going to the
+/// server; returns the peer's.
+fn exchange_report(
+    ctl: &mut Control,
+    bw: &rdma_examples::stats::Bandwidth,
+    size: usize,
+    iters: usize,
+) -> Result<BwReport> {
+    let mine = BwReport {
+        size: size as u64,
+        iters: iters as u64,
+        peak_mb: bw.peak_mb,
+        avg_mb: bw.avg_mb,
+        mpps: bw.mpps,
+    };
+    let mut got: [Vec<u8>; 5] = Default::default();
+    for (field, slot) in mine.encode().iter().zip(got.iter_mut()) {
+        *slot = ctl.exchange(field)?;
+    }
+    BwReport::decode(&got)
+}
+
+fn report_lat(
+    out: &Out,
+    p: &crate::protocol::Params,
+    size: usize,
+    samples: &mut [f64],
+) -> Result<()> {
+    if samples.is_empty() {
+        out.say(&format!(
+            " {size} bytes x {}: done (the client measures)",
+            p.iters
+        ));
+        return Ok(());
+    }
+    out.say(LAT_HEADER);
+    let l = Latency::from_samples(samples).ok_or("no samples")?;
+    print_report(out, p, size, &Report::Lat(l), false);
+    Ok(())
+}
