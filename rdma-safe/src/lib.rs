@@ -103,6 +103,7 @@ mod exchange;
 mod fatal;
 pub mod memory;
 pub mod owned;
+mod owned_request;
 mod pd;
 mod pending;
 pub mod pool;
@@ -129,6 +130,7 @@ pub use memory::{AccessFlags, MemoryRegion};
 #[cfg(feature = "tokio")]
 pub use owned::TokioReactor;
 pub use owned::{Completed, CompletionReactor, Op, OwnedBuffer, RecvStream, SharedChannel};
+pub use owned_request::{OwnedRequest, OWNED_BATCH_MAX};
 pub use pd::ProtectionDomain;
 pub use pending::PendingWork;
 pub use pool::{BufferPool, PoolBuf, PoolBytes, PoolError};

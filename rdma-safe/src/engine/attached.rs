@@ -2,6 +2,7 @@
 //! the buffer itself and who to tell when the completion is seen.
 
 use crate::error::TransportResult;
+use crate::owned_request::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
 use crate::work::WorkSuccess;
 use std::fmt;
@@ -18,6 +19,8 @@ pub(crate) enum Held {
     Unique(PoolBuf),
     /// The NIC reads it (send, RDMA write source).
     Shared(PoolBytes),
+    /// The requests of an owning batch, each with its memory.
+    Batch(Vec<OwnedRequest>),
 }
 
 /// A completion callback: the outcome and the memory, given back.

@@ -13,6 +13,7 @@ mod atomic;
 mod attached;
 mod datagram;
 mod owned;
+mod owned_batch;
 mod post;
 mod tracker;
 mod wait;

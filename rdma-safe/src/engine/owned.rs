@@ -39,11 +39,17 @@ pub(crate) enum OwnedKind {
     Read {
         remote: RemoteMemoryRegion,
     },
+    /// Send-queue requests posted together ([`Held::Batch`]); `op` is the
+    /// last one's.
+    Batch {
+        op: Operation,
+    },
 }
 
 impl OwnedKind {
-    fn operation(self) -> Operation {
+    pub(crate) fn operation(self) -> Operation {
         match self {
+            OwnedKind::Batch { op } => op,
             OwnedKind::Send { .. } => Operation::Send,
             OwnedKind::Write { .. } => Operation::Write,
             OwnedKind::Receive => Operation::Receive,
@@ -100,6 +106,9 @@ impl WorkQueue {
         notify: Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
+        if let OwnedKind::Batch { .. } = kind {
+            return self.post_owned_batch_locked(st, held, notify, look);
+        }
         let op = kind.operation();
         let invalid = |msg: String| TransportError::Post {
             operation: op,
@@ -168,7 +177,7 @@ impl WorkQueue {
                     OwnedKind::Read { remote } => {
                         SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
                     }
-                    OwnedKind::Receive => unreachable!(),
+                    OwnedKind::Receive | OwnedKind::Batch { .. } => unreachable!(),
                 };
                 req.set_flags(req.flags() | SendFlags::SIGNALED);
                 if inline && !matches!(kind, OwnedKind::Read { .. }) {

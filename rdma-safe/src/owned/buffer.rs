@@ -1,14 +1,17 @@
 //! [`OwnedBuffer`]: the buffers owning operations take and give back.
 
 use crate::engine::Held;
+use crate::owned_request::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
 
-/// A pool buffer an owning operation can take: [`PoolBuf`] (the NIC may
-/// write it) or [`PoolBytes`] (the NIC only reads it). Sealed.
+/// What an owning operation can take: a [`PoolBuf`] (the NIC may write
+/// it), [`PoolBytes`] (the NIC only reads it), or a batch of
+/// [`OwnedRequest`]s holding either. Sealed.
 pub trait OwnedBuffer: sealed::Sealed + Send + Sized + Unpin + 'static {}
 
 impl OwnedBuffer for PoolBuf {}
 impl OwnedBuffer for PoolBytes {}
+impl OwnedBuffer for Vec<OwnedRequest> {}
 
 pub(crate) mod sealed {
     use super::*;
@@ -46,6 +49,18 @@ pub(crate) mod sealed {
             match held {
                 Held::Shared(b) => b,
                 other => unreachable!("expected PoolBytes back, got {other:?}"),
+            }
+        }
+    }
+
+    impl Sealed for Vec<OwnedRequest> {
+        fn into_slotted(self) -> Slotted {
+            Slotted(Held::Batch(self))
+        }
+        fn from_slotted(Slotted(held): Slotted) -> Self {
+            match held {
+                Held::Batch(b) => b,
+                other => unreachable!("expected a batch back, got {other:?}"),
             }
         }
     }

@@ -52,6 +52,7 @@ pub use stream::RecvStream;
 use crate::channel::Channel;
 use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::owned_request::OwnedRequest;
 use crate::pool::{BufferPool, PoolBuf, PoolBytes};
 use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
@@ -225,6 +226,21 @@ impl SharedChannel {
         self.blocking(OwnedKind::Read { remote }, buf)
     }
 
+    /// Posts `reqs` (1 to [`OWNED_BATCH_MAX`](crate::OWNED_BATCH_MAX) send-queue requests) as one
+    /// batch — one `ibv_post_send` call, only the last request signaled —
+    /// and blocks until the last completes, which on a reliable connection
+    /// means every one did. The requests come back with the outcome: the
+    /// last's on success (its `bytes` are the batch's total), the first
+    /// failure's otherwise.
+    ///
+    /// # Errors
+    /// In the outcome: an empty or oversized batch, a request that does not
+    /// fit its remote region (nothing is posted then), the send queue
+    /// lacking room for the whole batch, a failed request, or the timeout.
+    pub fn post_batch(&self, reqs: Vec<OwnedRequest>) -> Completed<Vec<OwnedRequest>> {
+        self.blocking(batch_kind(&reqs), reqs)
+    }
+
     fn blocking<B: OwnedBuffer>(&self, kind: OwnedKind, buf: B) -> Completed<B> {
         match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
             Ok(id) => finish(kind, self.queue.wait_owned(id, self.timeout, self.spin)),
@@ -291,6 +307,21 @@ impl SharedChannel {
         self.post_then(OwnedKind::Read { remote }, buf, then)
     }
 
+    /// Posts `reqs` as one batch (see [`post_batch`](Self::post_batch));
+    /// `then` gets the outcome and the requests back. See
+    /// [`send_then`](Self::send_then).
+    ///
+    /// # Errors
+    /// As [`send_then`](Self::send_then); also the batch errors of
+    /// [`post_batch`](Self::post_batch), and a full send queue.
+    pub fn post_batch_then(
+        &self,
+        reqs: Vec<OwnedRequest>,
+        then: impl FnOnce(TransportResult<WorkSuccess>, Vec<OwnedRequest>) + Send + 'static,
+    ) -> Result<(), (TransportError, Vec<OwnedRequest>)> {
+        self.post_then(batch_kind(&reqs), reqs, then)
+    }
+
     fn post_then<B: OwnedBuffer>(
         &self,
         kind: OwnedKind,
@@ -353,6 +384,16 @@ impl SharedChannel {
         Op::new(self, OwnedKind::Read { remote }, buf)
     }
 
+    /// A future that posts `reqs` as one batch (see
+    /// [`post_batch`](Self::post_batch): one doorbell, one completion) and
+    /// resolves to the outcome and the requests. It waits for send-queue
+    /// room for the whole batch. Dropping it at any point is safe: once
+    /// posted, every request's memory stays with the engine until the
+    /// batch's completion is seen.
+    pub fn post_batch_async(&self, reqs: Vec<OwnedRequest>) -> Op<'_, Vec<OwnedRequest>> {
+        Op::new(self, batch_kind(&reqs), reqs)
+    }
+
     /// A stream of received messages: keeps up to `depth` receives posted
     /// with buffers from `pool` (fewer while the pool is exhausted: it waits
     /// for buffers, never fails for lack of them).
@@ -393,6 +434,13 @@ fn finish<B: OwnedBuffer>(kind: OwnedKind, (outcome, held): Returned) -> Complet
     (outcome, from_held::<B>(held))
 }
 
+/// The kind of a batch of `reqs`, named after its last request.
+fn batch_kind(reqs: &[OwnedRequest]) -> OwnedKind {
+    OwnedKind::Batch {
+        op: reqs.last().map_or(Operation::Send, OwnedRequest::operation),
+    }
+}
+
 fn refused_outcome<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> Completed<B> {
     let (e, buf) = refused_parts(kind, refused);
     (Err(e), buf)
@@ -406,12 +454,7 @@ fn refused_parts<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> (Transpor
 }
 
 fn queue_full(kind: OwnedKind) -> TransportError {
-    let operation = match kind {
-        OwnedKind::Send { .. } => Operation::Send,
-        OwnedKind::Write { .. } => Operation::Write,
-        OwnedKind::Read { .. } => Operation::Read,
-        OwnedKind::Receive => Operation::Receive,
-    };
+    let operation = kind.operation();
     TransportError::Post {
         operation,
         source: IbvError::InvalidArgument(

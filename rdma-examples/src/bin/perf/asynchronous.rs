@@ -10,7 +10,7 @@
 //! operation (a reference count), read and receive targets are
 //! [`PoolBuf`]s that come back with their completion and are reused.
 
-use crate::bandwidth::{ring_slots, BwRun};
+use crate::bandwidth::{batch_size, ring_slots, BwRun};
 use crate::latency::wait_for_byte;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
@@ -19,8 +19,8 @@ use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
-    BufferPool, Op, OwnedBuffer, PoolBuf, PoolBytes, RemoteMemoryRegion, SharedChannel,
-    TransportResult, WorkSuccess,
+    BufferPool, Op, OwnedBuffer, OwnedRequest, PoolBuf, PoolBytes, RemoteMemoryRegion,
+    SharedChannel, TransportResult, WorkSuccess,
 };
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -91,7 +91,9 @@ fn payload(pool: &BufferPool, size: usize) -> Result<PoolBytes> {
     Ok(buf.freeze())
 }
 
-/// Bandwidth, client side, async: up to `tx_depth` futures in flight.
+/// Bandwidth, client side, async: up to `tx_depth` operations in flight,
+/// posted in batches as the synchronous loop does ([`batch_size`]: one
+/// doorbell and one completion per batch), each batch one future.
 pub(crate) fn run_bw(
     p: &Params,
     verbose: bool,
@@ -100,6 +102,7 @@ pub(crate) fn run_bw(
     remote: Option<RemoteMemoryRegion>,
 ) -> Result<BwRun> {
     let (iters, depth, test) = (p.iters, p.tx_depth.max(1), p.test);
+    let batch = batch_size(depth);
     // read_bw: one buffer per read in flight, within the sync path's ring.
     let targets = match test {
         Test::ReadBw => depth.min(ring_slots(size)).min(iters),
@@ -109,6 +112,15 @@ pub(crate) fn run_bw(
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let mut tl = Timeline::with_capacity(iters);
     let end = on_runtime(side, p.events, async |ch| -> Result<Instant> {
+        let mut pump = Pump {
+            ch,
+            tl: &mut tl,
+            verbose,
+            iters,
+            depth,
+            size,
+            batch,
+        };
         match test {
             Test::WriteBw | Test::SendBw => {
                 let data = payload(&pool, size)?;
@@ -116,9 +128,9 @@ pub(crate) fn run_bw(
                 if test == Test::WriteBw && remote.is_none() {
                     return Err("no remote region".into());
                 }
-                pump(&mut tl, verbose, iters, depth, size, |i| match remote {
-                    Some(r) => ch.write_async(data.clone(), r),
-                    None => ch.send_with_immediate_async(data.clone(), i as u32),
+                pump.run(&mut Vec::new(), |i, _| match remote {
+                    Some(r) => Some(OwnedRequest::write(data.clone(), r)),
+                    None => Some(OwnedRequest::send_with_immediate(data.clone(), i as u32)),
                 })
                 .await?;
             }
@@ -133,11 +145,11 @@ pub(crate) fn run_bw(
                         })
                     })
                     .collect::<std::result::Result<_, _>>()?;
-                let used = pump_reads(&mut tl, verbose, iters, depth, size, &mut free, |b| {
-                    ch.read_async(b, remote)
+                pump.run(&mut free, |_, free| {
+                    free.pop().map(|b| OwnedRequest::read(b, remote))
                 })
                 .await?;
-                for (c, b) in used.iter().enumerate() {
+                for (c, b) in free.iter().enumerate() {
                     pattern::check(b, seed(size, BY_SERVER), 0)
                         .map_err(|m| format!("data read from the server (buffer {c}): {m}"))?;
                 }
@@ -176,84 +188,79 @@ impl Timeline {
             post_time: Duration::ZERO,
         }
     }
+}
 
-    fn post_stamp(&mut self, t0: Stamp, verbose: bool) {
-        if verbose {
-            self.post_time += t0.elapsed();
-        }
-        self.posted.push((t0 - self.origin).as_secs_f64());
-    }
+/// The bandwidth loop's settings and record.
+struct Pump<'a, 't> {
+    ch: &'a SharedChannel,
+    tl: &'t mut Timeline,
+    verbose: bool,
+    iters: usize,
+    depth: usize,
+    size: usize,
+    batch: usize,
+}
 
-    /// Records a completion and checks its length.
-    fn complete(&mut self, outcome: TransportResult<WorkSuccess>, size: usize) -> Result<()> {
-        let done = outcome?;
-        self.completed
-            .push((Stamp::now() - self.origin).as_secs_f64());
-        if done.bytes() != size {
-            return Err(format!(
-                "operation {} completed with {} bytes, expected {size}",
-                self.completed.len() - 1,
-                done.bytes()
-            )
-            .into());
+impl Pump<'_, '_> {
+    /// Keeps up to `depth` operations in flight in batches of up to
+    /// `batch`, `req(i, free)` making operation `i` (`None`: no buffer free
+    /// for it yet, post what the batch has). A completed batch gives its
+    /// read targets back to `free`, and its vector is reused: no allocation
+    /// per batch once the loop runs. Checks every batch's byte count.
+    async fn run(
+        &mut self,
+        free: &mut Vec<PoolBuf>,
+        mut req: impl FnMut(usize, &mut Vec<PoolBuf>) -> Option<OwnedRequest>,
+    ) -> Result<()> {
+        let (iters, depth, batch) = (self.iters, self.depth, self.batch);
+        let mut inflight = VecDeque::with_capacity(depth.div_ceil(batch) + 1);
+        let mut spare: Vec<Vec<OwnedRequest>> = Vec::new();
+        let (mut next, mut outstanding) = (0, 0);
+        while self.tl.completed.len() < iters {
+            while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
+                let mut reqs = spare.pop().unwrap_or_else(|| Vec::with_capacity(batch));
+                while reqs.len() < batch.min(iters - next) {
+                    match req(next + reqs.len(), free) {
+                        Some(r) => reqs.push(r),
+                        None => break,
+                    }
+                }
+                let n = reqs.len();
+                if n == 0 {
+                    spare.push(reqs);
+                    break;
+                }
+                let t0 = Stamp::now();
+                inflight.push_back((InFlight::post(self.ch.post_batch_async(reqs)).await, n));
+                if self.verbose {
+                    self.tl.post_time += t0.elapsed();
+                }
+                let at = (t0 - self.tl.origin).as_secs_f64();
+                self.tl.posted.extend(std::iter::repeat_n(at, n));
+                next += n;
+                outstanding += n;
+            }
+            let (oldest, n) = inflight.pop_front().ok_or("no operation in flight")?;
+            let (outcome, mut reqs) = oldest.finish().await;
+            let done = outcome?;
+            let at = (Stamp::now() - self.tl.origin).as_secs_f64();
+            self.tl.completed.extend(std::iter::repeat_n(at, n));
+            outstanding -= n;
+            if done.bytes() != self.size * n {
+                return Err(format!(
+                    "operations {}..{} completed with {} bytes, expected {}",
+                    self.tl.completed.len() - n,
+                    self.tl.completed.len(),
+                    done.bytes(),
+                    self.size * n
+                )
+                .into());
+            }
+            free.extend(reqs.drain(..).filter_map(OwnedRequest::into_buf));
+            spare.push(reqs);
         }
         Ok(())
     }
-}
-
-/// Writes or sends: `op(i)` is operation `i`'s future; at most `depth` are
-/// posted and not yet awaited.
-async fn pump<'a>(
-    tl: &mut Timeline,
-    verbose: bool,
-    iters: usize,
-    depth: usize,
-    size: usize,
-    mut op: impl FnMut(usize) -> Op<'a, PoolBytes>,
-) -> Result<()> {
-    let mut inflight = VecDeque::with_capacity(depth);
-    let mut next = 0;
-    while tl.completed.len() < iters {
-        while next < iters && inflight.len() < depth {
-            let t0 = Stamp::now();
-            inflight.push_back(InFlight::post(op(next)).await);
-            tl.post_stamp(t0, verbose);
-            next += 1;
-        }
-        let oldest = inflight.pop_front().expect("an operation is in flight");
-        let (outcome, _data) = oldest.finish().await;
-        tl.complete(outcome, size)?;
-    }
-    Ok(())
-}
-
-/// Reads into the buffers of `free`, each reused once its read completed;
-/// returns the buffers the last reads landed in.
-async fn pump_reads<'a>(
-    tl: &mut Timeline,
-    verbose: bool,
-    iters: usize,
-    depth: usize,
-    size: usize,
-    free: &mut Vec<PoolBuf>,
-    mut op: impl FnMut(PoolBuf) -> Op<'a, PoolBuf>,
-) -> Result<Vec<PoolBuf>> {
-    let mut inflight = VecDeque::with_capacity(depth);
-    let mut next = 0;
-    while tl.completed.len() < iters {
-        while next < iters && inflight.len() < depth {
-            let Some(buf) = free.pop() else { break };
-            let t0 = Stamp::now();
-            inflight.push_back(InFlight::post(op(buf)).await);
-            tl.post_stamp(t0, verbose);
-            next += 1;
-        }
-        let oldest = inflight.pop_front().expect("a read is in flight");
-        let (outcome, buf) = oldest.finish().await;
-        tl.complete(outcome, size)?;
-        free.push(buf);
-    }
-    Ok(std::mem::take(free))
 }
 
 /// Latency, client side, async: one operation at a time; samples in usec

@@ -1,0 +1,169 @@
+//! Owning batches: up to [`OWNED_BATCH_MAX`] send-queue requests over pool
+//! memory, posted as one list with one `ibv_post_send` call (one doorbell —
+//! a system call on rxe) of which only the last is signaled.
+//!
+//! Sound for the reason single owning requests are (see `owned`): the
+//! batch's memory moves into one slot under the lock of the post and comes
+//! back only once the last request's completion was seen. On a reliable
+//! connection the send queue completes in order, so that completion —
+//! success, error or flush — means the NIC is done with every earlier
+//! request of the batch too. An earlier request that fails reports its own
+//! (error) completion, tagged [`BATCH_MEMBER`], which the tracker records as
+//! the batch's outcome; the queue pair then flushes the rest, the last
+//! included.
+
+use super::attached::{Attached, Held, Notify};
+use super::owned::{Refused, Returned};
+use super::tracker::{Tracker, BATCH_MEMBER};
+use super::WorkQueue;
+use crate::error::{IbvError, Operation, TransportError};
+use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
+use rdma_core::{SendFlags, SendRequest, Sge};
+
+impl WorkQueue {
+    /// Posts the batch `held` holds (a [`Held::Batch`]) as one list; its
+    /// memory moves into the batch's slot, or comes back at once with the
+    /// outcome when `look` finds the batch already complete. `Refused::Full`
+    /// while the send queue lacks room for the whole batch (nothing is
+    /// posted then). Allocates nothing.
+    pub(super) fn post_owned_batch_locked(
+        &self,
+        st: &mut Tracker,
+        held: Held,
+        notify: Notify,
+        look: bool,
+    ) -> Result<(u64, Option<Returned>), Refused> {
+        let Held::Batch(reqs) = &held else {
+            let e = invalid(Operation::Send, "a batch needs a batch of requests".into());
+            return Err(Refused::Error(e, held));
+        };
+        let n = reqs.len();
+        let op = reqs.last().map_or(Operation::Send, OwnedRequest::operation);
+        if n == 0 || n > OWNED_BATCH_MAX || n > st.sq_capacity {
+            let e = invalid(
+                op,
+                format!(
+                    "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
+                    OWNED_BATCH_MAX, st.sq_capacity
+                ),
+            );
+            return Err(Refused::Error(e, held));
+        }
+        if let Some(e) = reqs.iter().find_map(check) {
+            return Err(Refused::Error(e, held));
+        }
+        if let Some(why) = &st.unusable {
+            return Err(Refused::Error(TransportError::Unusable(why.clone()), held));
+        }
+        if st.sq_in_flight + n > st.sq_capacity {
+            return Err(Refused::Full(held));
+        }
+        let id = st.next_wr_id;
+        let mut sges = [Sge::default(); OWNED_BATCH_MAX];
+        let mut total = 0usize;
+        for (sge, req) in sges.iter_mut().zip(reqs.iter()) {
+            let (addr, len, lkey) = req.sge();
+            *sge = Sge::new(addr, len, lkey);
+            total += len as usize;
+        }
+        let mut wrs: [SendRequest<'_>; OWNED_BATCH_MAX] =
+            std::array::from_fn(|k| match reqs.get(k) {
+                Some(req) => self.owned_request(req, id | BATCH_MEMBER, &sges[k..=k]),
+                None => SendRequest::send(0, &[]),
+            });
+        let last = &mut wrs[n - 1];
+        last.set_wr_id(id);
+        last.set_flags(last.flags() | SendFlags::SIGNALED);
+        // Every SGE names the memory of a request of `held` — a `PoolBytes`
+        // the NIC only reads, or a read target's `PoolBuf`, its only handle
+        // — which the pool keeps allocated and registered while `held` holds
+        // it. `held` moves into the batch's slot below, before the lock is
+        // released, and the slot gives it up only once the last request's
+        // completion has been seen, after which the NIC touches none of it.
+        // SAFETY: by the reasoning just above.
+        match unsafe { self.qp.post_send_list(&mut wrs[..n]) } {
+            Ok(()) => {}
+            Err(e) if e.posted() == Some(0) => {
+                let e = TransportError::Post {
+                    operation: op,
+                    source: IbvError::from(e),
+                };
+                return Err(Refused::Error(e, held));
+            }
+            // Part of the list is on the queue without its signaled end: no
+            // completion would ever say the NIC is done with the memory.
+            // Every request was checked first, so a provider has no reason
+            // to do this.
+            Err(e) => crate::fatal::abort_with(format_args!("{e} after posting part of a batch")),
+        }
+        st.track_attached(
+            op,
+            total,
+            n as u32,
+            Attached {
+                held,
+                notify: Notify::Claim,
+            },
+        );
+        if look && st.reap(&self.cq).is_ok() {
+            if let Some(slot) = st.slots.get(id).filter(|s| !s.posted()) {
+                let outcome = self.outcome(slot.op, slot.len, &slot.wc);
+                let slot = st.slots.remove(id).expect("the slot was just seen");
+                return Ok((id, Some((outcome, slot.att.held))));
+            }
+        }
+        if let Some(slot) = st.slots.get_mut(id) {
+            slot.att.notify = notify;
+        }
+        Ok((id, None))
+    }
+
+    /// The work request of `req` over `sges` (its one SGE), not signaled.
+    fn owned_request<'a>(&self, req: &OwnedRequest, id: u64, sges: &'a [Sge]) -> SendRequest<'a> {
+        let len = sges[0].length();
+        // A zero-length payload travels without an SGE.
+        let sges = if len == 0 { &sges[..0] } else { sges };
+        let wr = match req {
+            OwnedRequest::Send { imm: None, .. } => SendRequest::send(id, sges),
+            OwnedRequest::Send { imm: Some(i), .. } => SendRequest::send_with_imm(id, sges, *i),
+            OwnedRequest::Write {
+                remote, imm: None, ..
+            } => SendRequest::rdma_write(id, sges, remote.address(), remote.rkey()),
+            OwnedRequest::Write {
+                remote,
+                imm: Some(i),
+                ..
+            } => SendRequest::rdma_write_with_imm(id, sges, remote.address(), remote.rkey(), *i),
+            OwnedRequest::Read { remote, .. } => {
+                return SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
+            }
+        };
+        if len > 0 && len <= self.limits.inline_default {
+            wr.inline()
+        } else {
+            wr
+        }
+    }
+}
+
+/// Why `req` cannot be posted, if it cannot.
+fn check(req: &OwnedRequest) -> Option<TransportError> {
+    let remote = req.remote()?;
+    let len = req.len() as u64;
+    (len > remote.length()).then(|| {
+        invalid(
+            req.operation(),
+            format!(
+                "{len} bytes do not fit the remote region of {} bytes",
+                remote.length()
+            ),
+        )
+    })
+}
+
+fn invalid(operation: Operation, msg: String) -> TransportError {
+    TransportError::Post {
+        operation,
+        source: IbvError::InvalidArgument(msg),
+    }
+}
