@@ -28,6 +28,17 @@
 //! own waker, which reaps the completion queue and wakes the waiting tasks,
 //! not any one task's waker.
 //!
+//! # Batches
+//!
+//! [`SharedChannel::post_batch_async`] (and its blocking and callback
+//! forms) posts up to [`OWNED_BATCH_MAX`](crate::OWNED_BATCH_MAX)
+//! [`OwnedRequest`]s with one `ibv_post_send` call, only the last signaled.
+//! The whole `Vec` moves into one slot and comes back with the last
+//! request's completion; on a reliable connection the send queue completes
+//! in order, so that completion (success, error or flush) says the NIC is
+//! done with every request of the batch. This is what bandwidth needs on
+//! rxe, where every doorbell is a system call.
+//!
 //! # Sharing
 //!
 //! `SharedChannel` is a cheap clone (`Arc` of the engine). Every engine
