@@ -7,7 +7,7 @@
 mod common;
 
 use common::{pair, pair_with, pd, registered};
-use rdma_safe::{AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
+use rdma_safe::{AtomicWorkRequest, BufferPool, OwnedRequest, RemoteAccessBuffer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -157,4 +157,55 @@ fn blocking_atomics_allocate_nothing_per_operation() {
     let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / ROUNDS as f64;
     println!("allocations per blocking atomic: {per_op:.3}");
     assert_eq!(per_op, 0.0, "{per_op:.3} allocations per blocking atomic");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn owned_batch_futures_allocate_nothing_per_batch() {
+    const WARM: usize = 50;
+    const ROUNDS: usize = 500;
+    const PER: usize = 8;
+    let pd = pd();
+    let target = RemoteAccessBuffer::new(&pd, 64 * PER).expect("target");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        // Busy-polled, as perf --async's bandwidth loop: writes of one
+        // shared slice, the request vector reused from batch to batch.
+        let (a, _b) = pair(&pd);
+        let sa = a.shared();
+        let remote = target.remote();
+        let pool = BufferPool::new(&pd, 64, 2).expect("pool");
+        let data = {
+            let mut d = pool.try_alloc().expect("data");
+            d.fill(3);
+            d.freeze()
+        };
+        let mut reqs: Vec<OwnedRequest> = Vec::with_capacity(PER);
+        let mut counted = 0;
+        for round in 0..WARM + ROUNDS {
+            if round == WARM {
+                counted = ALLOCATIONS.load(Ordering::Relaxed);
+            }
+            reqs.extend((0..PER).map(|k| {
+                let at = remote.slice((64 * k) as u64, 64).expect("piece");
+                OwnedRequest::write(data.clone(), at)
+            }));
+            let (done, back) = sa.post_batch_async(reqs).await;
+            assert_eq!(done.expect("batch").bytes(), 64 * PER);
+            reqs = back;
+            reqs.clear();
+        }
+        let per_batch = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / ROUNDS as f64;
+        println!(
+            "allocations per owned batch of {PER} writes (busy-polled future): {per_batch:.3}"
+        );
+        assert!(per_batch < 0.05, "{per_batch:.3} allocations per batch");
+    });
+    assert!(
+        target.to_vec().iter().all(|&b| b == 3),
+        "every write landed"
+    );
 }
