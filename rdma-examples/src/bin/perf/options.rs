@@ -175,10 +175,10 @@ impl Options {
             vec![a.size.unwrap_or(if lat { 2 } else { 65536 })]
         };
         debug_assert!(sizes.iter().all(|&s| s <= MAX_ALL * 64));
-        if a.rdma_cm && (a.all || a.asynchronous || a.events || test.is_atomic()) {
+        if a.rdma_cm && (a.all || a.asynchronous || a.events) {
             return Err(format!(
                 "-R/--rdma_cm runs {test_name} at one size, polling, without --async \
-                 (not with -a, -e or --async; atomic tests not yet)"
+                 (not with -a, -e or --async)"
             ));
         }
         Ok(Options {
