@@ -98,12 +98,22 @@ fn perftest_setup_ms(text: &str) -> Option<f64> {
     (to >= from).then(|| (to - from) as f64 / 1e6)
 }
 
-/// perftest's result: the line after the `#bytes` header; field 3 (BW
-/// average) for bandwidth, field 4 (t_typical) for latency.
+/// perftest's result: the first line after the `#bytes` header that starts
+/// with a number (before the closing rule: perftest may print `Correlation
+/// coefficient r^2: .. < 0.9` in between, its sampled clock rate failing
+/// under emulation); field 3 (BW average) for bandwidth, field 4
+/// (t_typical) for latency.
 fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
     let mut lines = text.lines();
     lines.find(|l| l.trim_start().starts_with("#bytes"))?;
-    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let row = lines
+        .take_while(|l| !l.trim_start().starts_with("---"))
+        .find(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })?;
+    let fields: Vec<&str> = row.split_whitespace().collect();
     if fields.first()?.parse::<u64>().ok()? != size {
         return None;
     }
@@ -164,6 +174,14 @@ mod tests {
                    4096    2000          inf            inf          inf      \t       inf\n";
         let v = parse_perftest(inf, TESTS[4], 4096).expect("the line is there");
         assert!(v.is_infinite());
+        // A warning between the header and the row (as perftest prints it
+        // under TCG), and no row before the rule.
+        let warned = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n\
+                      Correlation coefficient r^2: 0.752994 < 0.9\n \
+                      4096    5000          92.57          9939.20      96.86\n";
+        assert_eq!(parse_perftest(warned, TESTS[4], 4096), Some(96.86));
+        let no_row = " #bytes #iterations\n------\n 4096 5000 1 2 3\n";
+        assert_eq!(parse_perftest(no_row, TESTS[4], 4096), None);
     }
 
     #[test]

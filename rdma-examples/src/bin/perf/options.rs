@@ -181,6 +181,13 @@ impl Options {
                  (not with -a, -e or --async)"
             ));
         }
+        if a.rdma_cm && test == Test::WriteLat && a.iters.is_some_and(|n| n < 2) {
+            return Err(
+                "-n/--iters: write_lat -R times each write to the next (as perftest): \
+                 at least 2"
+                    .into(),
+            );
+        }
         Ok(Options {
             params: Params {
                 test,
@@ -236,6 +243,9 @@ mod tests {
         );
         let o = parse(&["atomic_lat", "-s", "8"]).unwrap();
         assert_eq!(o.params.atomic, AtomicKind::FetchAndAdd);
+        assert!(parse(&["atomic_bw", "-R", "-A", "CMP_AND_SWAP"]).is_ok());
+        assert!(parse(&["write_lat", "-R", "-n", "1"]).is_err());
+        assert!(parse(&["write_lat", "-R", "-n", "2"]).is_ok());
         assert_eq!((o.params.iters, o.params.tx_depth), (1000, 1));
     }
 
