@@ -218,7 +218,7 @@ fn perf_json_reports_every_size() {
             assert!(
                 objects[0].contains(&format!("\"test\":\"{test}\""))
                     && objects[0].contains(&format!("\"bytes\":{size},"))
-                    && objects[0].ends_with("\"verified\":true}"),
+                    && objects[0].ends_with("\"verified\":true,\"checks\":\"data\"}"),
                 "{}",
                 objects[0]
             );

@@ -94,7 +94,7 @@ fn perf_atomic_json_has_the_fields_bench_reads() {
             o.starts_with(&format!(
                 "{{\"test\":\"{test}\",\"bytes\":8,\"iterations\":500,"
             )) && o.contains(field)
-                && o.ends_with("\"verified\":true}"),
+                && o.ends_with("\"verified\":true,\"checks\":\"data\"}"),
             "{o}"
         );
         s.assert_has("\"role\":\"server\"");

@@ -1,7 +1,9 @@
 //! `perf -R` against perftest's `ib_<test> -R` (rdma_cm mode), both
-//! directions: our server with their client, their server with our client.
-//! Both programs must exit 0 and our side must print a result row with
-//! sane numbers (positive bandwidth or latency; no test asserts speed).
+//! directions: our server with their client, their server with our client
+//! (and ours against itself). Both programs must exit 0, the client —
+//! whichever tool, it measures — must print a result row with sane numbers
+//! (positive bandwidth or latency; no test asserts speed), and our server
+//! the client's report or what it did.
 //!
 //! `#[ignore]`d like every device test: `cargo xtask test-rxe` runs them on
 //! rxe, whose IPv4 address comes from `RXE_IPV4` (default 10.0.2.15, the
@@ -32,8 +34,52 @@ fn row(output: &str, size: usize) -> Vec<f64> {
         .unwrap_or_default()
 }
 
-/// Runs `test` with `opts` on both sides, ours as `our_role`; checks both
-/// exit 0 and our row's numbers. `port` must be unique per run.
+/// The message size of a run of `test` with `opts`: `-s`, or the test's
+/// default (8 bytes for the atomic tests).
+fn size_of(test: &str, opts: &[&str]) -> usize {
+    if test.starts_with("atomic") {
+        return 8;
+    }
+    opts.windows(2)
+        .find(|w| w[0] == "-s")
+        .map_or(if test.ends_with("_lat") { 2 } else { 65536 }, |w| {
+            w[1].parse().unwrap()
+        })
+}
+
+/// Whether the server of `test` prints the client's report (perftest's
+/// bandwidth tests that exchange it) rather than what it did.
+fn server_reports(test: &str) -> bool {
+    matches!(test, "write_bw" | "read_bw" | "atomic_bw")
+}
+
+/// Asserts that `side` printed a result row for `size` with sane numbers
+/// (finite, not negative, a positive bandwidth or latency).
+#[track_caller]
+fn assert_sane_row(side: &Finished, size: usize) {
+    let numbers = row(&side.output, size);
+    assert!(
+        numbers.len() >= 3
+            && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)
+            && numbers[1..3].iter().any(|x| *x > 0.0),
+        "{} printed no sane result row for {size} bytes:\n{}",
+        side.label,
+        side.output
+    );
+}
+
+/// What our server prints when the client measures and reports nothing.
+fn server_done(test: &str, iters: &str) -> String {
+    if test == "send_bw" {
+        format!("received {iters} messages")
+    } else {
+        "done (the client measures)".into()
+    }
+}
+
+/// Runs `test` with `opts` (which hold `-n`) on both sides, ours as
+/// `our_role`; checks both exit 0, the client's result row (whichever tool
+/// measures) and our server's line. `port` must be unique per run.
 fn interop(test: &str, opts: &[&str], ours_serves: bool, port: u16) {
     let dev = device();
     let theirs = format!("ib_{test}");
@@ -57,36 +103,53 @@ fn interop(test: &str, opts: &[&str], ours_serves: bool, port: u16) {
     };
     s.assert_ok(&c);
     c.assert_ok(&s);
-    let (mine, label) = if ours_serves {
-        (&s, "server")
-    } else {
-        (&c, "client")
-    };
-    let size: usize = opts
-        .windows(2)
-        .find(|w| w[0] == "-s")
-        .map_or(if test.ends_with("_lat") { 2 } else { 65536 }, |w| {
-            w[1].parse().unwrap()
-        });
-    let numbers = row(&mine.output, size);
-    // Our client measures; our server prints the client's report in
-    // write_bw and read_bw, and otherwise what it did.
-    let measures = !ours_serves || matches!(test, "write_bw" | "read_bw");
-    if !measures {
-        let done = if test == "send_bw" {
-            "received 300 messages"
+    let size = size_of(test, opts);
+    assert_sane_row(&c, size);
+    if ours_serves {
+        if server_reports(test) {
+            assert_sane_row(&s, size);
+            s.assert_has("(the client's report)");
         } else {
-            "done"
-        };
-        mine.assert_has(done);
+            s.assert_has(&server_done(test, iters(opts)));
+        }
+    }
+}
+
+/// The `-n` of `opts`.
+fn iters<'a>(opts: &[&'a str]) -> &'a str {
+    opts.windows(2)
+        .find(|w| w[0] == "-n")
+        .map(|w| w[1])
+        .expect("the tests give -n")
+}
+
+/// `perf -R` on both sides, the client with `--json`: both exit 0, the
+/// client's JSON line says the data was not verified (only statuses and
+/// lengths are checked in `-R` mode), our server prints its line.
+fn ours_both(test: &str, opts: &[&str], port: u16) {
+    let mut server = args(&[test, "-R", "-p", &port.to_string()]);
+    server.extend(args(opts));
+    let mut client = server.clone();
+    client.extend(args(&["--json", &ip()]));
+    let (s, c) = pair((PERF, server), Some("waiting for a client"), (PERF, client));
+    s.assert_ok(&c);
+    c.assert_ok(&s);
+    let size = size_of(test, opts);
+    let json = c
+        .output
+        .lines()
+        .find(|l| l.starts_with('{') && l.contains(&format!("\"bytes\":{size},")))
+        .unwrap_or_else(|| panic!("our client printed no JSON line:\n{}", c.output));
+    assert!(
+        json.contains(&format!("\"test\":\"{test}\""))
+            && json.contains("\"verified\":false")
+            && json.contains("\"checks\":\"statuses\""),
+        "our -R client's JSON claims more than it checked: {json}"
+    );
+    if server_reports(test) {
+        s.assert_has("(the client's report)");
     } else {
-        assert!(
-            numbers.len() >= 3
-                && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)
-                && numbers[1..3].iter().any(|x| *x > 0.0),
-            "our {label} printed no sane result row for {size} bytes:\n{}",
-            mine.output
-        );
+        s.assert_has(&server_done(test, iters(opts)));
     }
 }
 
@@ -106,7 +169,7 @@ fn perf_rdma_cm_bandwidth_against_perftest() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_rdma_cm_latency_against_perftest() {
     let mut port = 19420;
-    for test in ["send_lat", "read_lat"] {
+    for test in ["send_lat", "read_lat", "write_lat"] {
         for ours_serves in [true, false] {
             interop(test, &["-n", "200", "-s", "64"], ours_serves, port);
             port += 1;
@@ -114,5 +177,29 @@ fn perf_rdma_cm_latency_against_perftest() {
     }
 }
 
-// Not yet here: write_lat (neither side sees the other's first RDMA write;
-// see `rdma_cm`'s module docs).
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_rdma_cm_atomics_against_perftest() {
+    let mut port = 19440;
+    for test in ["atomic_bw", "atomic_lat"] {
+        for kind in ["FETCH_AND_ADD", "CMP_AND_SWAP"] {
+            for ours_serves in [true, false] {
+                interop(test, &["-n", "200", "-A", kind], ours_serves, port);
+                port += 1;
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_rdma_cm_against_itself() {
+    for (port, (test, opts)) in (19460..).zip([
+        ("write_lat", &["-n", "200", "-s", "64"][..]),
+        ("atomic_bw", &["-n", "200", "-A", "CMP_AND_SWAP"][..]),
+        ("atomic_lat", &["-n", "200"][..]),
+        ("write_bw", &["-n", "200", "-s", "4096"][..]),
+    ]) {
+        ours_both(test, opts, port);
+    }
+}

@@ -68,9 +68,9 @@ pub(super) struct Cell {
     pub(super) reps: Vec<usize>,
     /// Runs that failed or printed no result.
     pub(super) failed: usize,
-    /// perftest runs that passed but printed `inf` (its cycles-to-usec
-    /// conversion failed in the guest): reported, left out of the median,
-    /// not a failure of the bench.
+    /// perftest runs that passed but printed `inf` or a bandwidth of 0.00
+    /// (its clock rate sampling failed in the guest): reported, left out of
+    /// the median, not a failure of the bench.
     pub(super) inf: usize,
 }
 

@@ -65,8 +65,9 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let printed_inf: usize = rows.iter().map(|c| c.perftest.inf).sum();
     if printed_inf > 0 {
         println!(
-            "note: perftest printed `inf` in {printed_inf} run(s) (its cycles-to-usec conversion \
-             failed in the guest); those runs are left out of its medians"
+            "note: perftest printed `inf` (latency) or 0.00 (bandwidth) in {printed_inf} run(s) \
+             (its clock rate sampling failed in the guest: `Correlation coefficient r^2 < 0.9`); \
+             those runs are left out of its medians"
         );
     }
     if rows

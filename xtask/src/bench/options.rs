@@ -42,7 +42,8 @@ options:
                         has one (rows named <test>_async); the others are
                         left out
   --cm                  run every selected test that has an rdma_cm variant
-                        (write_bw, read_bw, send_bw, write_lat, send_lat)
+                        (write_bw, read_bw, send_bw, write_lat, send_lat,
+                        atomic_bw, atomic_lat)
                         with -R on both tools instead (rows named <test>_cm,
                         e.g. write_bw_cm): each pair connects through the
                         RDMA connection manager to the device's address
@@ -316,7 +317,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let names: Vec<_> = a.tests.iter().map(|t| t.name).collect();
-        assert_eq!(names, ["write_bw_cm", "send_lat_cm"]);
+        assert_eq!(names, ["write_bw_cm", "send_lat_cm", "atomic_bw_cm"]);
         assert_eq!(a.tests[1].perf_name(), "send_lat");
         assert!(parse(&v(&["--cm", "--async"])).is_err());
         let a = parse(&v(&[])).unwrap().unwrap();

@@ -98,16 +98,39 @@ fn perftest_setup_ms(text: &str) -> Option<f64> {
     (to >= from).then(|| (to - from) as f64 / 1e6)
 }
 
-/// perftest's result: the line after the `#bytes` header; field 3 (BW
-/// average) for bandwidth, field 4 (t_typical) for latency.
+/// perftest's result: the first line after the `#bytes` header that starts
+/// with a number (before the closing rule); field 3 (BW average) for
+/// bandwidth, field 4 (t_typical) for latency.
+///
+/// Under emulation perftest's sampled clock rate often fails: it prints
+/// `Correlation coefficient r^2: .. < 0.9` and converts with a rate of 0,
+/// which gives `inf` in a latency row and 0.00 in a bandwidth row. Both
+/// come back as infinity, a failed conversion that bench counts apart. (A
+/// latency test also samples the rate before its run, so a warning above
+/// a finite latency row is not that row's.)
 fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
     let mut lines = text.lines();
     lines.find(|l| l.trim_start().starts_with("#bytes"))?;
-    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let row = lines
+        .take_while(|l| !l.trim_start().starts_with("---"))
+        .find(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u64>().is_ok())
+        })?;
+    let fields: Vec<&str> = row.split_whitespace().collect();
     if fields.first()?.parse::<u64>().ok()? != size {
         return None;
     }
-    fields.get(if test.bw { 3 } else { 4 })?.parse::<f64>().ok()
+    let value = fields
+        .get(if test.bw { 3 } else { 4 })?
+        .parse::<f64>()
+        .ok()?;
+    Some(if test.bw && value == 0.0 {
+        f64::INFINITY
+    } else {
+        value
+    })
 }
 
 /// The members of a `perf --json` line that bench reads.
@@ -164,6 +187,19 @@ mod tests {
                    4096    2000          inf            inf          inf      \t       inf\n";
         let v = parse_perftest(inf, TESTS[4], 4096).expect("the line is there");
         assert!(v.is_infinite());
+        // A warning between the header and the row (as perftest prints it
+        // under TCG), and no row before the rule.
+        let warned = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n\
+                      Correlation coefficient r^2: 0.752994 < 0.9\n \
+                      4096    5000          92.57          9939.20      96.86\n";
+        assert_eq!(parse_perftest(warned, TESTS[4], 4096), Some(96.86));
+        let zero =
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n\
+                    Correlation coefficient r^2: 0.75043 < 0.9\n \
+                    64         20000            0.00               0.00   \t\t   0.000000\n";
+        assert!(parse_perftest(zero, TESTS[0], 64).is_some_and(f64::is_infinite));
+        let no_row = " #bytes #iterations\n------\n 4096 5000 1 2 3\n";
+        assert_eq!(parse_perftest(no_row, TESTS[4], 4096), None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub(super) struct Test {
     pub(super) cm: bool,
 }
 
-pub(super) const TESTS: [Test; 17] = [
+pub(super) const TESTS: [Test; 19] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
@@ -177,6 +177,24 @@ pub(super) const TESTS: [Test; 17] = [
         bw: false,
         inline: true,
         fixed_size: None,
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "atomic_bw_cm",
+        perftest: "ib_atomic_bw",
+        bw: true,
+        inline: false,
+        fixed_size: Some(8),
+        asynchronous: false,
+        cm: true,
+    },
+    Test {
+        name: "atomic_lat_cm",
+        perftest: "ib_atomic_lat",
+        bw: false,
+        inline: false,
+        fixed_size: Some(8),
         asynchronous: false,
         cm: true,
     },

@@ -171,6 +171,59 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
     Ok(())
 }
 
+/// atomic_bw against a `-R` peer's word at `remote`: as [`client`]'s run,
+/// without the value checks (the peer may be perftest, whose word holds
+/// arbitrary bytes and takes no part in the order argument of the module
+/// docs); every completion's status is still checked.
+///
+/// # Errors
+/// A misaligned word, a failed atomic or the timeout.
+pub(crate) fn bw_unchecked(
+    p: &Params,
+    verbose: bool,
+    side: &mut Side,
+    remote: RemoteMemoryRegion,
+) -> Result<BwRun> {
+    let results = unchecked_results(p, side, remote)?;
+    run_bw(p, verbose, side, &results, remote, &mut vec![0; p.iters])
+}
+
+/// atomic_lat against a `-R` peer's word, as [`bw_unchecked`].
+///
+/// # Errors
+/// As [`bw_unchecked`].
+pub(crate) fn lat_unchecked(
+    p: &Params,
+    side: &mut Side,
+    remote: RemoteMemoryRegion,
+) -> Result<Latency> {
+    let results = unchecked_results(p, side, remote)?;
+    let mut samples = run_lat(p, side, &results, remote, &mut vec![0; p.iters])?;
+    Ok(Latency::from_samples(&mut samples).ok_or("no samples")?)
+}
+
+/// The result words of a `-R` run (one per atomic in flight), once the
+/// peer's word is known to be aligned.
+fn unchecked_results(
+    p: &Params,
+    side: &Side,
+    remote: RemoteMemoryRegion,
+) -> Result<RemoteAccessBuffer> {
+    if !remote.address().is_multiple_of(ATOMIC_SIZE as u64) {
+        return Err(format!(
+            "the peer's word at {:#x} is not 8-byte aligned",
+            remote.address()
+        )
+        .into());
+    }
+    RemoteAccessBuffer::with_access(
+        side.channel.pd(),
+        p.tx_depth.max(1) * ATOMIC_SIZE,
+        AccessFlags::LOCAL_WRITE,
+    )
+    .map_err(|e| format!("the result words (-t): {e}").into())
+}
+
 /// atomic_bw, client side: up to `-t` atomics in flight in one scope,
 /// posted in batches (one `ibv_post_send` call and one completion each, as
 /// the other bandwidth tests) with a result word per atomic; the old values

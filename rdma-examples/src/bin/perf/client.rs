@@ -7,7 +7,7 @@ use crate::bandwidth::{read_chunks, run_bw};
 use crate::latency::run_lat;
 use crate::options::Options;
 use crate::protocol::{self, Test};
-use crate::report::{clock_cost, print_report, Out, Report, BW_HEADER, LAT_HEADER, RULE};
+use crate::report::{clock_cost, print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
 use crate::{mark, recv_region, seed, send_region, setup, BY_SERVER};
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
@@ -16,7 +16,10 @@ use rdma_examples::{device, pattern, Result};
 
 /// Runs the test against the server at `host`.
 pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
-    let out = Out { json: o.json };
+    let out = Out {
+        json: o.json,
+        checks: Checks::Data,
+    };
     let p = &o.params;
     let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
     let stream = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;

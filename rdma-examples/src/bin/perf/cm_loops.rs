@@ -5,7 +5,7 @@
 //!   handshake, re-posted as they are used, every message's length checked;
 //! * write_lat: each side writes `-s` bytes to the peer's buffer whose last
 //!   byte is the iteration number (mod 256, from 1) and spins on the same
-//!   byte of its own buffer; the client writes first;
+//!   byte of its own buffer; the server writes first;
 //! * send_lat: plain sends of `-s` bytes, the client first, each side
 //!   answering a received message with one of its own;
 //! * read_lat: one read at a time from the peer's buffer.
@@ -70,8 +70,13 @@ pub(crate) fn receive_bw(
     }))
 }
 
-/// write_lat, either side; returns the client's round-trip samples in
-/// usec (halved), none for the server.
+/// write_lat, either side; returns the client's samples in usec: half the
+/// time from each of its writes to the server's answer (`iters - 1` of
+/// them, as perftest's, which times from one post to the next).
+///
+/// The server writes first (perftest 6.06's `run_iter_lat_write` skips the
+/// server's first wait); from then on each side writes `n` once it has seen
+/// the peer's `n`, so the byte never runs ahead of the side spinning on it.
 pub(crate) fn write_lat(
     channel: &mut Channel,
     local: &mut RegisteredBuffer,
@@ -84,18 +89,20 @@ pub(crate) fn write_lat(
     let timeout = channel.timeout();
     let mut ticks = Vec::with_capacity(if client { iters } else { 0 });
     let _ = clock::ticks_per_sec();
+    let mut posted: Option<Stamp> = None;
     for n in 1..=iters {
         let mark = n as u8; // perftest's `(char)++count`
         if client {
-            let t0 = Stamp::now();
-            local[size - 1] = mark;
-            channel.write(WriteWorkRequest::new(&[local.gather(..size)], remote))?;
             wait_for_byte(exposed, size - 1, mark, timeout)?;
-            ticks.push(Stamp::now().ticks_since(t0));
-        } else {
+            if let Some(t0) = posted {
+                ticks.push(Stamp::now().ticks_since(t0));
+            }
+        }
+        local[size - 1] = mark;
+        posted = Some(Stamp::now());
+        channel.write(WriteWorkRequest::new(&[local.gather(..size)], remote))?;
+        if !client {
             wait_for_byte(exposed, size - 1, mark, timeout)?;
-            local[size - 1] = mark;
-            channel.write(WriteWorkRequest::new(&[local.gather(..size)], remote))?;
         }
     }
     Ok(half_round_trips(&ticks))

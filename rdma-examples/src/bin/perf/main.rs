@@ -65,6 +65,7 @@ mod asynchronous;
 mod atomic;
 mod bandwidth;
 mod client;
+mod cm_exposed;
 mod cm_loops;
 mod control;
 mod latency;

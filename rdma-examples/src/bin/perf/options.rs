@@ -175,11 +175,18 @@ impl Options {
             vec![a.size.unwrap_or(if lat { 2 } else { 65536 })]
         };
         debug_assert!(sizes.iter().all(|&s| s <= MAX_ALL * 64));
-        if a.rdma_cm && (a.all || a.asynchronous || a.events || test.is_atomic()) {
+        if a.rdma_cm && (a.all || a.asynchronous || a.events) {
             return Err(format!(
                 "-R/--rdma_cm runs {test_name} at one size, polling, without --async \
-                 (not with -a, -e or --async; atomic tests not yet)"
+                 (not with -a, -e or --async)"
             ));
+        }
+        if a.rdma_cm && test == Test::WriteLat && a.iters.is_some_and(|n| n < 2) {
+            return Err(
+                "-n/--iters: write_lat -R times each write to the next (as perftest): \
+                 at least 2"
+                    .into(),
+            );
         }
         Ok(Options {
             params: Params {
@@ -236,6 +243,9 @@ mod tests {
         );
         let o = parse(&["atomic_lat", "-s", "8"]).unwrap();
         assert_eq!(o.params.atomic, AtomicKind::FetchAndAdd);
+        assert!(parse(&["atomic_bw", "-R", "-A", "CMP_AND_SWAP"]).is_ok());
+        assert!(parse(&["write_lat", "-R", "-n", "1"]).is_err());
+        assert!(parse(&["write_lat", "-R", "-n", "2"]).is_ok());
         assert_eq!((o.params.iters, o.params.tx_depth), (1000, 1));
     }
 

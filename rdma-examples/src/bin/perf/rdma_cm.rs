@@ -12,32 +12,41 @@
 //!    port (the server listens again once the control connection is up;
 //!    the client retries while it does not yet), then another handshake;
 //! 3. a handshake of `pingpong_dest`s carries each side's rkey and buffer
-//!    address ([`crate::perftest_wire::Dest`]), two more (three for the
-//!    send and latency tests) say "ready" (the receiving side of a send
-//!    test posts its receives before the last);
+//!    address ([`crate::perftest_wire::Dest`], the memory of
+//!    [`Exposed`]), two more (three for the send and latency tests) say
+//!    "ready" (the receiving side of a send test posts its receives before
+//!    the last);
 //! 4. the test runs on the data connection; bandwidth tests then exchange
-//!    the client's report (write_bw, read_bw) and every test ends with a
-//!    handshake.
+//!    the client's report (write_bw, read_bw, atomic_bw) and every test but
+//!    write_lat ends with a handshake (perftest's write_lat exits after its
+//!    report).
 //!
 //! The client prints how long each connection took through the CM (address
 //! resolution to `ESTABLISHED`), the line `cargo xtask bench --cm` reads.
 //!
 //! Status against perftest 6.06 (rxe VM): write_bw, read_bw, send_bw,
-//! send_lat and read_lat interoperate in both directions. Not yet:
-//! write_lat (neither side sees the other's first RDMA write, with two or
-//! three handshakes before the run); atomic tests are refused. `perf -R`
-//! against `perf -R` follows the same sequence.
+//! write_lat, send_lat, read_lat, atomic_bw and atomic_lat (fetch-and-add
+//! and compare-and-swap) interoperate in both directions; `perf -R`
+//! against `perf -R` follows the same sequence. write_lat's server writes
+//! first (perftest's `run_iter_lat_write` skips the server's first wait):
+//! with the client writing first instead, as `perf`'s own protocol does,
+//! the two sides deadlock or run ahead of each other's flag byte.
+//!
+//! The peer may be perftest, whose buffers hold arbitrary bytes, so `-R`
+//! checks completion statuses and message lengths, never data; its JSON
+//! lines say so (`"verified": false`, `"checks": "statuses"`).
 
+use crate::atomic;
 use crate::bandwidth::{read_chunks, ring_slots, run_bw};
+use crate::cm_exposed::Exposed;
 use crate::cm_loops::{self, run_allowance};
 use crate::control::{Control, RETRY_DELAY};
 use crate::options::Options;
 use crate::perftest_wire::{self as wire, BwReport, Dest, CACHE_LINE, PAGE_SIZE};
 use crate::protocol::Test;
-use crate::report::{print_report, Out, Report, BW_HEADER, LAT_HEADER, RULE};
+use crate::report::{print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
 use crate::Side;
 use rdma_core::QpCapabilities;
-use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Latency;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{Channel, CmOptions, Connector, Listener, RegisteredBuffer, RemoteMemoryRegion};
@@ -50,7 +59,12 @@ const SERVER_PATIENCE: Duration = Duration::from_secs(3600);
 
 /// Runs the test in `-R` mode, as the client when `o.server` names one.
 pub(crate) fn run(o: &Options) -> Result<()> {
-    let out = Out { json: o.json };
+    // The peer may be perftest: its bytes are arbitrary, so only statuses
+    // and lengths are checked.
+    let out = Out {
+        json: o.json,
+        checks: Checks::Statuses,
+    };
     let p = &o.params;
     let size = p.sizes[0];
     let client = o.server.is_some();
@@ -114,25 +128,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     };
     let rx = RegisteredBuffer::new(&pd, (slots * size).max(1))
         .map_err(|e| format!("the receive buffers (-s, -r): {e}"))?;
-    // The buffer the peer writes or reads: perftest's writes walk a page
-    // (or a message, if larger) from the address we give.
-    let mut exposed = SharedBuffer::new(2 * size.max(cycle), "the exposed buffer (-s)")?;
-    // SAFETY: nothing else references the buffer yet; it is dropped after
-    // `exposed_mr` (declared later).
-    pattern::fill(
-        unsafe { exposed.slice_mut(0..exposed.len()) },
-        size as u64,
-        1,
-    );
-    if p.test == Test::WriteLat {
-        // SAFETY: as above; the last byte of a message is write_lat's flag.
-        unsafe { exposed.slice_mut(0..exposed.len()) }.fill(0);
-    }
-    // SAFETY: `exposed_mr` is declared after `exposed`, so dropped first;
-    // Rust reads the buffer only with atomic byte loads (write_lat's spin)
-    // while the peer may write it, and the slices above were made before
-    // the peer learned its address.
-    let exposed_mr = unsafe { exposed.register(&pd) }?;
+    let exposed = Exposed::new(&pd, p.test, size, cycle)?;
 
     let gid = channel.gid();
     let endpoint = channel.local_endpoint();
@@ -141,8 +137,8 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         out_reads: 16,
         qpn: channel.qp_num(),
         psn: 0,
-        rkey: exposed_mr.remote().rkey(),
-        vaddr: exposed_mr.remote().address(),
+        rkey: exposed.remote().rkey(),
+        vaddr: exposed.remote().address(),
         gid: *gid.gid.as_bytes(),
         srqn: 0,
         gid_index: gid.index,
@@ -164,8 +160,8 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     out.say(&format!(
         " local:  QPN {:#08x} RKey {:#08x} VAddr {:#016x}\n remote: QPN {:#08x} RKey {:#08x} VAddr {:#016x}",
         channel.qp_num(),
-        exposed_mr.remote().rkey(),
-        exposed_mr.remote().address(),
+        exposed.remote().rkey(),
+        exposed.remote().address(),
         theirs.qpn,
         theirs.rkey,
         theirs.vaddr
@@ -183,7 +179,8 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     // for the others (perftest 6.06, seen on the wire); the send tests post
     // their receives before the last one, inside their loops.
     ctl.hand_shake(&mine)?;
-    if !matches!(p.test, Test::WriteBw | Test::ReadBw) {
+    let bw_report = matches!(p.test, Test::WriteBw | Test::ReadBw | Test::AtomicBw);
+    if !bw_report {
         // perftest 6.06's send and latency tests hold one handshake more
         // before their run (seen on the wire).
         ctl.hand_shake(&mine)?;
@@ -199,14 +196,18 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     };
     let allowance = run_allowance(p.iters, size, o.timeout);
     match (p.test, client) {
-        (Test::WriteBw | Test::ReadBw, true) => {
+        (Test::WriteBw | Test::ReadBw | Test::AtomicBw, true) => {
             out.say(BW_HEADER);
-            let r = run_bw(p, o.verbose, size, &mut side, Some(remote))?;
+            let r = if p.test == Test::AtomicBw {
+                atomic::bw_unchecked(p, o.verbose, &mut side, remote)?
+            } else {
+                run_bw(p, o.verbose, size, &mut side, Some(remote))?
+            };
             ctl.hand_shake(&mine)?;
             exchange_report(&mut ctl, &r.bw, size, p.iters)?;
             print_report(&out, p, size, &Report::Bw(r), o.verbose);
         }
-        (Test::WriteBw | Test::ReadBw, false) => {
+        (Test::WriteBw | Test::ReadBw | Test::AtomicBw, false) => {
             // The client's "done", then its report.
             ctl.exchange_within(&mine, allowance)?;
             let nothing = rdma_examples::stats::Bandwidth {
@@ -248,7 +249,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
             let mut samples = cm_loops::write_lat(
                 &mut side.channel,
                 &mut side.local,
-                &exposed,
+                exposed.bytes().ok_or("write_lat exposes bytes")?,
                 remote,
                 size,
                 p.iters,
@@ -274,15 +275,19 @@ pub(crate) fn run(o: &Options) -> Result<()> {
                 cm_loops::read_lat(&mut side.channel, &mut side.local, remote, size, p.iters)?;
             report_lat(&out, p, size, &mut samples)?;
         }
-        (Test::ReadLat, false) => report_lat(&out, p, size, &mut [])?,
-        (Test::AtomicBw | Test::AtomicLat, _) => {
-            return Err("perf -R: the atomic tests are not implemented yet".into())
+        (Test::AtomicLat, true) => {
+            let l = atomic::lat_unchecked(p, &mut side, remote)?;
+            out.say(LAT_HEADER);
+            print_report(&out, p, size, &Report::Lat(l), false);
         }
+        (Test::ReadLat | Test::AtomicLat, false) => report_lat(&out, p, size, &mut [])?,
     }
     // ctx_close_connection: the last handshake (the server waits through
-    // the client's run for it when it had nothing to do).
-    ctl.exchange_within(&mine, allowance)?;
-    drop(exposed_mr);
+    // the client's run for it when it had nothing to do). perftest 6.06's
+    // write_lat has none: it exits after its report (seen on the wire).
+    if p.test != Test::WriteLat {
+        ctl.exchange_within(&mine, allowance)?;
+    }
     out.say(RULE);
     Ok(())
 }

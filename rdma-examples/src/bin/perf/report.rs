@@ -8,9 +8,24 @@ use rdma_examples::stats::Latency;
 use serde::{Serialize, Serializer};
 use std::time::Instant;
 
-/// Where human-readable text goes: stdout, or stderr with `--json`.
+/// Where human-readable text goes (stdout, or stderr with `--json`), and
+/// what the results may claim about the data.
 pub(crate) struct Out {
     pub(crate) json: bool,
+    pub(crate) checks: Checks,
+}
+
+/// What a run checks, said in its JSON lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Checks {
+    /// `perf`'s own protocol: the bytes (or the atomics' old and final
+    /// values) are checked; `"verified": true`.
+    Data,
+    /// `-R`: the peer may be perftest, which fills its buffers with
+    /// arbitrary bytes, so only completion statuses and message lengths are
+    /// checked; `"verified": false`.
+    Statuses,
 }
 
 impl Out {
@@ -84,6 +99,7 @@ struct BwJson<'a> {
     #[serde(serialize_with = "three")]
     scope_exit_us: f64,
     verified: bool,
+    checks: Checks,
 }
 
 /// The client's JSON line of a latency size.
@@ -107,6 +123,7 @@ struct LatJson<'a> {
     #[serde(serialize_with = "three")]
     p99_9_us: f64,
     verified: bool,
+    checks: Checks,
 }
 
 /// The server's JSON line of a size (it has no measurements).
@@ -117,6 +134,7 @@ struct ServerJson<'a> {
     bytes: usize,
     iterations: usize,
     verified: bool,
+    checks: Checks,
 }
 
 fn json_line(value: &impl Serialize) {
@@ -126,7 +144,7 @@ fn json_line(value: &impl Serialize) {
     }
 }
 
-/// The server's report of a verified size (JSON only).
+/// The server's report of a finished size (JSON only).
 pub(crate) fn print_server_size(out: &Out, p: &Params, size: usize) {
     if out.json {
         json_line(&ServerJson {
@@ -134,12 +152,13 @@ pub(crate) fn print_server_size(out: &Out, p: &Params, size: usize) {
             role: "server",
             bytes: size,
             iterations: p.iters,
-            verified: true,
+            verified: out.checks == Checks::Data,
+            checks: out.checks,
         });
     }
 }
 
-/// The client's report of a verified size.
+/// The client's report of a finished size.
 pub(crate) fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbose: bool) {
     let test = p.test.name();
     match r {
@@ -155,7 +174,8 @@ pub(crate) fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbo
                     msg_rate_mpps: b.bw.mpps,
                     post_ns_avg: b.post_ns_avg,
                     scope_exit_us: b.scope_exit_us,
-                    verified: true,
+                    verified: out.checks == Checks::Data,
+                    checks: out.checks,
                 });
             }
             out.say(&format!(
@@ -182,7 +202,8 @@ pub(crate) fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbo
                     t_stdev_us: l.stdev,
                     p99_us: l.p99,
                     p99_9_us: l.p999,
-                    verified: true,
+                    verified: out.checks == Checks::Data,
+                    checks: out.checks,
                 });
             }
             out.say(&format!(
@@ -211,6 +232,7 @@ mod tests {
             p99_us: 0.0,
             p99_9_us: f64::INFINITY,
             verified: true,
+            checks: Checks::Data,
         })
         .unwrap();
         assert!(
@@ -218,7 +240,7 @@ mod tests {
             "{line}"
         );
         assert!(
-            line.ends_with(r#""p99_9_us":null,"verified":true}"#),
+            line.ends_with(r#""p99_9_us":null,"verified":true,"checks":"data"}"#),
             "{line}"
         );
     }

@@ -6,7 +6,7 @@ use crate::bandwidth::serve_send_bw;
 use crate::latency::{serve_send_lat, serve_write_lat};
 use crate::options::Options;
 use crate::protocol::{self, Params, Test};
-use crate::report::{self, Out};
+use crate::report::{self, Checks, Out};
 use crate::{mark, recv_region, seed, send_region, setup, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
@@ -15,7 +15,10 @@ use rdma_safe::RemoteMemoryRegion;
 
 /// Serves one client.
 pub(crate) fn server(o: &Options) -> Result<()> {
-    let out = Out { json: o.json };
+    let out = Out {
+        json: o.json,
+        checks: Checks::Data,
+    };
     // Device, port and GID are checked before a client is awaited; buffers
     // are allocated when the client's parameters say how large.
     let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
