@@ -6,8 +6,10 @@
 
 mod common;
 
-use common::{assert_bytes, live_qp_numbers_or_skip, pair_with, pattern, pd, seed};
-use rdma_safe::{BufferPool, Channel, PoolBytes, ProtectionDomain, SharedChannel};
+use common::{
+    assert_bytes, assert_whole, frozen, live_qp_numbers_or_skip, pair_with, pattern, pd, seed,
+};
+use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -47,23 +49,6 @@ fn message(task: usize, seq: usize, len: usize) -> Vec<u8> {
     m[..4].copy_from_slice(&(task as u32).to_le_bytes());
     m[4..8].copy_from_slice(&(seq as u32).to_le_bytes());
     m
-}
-
-fn frozen(pool: &BufferPool, data: &[u8]) -> PoolBytes {
-    let mut b = pool.try_alloc().expect("a free buffer");
-    b.fill_from(data);
-    b.freeze()
-}
-
-#[track_caller]
-fn assert_whole(ch: &SharedChannel, pool: &BufferPool, what: &str) {
-    let (_, in_flight, _, slots) = ch.counters();
-    assert_eq!(
-        (in_flight, slots),
-        (0, 0),
-        "{what}: work left in the engine"
-    );
-    assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
 }
 
 #[test]

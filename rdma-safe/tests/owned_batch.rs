@@ -6,29 +6,11 @@
 
 mod common;
 
-use common::{assert_bytes, pair_with, pattern, pd, seed, shared_mr};
+use common::{assert_bytes, assert_whole, frozen, pair_with, pattern, pd, seed, shared_mr};
 use rdma_safe::{
-    BufferPool, OwnedRequest, PoolBytes, RemoteMemoryRegion, SharedChannel, TransportError,
-    WcStatus, OWNED_BATCH_MAX,
+    BufferPool, OwnedRequest, RemoteMemoryRegion, TransportError, WcStatus, OWNED_BATCH_MAX,
 };
 use std::time::{Duration, Instant};
-
-fn frozen(pool: &BufferPool, data: &[u8]) -> PoolBytes {
-    let mut buf = pool.try_alloc().expect("a free buffer");
-    buf.fill_from(data);
-    buf.freeze()
-}
-
-#[track_caller]
-fn assert_whole(ch: &SharedChannel, pool: &BufferPool, what: &str) {
-    let (_, in_flight, _, slots) = ch.counters();
-    assert_eq!(
-        (in_flight, slots),
-        (0, 0),
-        "{what}: work left in the engine"
-    );
-    assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
-}
 
 /// Piece `k` of a batch test's data.
 fn piece(tag: &str, k: usize, len: usize) -> Vec<u8> {

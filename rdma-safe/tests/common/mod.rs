@@ -248,3 +248,22 @@ pub fn live_qp_numbers_or_skip(test: &str) -> Option<Vec<u32>> {
     }
     qpns
 }
+
+/// A pool buffer holding `data`, frozen into a shared slice.
+pub fn frozen(pool: &rdma_safe::BufferPool, data: &[u8]) -> rdma_safe::PoolBytes {
+    let mut b = pool.try_alloc().expect("a free buffer");
+    b.fill_from(data);
+    b.freeze()
+}
+
+/// Nothing in flight or unclaimed on `ch`, every buffer of `pool` back.
+#[track_caller]
+pub fn assert_whole(ch: &rdma_safe::SharedChannel, pool: &rdma_safe::BufferPool, what: &str) {
+    let (_, in_flight, _, slots) = ch.counters();
+    assert_eq!(
+        (in_flight, slots),
+        (0, 0),
+        "{what}: work left in the engine"
+    );
+    assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
+}
