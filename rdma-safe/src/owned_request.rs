@@ -121,14 +121,6 @@ impl OwnedRequest {
         }
     }
 
-    /// The remote region of a write or read.
-    pub(crate) fn remote(&self) -> Option<&RemoteMemoryRegion> {
-        match self {
-            OwnedRequest::Write { remote, .. } | OwnedRequest::Read { remote, .. } => Some(remote),
-            OwnedRequest::Send { .. } => None,
-        }
-    }
-
     /// The SGE fields of the memory: address, length, lkey.
     pub(crate) fn sge(&self) -> (u64, u32, u32) {
         match self {

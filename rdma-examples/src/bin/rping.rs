@@ -200,11 +200,12 @@ fn client(o: &Options) -> Result<()> {
     let pd = connector.pd().clone();
     let mut source = vec![0u8; o.size];
     let mut sink = vec![0u8; o.size];
-    // SAFETY: the buffers are declared before their regions, so they
-    // outlive them; the server reads `source` and writes `sink` only
-    // between our advertising them and its "go ahead" answers, and this
-    // function touches them only outside those windows (or after the
-    // channel, and so the peer's access, is gone).
+    // The buffers are declared before their regions, so they outlive
+    // them; the server reads `source` and writes `sink` only between our
+    // advertising them and its "go ahead" answers, and this function
+    // touches them only outside those windows (or after the channel, and
+    // so the peer's access, is gone).
+    // SAFETY: by the reasoning just above.
     let (source_mr, sink_mr) = unsafe {
         (
             MemoryRegion::register_shared_mr(&pd, source.as_mut_ptr(), source.len())?,

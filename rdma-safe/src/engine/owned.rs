@@ -10,12 +10,13 @@
 //! the memory when the completion arrives.
 
 use super::attached::{Attached, Callback, Held, Notify};
+use super::post::check_remote_len;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
-use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
+use rdma_core::{CompChannel, RecvRequest, SendRequest, Sge};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -54,6 +55,56 @@ impl OwnedKind {
             OwnedKind::Write { .. } => Operation::Write,
             OwnedKind::Receive => Operation::Receive,
             OwnedKind::Read { .. } => Operation::Read,
+        }
+    }
+}
+
+impl OwnedKind {
+    /// Why `len` bytes do not fit this kind's remote region, if they do not
+    /// (sends and receives have none).
+    pub(super) fn remote_misfit(self, len: usize) -> Option<TransportError> {
+        match self {
+            OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } => {
+                check_remote_len(self.operation(), len, &remote).err()
+            }
+            _ => None,
+        }
+    }
+}
+
+impl WorkQueue {
+    /// The unsignaled send-queue request of `kind` (not a receive or a
+    /// batch) over `sges` (none for a zero-length payload), inline when its
+    /// payload fits the default inline size and the NIC reads it: single
+    /// owning requests and the members of owning batches are built here.
+    pub(super) fn owned_send_request<'a>(
+        &self,
+        kind: OwnedKind,
+        id: u64,
+        sges: &'a [Sge],
+    ) -> SendRequest<'a> {
+        let len: u32 = sges.iter().map(Sge::length).sum();
+        let req = match kind {
+            OwnedKind::Send { imm: None } => SendRequest::send(id, sges),
+            OwnedKind::Send { imm: Some(i) } => SendRequest::send_with_imm(id, sges, i),
+            OwnedKind::Write { remote, imm: None } => {
+                SendRequest::rdma_write(id, sges, remote.address(), remote.rkey())
+            }
+            OwnedKind::Write {
+                remote,
+                imm: Some(i),
+            } => SendRequest::rdma_write_with_imm(id, sges, remote.address(), remote.rkey(), i),
+            OwnedKind::Read { remote } => {
+                return SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
+            }
+            OwnedKind::Receive | OwnedKind::Batch { .. } => {
+                unreachable!("not a single send-queue request")
+            }
+        };
+        if len > 0 && len <= self.limits.inline_default {
+            req.inline()
+        } else {
+            req
         }
     }
 }
@@ -123,14 +174,8 @@ impl WorkQueue {
                 return Err(Refused::Error(e, held));
             }
         };
-        if let OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } = kind {
-            if u64::from(len) > remote.length() {
-                let e = invalid(format!(
-                    "{len} bytes do not fit the remote region of {} bytes",
-                    remote.length()
-                ));
-                return Err(Refused::Error(e, held));
-            }
+        if let Some(e) = kind.remote_misfit(len as usize) {
+            return Err(Refused::Error(e, held));
         }
         let sge = [Sge::new(addr, len, lkey)];
         // A zero-length payload is sent without an SGE.
@@ -143,7 +188,6 @@ impl WorkQueue {
             return Err(Refused::Full(held));
         }
         let id = st.next_wr_id;
-        let inline = len > 0 && len <= self.limits.inline_default;
         let rc = match kind {
             OwnedKind::Receive => {
                 let mut req = [RecvRequest::new(id, sges)];
@@ -158,36 +202,14 @@ impl WorkQueue {
                 unsafe { self.qp.post_recv_list(&mut req) }.map_err(IbvError::from)
             }
             _ => {
-                let mut req = match kind {
-                    OwnedKind::Send { imm: None } => SendRequest::send(id, sges),
-                    OwnedKind::Send { imm: Some(i) } => SendRequest::send_with_imm(id, sges, i),
-                    OwnedKind::Write { remote, imm: None } => {
-                        SendRequest::rdma_write(id, sges, remote.address(), remote.rkey())
-                    }
-                    OwnedKind::Write {
-                        remote,
-                        imm: Some(i),
-                    } => SendRequest::rdma_write_with_imm(
-                        id,
-                        sges,
-                        remote.address(),
-                        remote.rkey(),
-                        i,
-                    ),
-                    OwnedKind::Read { remote } => {
-                        SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
-                    }
-                    OwnedKind::Receive | OwnedKind::Batch { .. } => unreachable!(),
-                };
-                req.set_flags(req.flags() | SendFlags::SIGNALED);
-                if inline && !matches!(kind, OwnedKind::Read { .. }) {
-                    req = req.inline();
-                }
-                // SAFETY: as for the receive: `held` — a `PoolBytes` the NIC
-                // only reads, or for a read target the buffer's only handle
-                // — comes back only with the completion, or moves into the
+                let req = self.owned_send_request(kind, id, sges);
+                let mut req = [req.signaled()];
+                // As for the receive: `held` — a `PoolBytes` the NIC only
+                // reads, or for a read target the buffer's only handle —
+                // comes back only with the completion, or moves into the
                 // slot before the lock is released.
-                unsafe { self.qp.post_send_list(&mut [req]) }.map_err(IbvError::from)
+                // SAFETY: by the reasoning just above.
+                unsafe { self.qp.post_send_list(&mut req) }.map_err(IbvError::from)
             }
         };
         if let Err(source) = rc {

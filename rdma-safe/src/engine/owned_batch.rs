@@ -13,7 +13,7 @@
 //! included.
 
 use super::attached::{Attached, Held, Notify};
-use super::owned::{Refused, Returned};
+use super::owned::{OwnedKind, Refused, Returned};
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError};
@@ -49,7 +49,7 @@ impl WorkQueue {
             );
             return Err(Refused::Error(e, held));
         }
-        if let Some(e) = reqs.iter().find_map(check) {
+        if let Some(e) = reqs.iter().find_map(|r| kind_of(r).remote_misfit(r.len())) {
             return Err(Refused::Error(e, held));
         }
         if let Some(why) = &st.unusable {
@@ -68,7 +68,15 @@ impl WorkQueue {
         }
         let mut wrs: [SendRequest<'_>; OWNED_BATCH_MAX] =
             std::array::from_fn(|k| match reqs.get(k) {
-                Some(req) => self.owned_request(req, id | BATCH_MEMBER, &sges[k..=k]),
+                // A zero-length payload travels without an SGE.
+                Some(req) => {
+                    let sges = if req.is_empty() {
+                        &sges[k..k]
+                    } else {
+                        &sges[k..=k]
+                    };
+                    self.owned_send_request(kind_of(req), id | BATCH_MEMBER, sges)
+                }
                 None => SendRequest::send(0, &[]),
             });
         let last = &mut wrs[n - 1];
@@ -117,48 +125,15 @@ impl WorkQueue {
         }
         Ok((id, None))
     }
-
-    /// The work request of `req` over `sges` (its one SGE), not signaled.
-    fn owned_request<'a>(&self, req: &OwnedRequest, id: u64, sges: &'a [Sge]) -> SendRequest<'a> {
-        let len = sges[0].length();
-        // A zero-length payload travels without an SGE.
-        let sges = if len == 0 { &sges[..0] } else { sges };
-        let wr = match req {
-            OwnedRequest::Send { imm: None, .. } => SendRequest::send(id, sges),
-            OwnedRequest::Send { imm: Some(i), .. } => SendRequest::send_with_imm(id, sges, *i),
-            OwnedRequest::Write {
-                remote, imm: None, ..
-            } => SendRequest::rdma_write(id, sges, remote.address(), remote.rkey()),
-            OwnedRequest::Write {
-                remote,
-                imm: Some(i),
-                ..
-            } => SendRequest::rdma_write_with_imm(id, sges, remote.address(), remote.rkey(), *i),
-            OwnedRequest::Read { remote, .. } => {
-                return SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
-            }
-        };
-        if len > 0 && len <= self.limits.inline_default {
-            wr.inline()
-        } else {
-            wr
-        }
-    }
 }
 
-/// Why `req` cannot be posted, if it cannot.
-fn check(req: &OwnedRequest) -> Option<TransportError> {
-    let remote = req.remote()?;
-    let len = req.len() as u64;
-    (len > remote.length()).then(|| {
-        invalid(
-            req.operation(),
-            format!(
-                "{len} bytes do not fit the remote region of {} bytes",
-                remote.length()
-            ),
-        )
-    })
+/// The kind of a single owning request doing what `req` does.
+fn kind_of(req: &OwnedRequest) -> OwnedKind {
+    match *req {
+        OwnedRequest::Send { imm, .. } => OwnedKind::Send { imm },
+        OwnedRequest::Write { remote, imm, .. } => OwnedKind::Write { remote, imm },
+        OwnedRequest::Read { remote, .. } => OwnedKind::Read { remote },
+    }
 }
 
 fn invalid(operation: Operation, msg: String) -> TransportError {

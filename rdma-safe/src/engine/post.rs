@@ -344,7 +344,11 @@ impl WorkQueue {
     }
 }
 
-fn check_remote_len(op: Operation, len: usize, remote: &RemoteMemoryRegion) -> TransportResult<()> {
+pub(super) fn check_remote_len(
+    op: Operation,
+    len: usize,
+    remote: &RemoteMemoryRegion,
+) -> TransportResult<()> {
     if len as u64 > remote.length() {
         return Err(TransportError::Post {
             operation: op,

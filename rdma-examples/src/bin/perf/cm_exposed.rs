@@ -50,10 +50,11 @@ impl Exposed {
             // knows its address: it is registered below.
             pattern::fill(unsafe { buf.slice_mut(0..buf.len()) }, size as u64, 1);
         }
-        // SAFETY: `mr` is dropped before `buf` (field order of `Bytes`);
-        // from now on Rust reads the buffer only with atomic byte loads
-        // (write_lat's spin) while the peer may write it, and never writes
-        // it (`Exposed` hands out no mutable view).
+        // `mr` is dropped before `buf` (field order of `Bytes`); from now
+        // on Rust reads the buffer only with atomic byte loads (write_lat's
+        // spin) while the peer may write it, and never writes it
+        // (`Exposed` hands out no mutable view).
+        // SAFETY: by the reasoning just above.
         let mr = unsafe { buf.register(pd) }?;
         Ok(Exposed::Bytes { mr, buf })
     }
