@@ -97,6 +97,7 @@ where
 const MAX_KEPT_IDS: usize = 4096;
 
 impl<'scope, 'env> PollingScope<'scope, 'env> {
+    #[inline]
     fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a

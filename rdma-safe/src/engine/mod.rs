@@ -15,6 +15,7 @@ mod datagram;
 mod owned;
 mod owned_batch;
 mod post;
+mod slots;
 mod tracker;
 mod wait;
 mod watch;
@@ -120,19 +121,28 @@ impl WorkQueue {
 
     /// The result of a completion of `op` on `len` bytes: a failure after
     /// the peer disconnected is [`TransportError::PeerDisconnected`].
+    #[inline(always)]
     fn outcome(
         &self,
         op: Operation,
         len: usize,
         wc: &rdma_core::WorkCompletion,
     ) -> TransportResult<crate::work::WorkSuccess> {
-        match Tracker::outcome(op, len, wc) {
-            Err(TransportError::WorkCompletion { operation, .. })
-                if self.peer_gone.load(Ordering::SeqCst) =>
-            {
-                Err(TransportError::PeerDisconnected { operation })
-            }
-            other => other,
+        if wc.is_success() {
+            // Built in place: the data path's result is not moved through
+            // a match.
+            return Ok(Tracker::success(len, wc));
+        }
+        Err(self.failure(op, wc))
+    }
+
+    /// The error of a failed completion of `op`.
+    #[cold]
+    fn failure(&self, op: Operation, wc: &rdma_core::WorkCompletion) -> TransportError {
+        if self.peer_gone.load(Ordering::SeqCst) {
+            TransportError::PeerDisconnected { operation: op }
+        } else {
+            Tracker::failure(op, wc)
         }
     }
 

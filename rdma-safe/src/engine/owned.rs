@@ -223,7 +223,7 @@ impl WorkQueue {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
             // with it.
-            if let Ok(Some(wc)) = st.reap_for_untracked(&self.cq, op) {
+            if let Some(wc) = st.reap_for_untracked(&self.cq, op) {
                 return Ok((id, Some((self.outcome(op, len as usize, &wc), held))));
             }
         }
@@ -253,10 +253,10 @@ impl WorkQueue {
                 }
                 None
             }
-            Some(_) => st
-                .slots
-                .remove(id)
-                .map(|slot| (self.outcome(slot.op, slot.len, &slot.wc), slot.att.held)),
+            Some(_) => st.slots.remove_with(id, |slot| {
+                let held = std::mem::take(&mut slot.att.held);
+                (self.outcome(slot.op, slot.len, &slot.wc), held)
+            }),
             None => Some((
                 Err(TransportError::Unusable(format!(
                     "work request {id} is not outstanding"

@@ -18,6 +18,7 @@ impl WorkQueue {
     /// must fit the queue pair's inline space: checked here, before anything
     /// is posted, so that no member of a batch can fail inside the provider
     /// after earlier members were posted.
+    #[inline]
     fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> TransportResult<bool> {
         match forced {
             None => Ok(len > 0 && len <= self.limits.inline_default as usize),
@@ -34,6 +35,7 @@ impl WorkQueue {
         }
     }
 
+    #[inline]
     fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {
         if n > max as usize {
             return Err(TransportError::Post {
@@ -48,6 +50,7 @@ impl WorkQueue {
 
     /// Validates a send and builds its request (id and signaling are set
     /// when it is posted).
+    #[inline(always)]
     fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
         self.check_sges(
             Operation::Send,
@@ -69,6 +72,7 @@ impl WorkQueue {
     }
 
     /// Validates an RDMA write and builds its request.
+    #[inline(always)]
     fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
         self.check_sges(
             Operation::Write,
@@ -90,6 +94,7 @@ impl WorkQueue {
     }
 
     /// Validates an RDMA read and builds its request.
+    #[inline(always)]
     fn read_request<'a>(
         &self,
         wr: &'a mut ReadWorkRequest<'_, '_>,
@@ -109,16 +114,19 @@ impl WorkQueue {
         ))
     }
 
+    #[inline]
     pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> TransportResult<u64> {
         let req = self.send_request(wr)?;
         self.post_sends(Operation::Send, wr.len(), &mut [req])
     }
 
+    #[inline]
     pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> TransportResult<u64> {
         let req = self.write_request(wr)?;
         self.post_sends(Operation::Write, wr.len(), &mut [req])
     }
 
+    #[inline]
     pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
         let len = wr.len();
         let req = self.read_request(wr)?;
@@ -165,6 +173,7 @@ impl WorkQueue {
     /// one is finished too. Every request was validated before (SGE counts,
     /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
     /// provider has no reason to post part of the list.
+    #[inline]
     pub(super) fn post_sends(
         &self,
         op: Operation,
@@ -206,31 +215,29 @@ impl WorkQueue {
         // From here on the request is posted: as in `wait`, this returns
         // only once its completion was seen, and never unwinds.
         let guard = AbortOnUnwind("waiting for a completion");
-        let first = if reqs.len() == 1 {
-            match st.reap_for_untracked(&self.cq, op) {
-                Ok(Some(wc)) => Some(self.outcome(op, len, &wc)),
-                // Not there yet (or the poll failed, which `wait` sees
-                // again and handles): track it before unlocking.
-                Ok(None) | Err(_) => {
-                    st.track(op, len, 1);
-                    None
-                }
+        if reqs.len() == 1 {
+            if let Some(wc) = st.reap_for_untracked(&self.cq, op) {
+                drop(st);
+                guard.disarm();
+                return self.outcome(op, len, &wc);
             }
-        } else {
-            match st.reap(&self.cq) {
-                Ok(_) => self.take_done(&mut st, id),
-                Err(_) => None,
+            // Not there yet (or the poll failed, which `wait` sees again
+            // and handles): track it before unlocking.
+            st.track(op, len, 1);
+        } else if st.reap(&self.cq).is_ok() {
+            if let Some(outcome) = self.take_done(&mut st, id) {
+                drop(st);
+                guard.disarm();
+                return outcome;
             }
-        };
+        }
         drop(st);
-        let outcome = match first {
-            Some(outcome) => outcome,
-            None => self.wait_unguarded(id, timeout),
-        };
+        let outcome = self.wait_unguarded(id, timeout);
         guard.disarm();
         outcome
     }
 
+    #[inline]
     fn post_sends_locked(
         &self,
         st: &mut Tracker,
@@ -251,6 +258,7 @@ impl WorkQueue {
 
     /// Posts `reqs` (not empty) as one list, the last signaled and carrying
     /// `id`, the others `id | BATCH_MEMBER`.
+    #[inline]
     fn post_list(&self, reqs: &mut [SendRequest<'_>], id: u64) -> rdma_core::Result<()> {
         let last = reqs.len() - 1;
         for req in reqs[..last].iter_mut() {

@@ -2,6 +2,7 @@
 //! completed and wait to be claimed, and what the completions say.
 
 use super::attached::{Attached, Notify};
+use super::slots::SlotRing;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, WcOpcode, WorkCompletion};
@@ -46,74 +47,11 @@ impl Slot {
     }
 }
 
-/// Slots of the outstanding and unclaimed requests, indexed by id. Ids are
-/// handed out sequentially, so a ring whose front is the oldest tracked id
-/// replaces a hash map: O(1) insert, lookup and (amortised) removal.
-#[derive(Debug, Default)]
-pub(crate) struct SlotRing {
-    base: u64,
-    ring: VecDeque<Option<Slot>>,
-    live: usize,
-}
-
-impl SlotRing {
-    fn index(&self, id: u64) -> Option<usize> {
-        let i = usize::try_from(id.checked_sub(self.base)?).ok()?;
-        (i < self.ring.len()).then_some(i)
-    }
-    fn insert(&mut self, id: u64, slot: Slot) {
-        if self.ring.is_empty() {
-            self.base = id;
-        }
-        debug_assert_eq!(id, self.base + self.ring.len() as u64, "ids are sequential");
-        self.ring.push_back(Some(slot));
-        self.live += 1;
-    }
-    /// `id` was handed out but is not tracked (its completion was seen
-    /// before it was): leaves a hole, so that later ids keep their places.
-    fn skip(&mut self, id: u64) {
-        if !self.ring.is_empty() {
-            debug_assert_eq!(id, self.base + self.ring.len() as u64, "ids are sequential");
-            self.ring.push_back(None);
-        }
-    }
-    pub(crate) fn get(&self, id: u64) -> Option<&Slot> {
-        self.index(id).and_then(|i| self.ring[i].as_ref())
-    }
-    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut Slot> {
-        self.index(id).and_then(|i| self.ring[i].as_mut())
-    }
-    pub(crate) fn contains_key(&self, id: u64) -> bool {
-        self.get(id).is_some()
-    }
-    pub(crate) fn remove(&mut self, id: u64) -> Option<Slot> {
-        let i = self.index(id)?;
-        let slot = if i == 0 {
-            // The oldest (the usual case): off the front, no hole left.
-            self.base += 1;
-            self.ring.pop_front().flatten()
-        } else {
-            self.ring[i].take()
-        };
-        if slot.is_some() {
-            self.live -= 1;
-        }
-        while let Some(None) = self.ring.front() {
-            self.ring.pop_front();
-            self.base += 1;
-        }
-        slot
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.live
-    }
-}
-
 /// The bookkeeping of one queue pair, behind the engine's lock.
 #[derive(Debug)]
 pub(crate) struct Tracker {
     pub(crate) next_wr_id: u64,
-    pub(crate) slots: SlotRing,
+    pub(crate) slots: SlotRing<Slot>,
     wcs: Box<[WorkCompletion; POLL_BATCH]>,
     /// Posted and not yet seen on the CQ.
     pub(crate) in_flight: usize,
@@ -188,7 +126,7 @@ impl Tracker {
         for w in self.room_waiters.drain(..) {
             w.wake();
         }
-        for slot in self.slots.ring.iter().flatten() {
+        for slot in self.slots.iter() {
             if let (false, Notify::Waker(w)) = (slot.done, &slot.att.notify) {
                 w.wake_by_ref();
             }
@@ -197,41 +135,45 @@ impl Tracker {
 
     /// Moves available completions from `cq` into their slots.
     pub(crate) fn reap(&mut self, cq: &CompQueue) -> TransportResult<usize> {
-        self.reap_claiming(cq, None).map(|(n, _)| n)
+        self.reap_claiming(cq, None, &mut None)
     }
 
     /// Posts made with the lock held can look for their completion before
     /// they are tracked: [`reap`](Self::reap), except that the completion
     /// of `claim` — the next id, just posted as one signaled request and not
     /// tracked — is not looked up in the slots but returned (and recorded as
-    /// posted and completed). If it is not among the completions, the
-    /// caller must track the request before releasing the lock.
+    /// posted and completed). If it is not among the completions, or the
+    /// CQ could not be read (the wait that follows sees that again and
+    /// handles it), the caller must track the request before releasing the
+    /// lock.
     #[inline]
     pub(crate) fn reap_for_untracked(
         &mut self,
         cq: &CompQueue,
         op: Operation,
-    ) -> TransportResult<Option<WorkCompletion>> {
+    ) -> Option<WorkCompletion> {
         let claim = self.next_wr_id;
-        let (_, found) = self.reap_claiming(cq, Some(claim))?;
-        if let Some(wc) = &found {
-            self.slots.skip(claim);
-            self.next_wr_id += 1;
-            self.posted_total += 1;
-            self.completed_total += 1;
-            if !wc.is_success() && self.unusable.is_none() {
-                self.unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
-            }
+        let mut found = None;
+        self.reap_claiming(cq, Some(claim), &mut found).ok()?;
+        let wc = found?;
+        self.slots.skip(claim);
+        self.next_wr_id += 1;
+        self.posted_total += 1;
+        self.completed_total += 1;
+        if !wc.is_success() && self.unusable.is_none() {
+            self.unusable = Some(format!("an earlier {op} failed with {}", wc.status()));
         }
-        Ok(found)
+        Some(wc)
     }
 
+    /// Moves available completions from `cq` into their slots, except
+    /// `claim`'s, which goes to `claimed`. How many were polled.
     fn reap_claiming(
         &mut self,
         cq: &CompQueue,
         claim: Option<u64>,
-    ) -> TransportResult<(usize, Option<WorkCompletion>)> {
-        let mut claimed = None;
+        claimed: &mut Option<WorkCompletion>,
+    ) -> TransportResult<usize> {
         let Tracker {
             wcs,
             slots,
@@ -250,10 +192,12 @@ impl Tracker {
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
-        for _ in 0..n {
-            match room_waiters.pop() {
-                Some(w) => w.wake(),
-                None => break,
+        if !room_waiters.is_empty() {
+            for _ in 0..n {
+                match room_waiters.pop() {
+                    Some(w) => w.wake(),
+                    None => break,
+                }
             }
         }
         for wc in got.iter() {
@@ -263,7 +207,7 @@ impl Tracker {
             // "never more completions than posts" catch them.
             let raw_id = wc.wr_id();
             if Some(raw_id) == claim {
-                claimed = Some(*wc);
+                *claimed = Some(*wc);
                 continue;
             }
             if raw_id & BATCH_MEMBER != 0 {
@@ -297,6 +241,11 @@ impl Tracker {
                             slot.wc.status()
                         ));
                     }
+                    if matches!(slot.att.notify, Notify::Claim) {
+                        // Claimed by id (blocking calls, scopes): nothing
+                        // to tell, the slot waits as it is.
+                        continue;
+                    }
                     match std::mem::take(&mut slot.att.notify) {
                         // Nobody will claim it: release what it kept (the
                         // NIC is done with it now) and forget it.
@@ -320,85 +269,33 @@ impl Tracker {
                 }
             }
         }
-        Ok((n, claimed))
+        Ok(n)
     }
 
-    pub(crate) fn outcome(
-        op: Operation,
-        len: usize,
-        wc: &WorkCompletion,
-    ) -> TransportResult<WorkSuccess> {
-        if !wc.is_success() {
-            return Err(TransportError::WorkCompletion {
-                operation: op,
-                status: wc.status(),
-                vendor_err: wc.vendor_err(),
-            });
-        }
+    /// What a successful completion reports (`len`: the request's bytes).
+    #[inline(always)]
+    pub(crate) fn success(len: usize, wc: &WorkCompletion) -> WorkSuccess {
         let opcode = wc.opcode();
         let bytes = match opcode {
             WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => wc.byte_len() as usize,
             _ => len,
         };
-        Ok(WorkSuccess {
+        WorkSuccess {
             bytes,
             immediate: wc.imm_data(),
             opcode,
             wr_id: wc.wr_id(),
             source_qp: wc.src_qp(),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn posted() -> Slot {
-        Slot {
-            op: Operation::Send,
-            done: false,
-            member_failed: false,
-            sq: 1,
-            len: 1,
-            wc: WorkCompletion::default(),
-            att: Attached::default(),
         }
     }
 
-    #[test]
-    fn slots_ring_tracks_out_of_order_removal() {
-        let mut s = SlotRing::default();
-        for id in 10..20 {
-            s.insert(id, posted());
+    /// The error of a failed completion.
+    #[cold]
+    pub(crate) fn failure(op: Operation, wc: &WorkCompletion) -> TransportError {
+        TransportError::WorkCompletion {
+            operation: op,
+            status: wc.status(),
+            vendor_err: wc.vendor_err(),
         }
-        assert_eq!(s.len(), 10);
-        assert!(s.contains_key(10) && s.contains_key(19));
-        assert!(!s.contains_key(9) && !s.contains_key(20));
-        // Remove in a different order than inserted.
-        for id in [15, 19, 10, 12] {
-            assert!(s.remove(id).is_some());
-            assert!(s.remove(id).is_none(), "second removal of {id}");
-        }
-        assert_eq!(s.len(), 6);
-        assert_eq!(s.base, 11, "front advanced past removed id 10 only");
-        for id in [11, 13, 14, 16, 17, 18] {
-            assert!(s.remove(id).is_some());
-        }
-        assert_eq!(s.len(), 0);
-        assert!(s.ring.is_empty());
-        // An id handed out but never tracked keeps the later ones in place.
-        s.insert(20, posted());
-        s.skip(21);
-        s.insert(22, posted());
-        assert!(s.contains_key(22) && !s.contains_key(21));
-        assert!(s.remove(20).is_some() && s.remove(22).is_some());
-        assert!(s.ring.is_empty());
-        s.skip(23);
-        assert!(s.ring.is_empty(), "nothing to keep in place");
-        // Reusable after emptying, from a later id.
-        s.insert(24, posted());
-        assert!(s.contains_key(24));
-        assert!(s.get_mut(24).is_some());
     }
 }

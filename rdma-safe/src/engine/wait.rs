@@ -21,14 +21,20 @@ impl WorkQueue {
     pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
         let mut st = self.lock();
         if st.slots.get(id).is_some_and(Slot::posted) {
-            if let Err(e) = st.reap(&self.cq) {
-                // The CQ cannot be read, so completion of `id` cannot be
-                // observed: shut the QP down and drain before reporting, so
-                // that no outcome is ever returned while `id` is in flight.
-                drop(st);
-                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                self.lock().slots.remove(id);
-                return Some(Err(e));
+            match st.reap(&self.cq) {
+                // Nothing new on the CQ: `id` is still in flight.
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    // The CQ cannot be read, so completion of `id` cannot be
+                    // observed: shut the QP down and drain before reporting,
+                    // so that no outcome is ever returned while `id` is in
+                    // flight.
+                    drop(st);
+                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                    self.lock().slots.remove(id);
+                    return Some(Err(e));
+                }
             }
         }
         self.take_done(&mut st, id)
@@ -46,8 +52,7 @@ impl WorkQueue {
             Some(slot) if slot.posted() => None,
             Some(_) => st
                 .slots
-                .remove(id)
-                .map(|slot| self.outcome(slot.op, slot.len, &slot.wc)),
+                .remove_with(id, |slot| self.outcome(slot.op, slot.len, &slot.wc)),
             None => Some(Err(TransportError::Unusable(format!(
                 "work request {id} is not outstanding"
             )))),

@@ -1,0 +1,234 @@
+//! The table of tracked requests, indexed by work request id.
+//!
+//! Ids are handed out sequentially and most requests complete roughly in
+//! order, so a ring whose front is the oldest tracked id replaces a hash
+//! map: O(1) insert, lookup and (amortised) removal, and no hashing on the
+//! data path. Entries stay where they were written: a removal reads what it
+//! needs through a reference and drops the entry in place
+//! ([`remove_with`](SlotRing::remove_with)), so the data path never copies
+//! a whole record in or out of the table (on a latency loop under emulation
+//! those copies were a measurable share of an operation).
+
+/// Entries of ids `base ..base + span`, at ring positions `head ..head + span`
+/// (modulo the capacity, a power of two). Every position outside that window
+/// holds `None`; inside it, `None` is a hole: an id removed out of order, or
+/// one handed out but never tracked.
+#[derive(Debug)]
+pub(crate) struct SlotRing<T> {
+    base: u64,
+    head: usize,
+    span: usize,
+    entries: Box<[Option<T>]>,
+    live: usize,
+}
+
+impl<T> Default for SlotRing<T> {
+    fn default() -> Self {
+        SlotRing {
+            base: 0,
+            head: 0,
+            span: 0,
+            entries: Box::new([]),
+            live: 0,
+        }
+    }
+}
+
+/// The first capacity a ring grows to.
+const FIRST_CAPACITY: usize = 16;
+
+impl<T> SlotRing<T> {
+    #[inline]
+    fn mask(&self) -> usize {
+        self.entries.len().wrapping_sub(1)
+    }
+
+    /// The ring position of `id`, if it lies in the window.
+    #[inline]
+    fn index(&self, id: u64) -> Option<usize> {
+        let off = id.checked_sub(self.base)?;
+        (off < self.span as u64).then(|| (self.head + off as usize) & self.mask())
+    }
+
+    /// Makes room for one more id at the end of the window.
+    #[inline]
+    fn reserve_one(&mut self) {
+        if self.span == self.entries.len() {
+            self.grow();
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let cap = (self.entries.len() * 2).max(FIRST_CAPACITY);
+        let mut entries: Box<[Option<T>]> = (0..cap).map(|_| None).collect();
+        let mask = self.mask();
+        for (k, entry) in entries.iter_mut().take(self.span).enumerate() {
+            *entry = self.entries[(self.head + k) & mask].take();
+        }
+        self.entries = entries;
+        self.head = 0;
+    }
+
+    /// Tracks `slot` under `id`, the id after the last one handed out.
+    pub(crate) fn insert(&mut self, id: u64, slot: T) {
+        if self.span == 0 {
+            self.base = id;
+        }
+        debug_assert_eq!(id, self.base + self.span as u64, "ids are sequential");
+        self.reserve_one();
+        let i = (self.head + self.span) & self.mask();
+        self.entries[i] = Some(slot);
+        self.span += 1;
+        self.live += 1;
+    }
+
+    /// `id` was handed out but is not tracked (its completion was seen
+    /// before it was): leaves a hole, so that later ids keep their places.
+    pub(crate) fn skip(&mut self, id: u64) {
+        if self.span > 0 {
+            debug_assert_eq!(id, self.base + self.span as u64, "ids are sequential");
+            self.reserve_one();
+            self.span += 1;
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self, id: u64) -> Option<&T> {
+        self.index(id).and_then(|i| self.entries[i].as_ref())
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        let i = self.index(id)?;
+        self.entries[i].as_mut()
+    }
+
+    pub(crate) fn contains_key(&self, id: u64) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Removes `id`'s entry and returns it.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
+        let i = self.index(id)?;
+        let slot = self.entries[i].take()?;
+        self.released();
+        Some(slot)
+    }
+
+    /// Removes `id`'s entry, dropping it in place, and returns what `f`
+    /// makes of it first (taking out of it what it needs).
+    #[inline]
+    pub(crate) fn remove_with<R>(&mut self, id: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let i = self.index(id)?;
+        let r = f(self.entries[i].as_mut()?);
+        self.entries[i] = None;
+        self.released();
+        Some(r)
+    }
+
+    /// An entry was just emptied: count it and advance the window past
+    /// the holes at its front.
+    #[inline]
+    fn released(&mut self) {
+        self.live -= 1;
+        let mask = self.mask();
+        while self.span > 0 && self.entries[self.head].is_none() {
+            self.head = (self.head + 1) & mask;
+            self.base += 1;
+            self.span -= 1;
+        }
+    }
+
+    /// How many entries are tracked.
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// The tracked entries, oldest id first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        let mask = self.mask();
+        (0..self.span).filter_map(move |k| self.entries[(self.head + k) & mask].as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracks_out_of_order_removal() {
+        let mut s = SlotRing::default();
+        for id in 10..20 {
+            s.insert(id, id * 100);
+        }
+        assert_eq!(s.len(), 10);
+        assert!(s.contains_key(10) && s.contains_key(19));
+        assert!(!s.contains_key(9) && !s.contains_key(20));
+        // Remove in a different order than inserted.
+        for id in [15, 19, 10, 12] {
+            assert_eq!(s.remove(id), Some(id * 100));
+            assert!(s.remove(id).is_none(), "second removal of {id}");
+        }
+        assert_eq!(s.len(), 6);
+        assert_eq!(s.base, 11, "front advanced past removed id 10 only");
+        for id in [11, 13, 14, 16, 17] {
+            assert_eq!(s.remove_with(id, |v| *v + 1), Some(id * 100 + 1));
+        }
+        assert_eq!(s.remove_with(17, |v| *v), None, "already removed");
+        assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![1800]);
+        assert!(s.remove(18).is_some());
+        assert_eq!(s.len(), 0);
+        assert_eq!(s.span, 0, "window empty");
+        // An id handed out but never tracked keeps the later ones in place.
+        s.insert(20, 1);
+        s.skip(21);
+        s.insert(22, 2);
+        assert!(s.contains_key(22) && !s.contains_key(21));
+        assert!(s.remove(20).is_some() && s.remove(22).is_some());
+        assert_eq!(s.span, 0);
+        s.skip(23);
+        assert_eq!(s.span, 0, "nothing to keep in place");
+        // Reusable after emptying, from a later id.
+        s.insert(24, 3);
+        assert!(s.contains_key(24));
+        assert_eq!(s.get_mut(24).copied(), Some(3));
+    }
+
+    #[test]
+    fn grows_with_a_wrapped_window() {
+        let mut s = SlotRing::default();
+        let mut next = 0u64;
+        // Wrap the window around the ring's end, then outgrow it while an
+        // old entry keeps the window open.
+        for _ in 0..12 {
+            s.insert(next, next);
+            next += 1;
+        }
+        for id in 1..12 {
+            assert_eq!(s.remove(id), Some(id));
+        }
+        assert_eq!(s.len(), 1, "id 0 keeps the window at 0..12");
+        for _ in 0..100 {
+            s.insert(next, next);
+            next += 1;
+        }
+        assert_eq!(s.len(), 101);
+        assert_eq!(s.get(0), Some(&0));
+        for id in 12..next {
+            assert_eq!(s.get(id), Some(&id), "id {id} after growing");
+        }
+        assert_eq!(s.remove(0), Some(0));
+        assert_eq!(s.base, 12, "holes 1..12 passed over");
+        let all: Vec<u64> = s.iter().copied().collect();
+        assert_eq!(all, (12..next).collect::<Vec<_>>());
+        // Steady state: one in, one out, never growing again.
+        let cap = s.entries.len();
+        for _ in 0..10_000 {
+            s.insert(next, next);
+            assert_eq!(s.remove(next - 100), Some(next - 100));
+            next += 1;
+        }
+        assert_eq!(s.entries.len(), cap);
+    }
+}
