@@ -157,8 +157,8 @@ impl WorkQueue {
         notify: Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
-        if let OwnedKind::Batch { .. } = kind {
-            return self.post_owned_batch_locked(st, held, notify, look);
+        if let OwnedKind::Batch { op } = kind {
+            return self.post_owned_batch_locked(st, op, held, notify, look);
         }
         let op = kind.operation();
         let invalid = |msg: String| TransportError::Post {
@@ -253,10 +253,7 @@ impl WorkQueue {
                 }
                 None
             }
-            Some(_) => st.slots.remove_with(id, |slot| {
-                let held = std::mem::take(&mut slot.att.held);
-                (self.outcome(slot.op, slot.len, &slot.wc), held)
-            }),
+            Some(_) => self.returned(&mut st, id),
             None => Some((
                 Err(TransportError::Unusable(format!(
                     "work request {id} is not outstanding"
@@ -264,6 +261,15 @@ impl WorkQueue {
                 Held::None,
             )),
         }
+    }
+
+    /// Removes the slot of `id`, whose completion was seen, giving back its
+    /// outcome and memory (`None` if `id` is not tracked).
+    pub(super) fn returned(&self, st: &mut Tracker, id: u64) -> Option<Returned> {
+        st.slots.remove_with(id, |slot| {
+            let held = std::mem::take(&mut slot.att.held);
+            (self.outcome(slot.op, slot.len, &slot.wc), held)
+        })
     }
 
     /// The owner of `id` gives up on it (a dropped future): a completed

@@ -21,14 +21,16 @@ use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, SendRequest, Sge};
 
 impl WorkQueue {
-    /// Posts the batch `held` holds (a [`Held::Batch`]) as one list; its
-    /// memory moves into the batch's slot, or comes back at once with the
-    /// outcome when `look` finds the batch already complete. `Refused::Full`
+    /// Posts the batch `held` holds (a [`Held::Batch`], named `op` after
+    /// its last request) as one list; its memory moves into the batch's
+    /// slot, or comes back at once with the outcome when `look` finds the
+    /// batch already complete. `Refused::Full`
     /// while the send queue lacks room for the whole batch (nothing is
     /// posted then). Allocates nothing.
     pub(super) fn post_owned_batch_locked(
         &self,
         st: &mut Tracker,
+        op: Operation,
         held: Held,
         notify: Notify,
         look: bool,
@@ -38,7 +40,6 @@ impl WorkQueue {
             return Err(Refused::Error(e, held));
         };
         let n = reqs.len();
-        let op = reqs.last().map_or(Operation::Send, OwnedRequest::operation);
         if n == 0 || n > OWNED_BATCH_MAX || n > st.sq_capacity {
             let e = invalid(
                 op,
@@ -113,12 +114,8 @@ impl WorkQueue {
                 notify: Notify::Claim,
             },
         );
-        if look && st.reap(&self.cq).is_ok() {
-            if let Some(slot) = st.slots.get(id).filter(|s| !s.posted()) {
-                let outcome = self.outcome(slot.op, slot.len, &slot.wc);
-                let slot = st.slots.remove(id).expect("the slot was just seen");
-                return Ok((id, Some((outcome, slot.att.held))));
-            }
+        if look && st.reap(&self.cq).is_ok() && st.slots.get(id).is_some_and(|s| !s.posted()) {
+            return Ok((id, self.returned(st, id)));
         }
         if let Some(slot) = st.slots.get_mut(id) {
             slot.att.notify = notify;

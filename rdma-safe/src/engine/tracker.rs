@@ -241,24 +241,24 @@ impl Tracker {
                             slot.wc.status()
                         ));
                     }
-                    if matches!(slot.att.notify, Notify::Claim) {
-                        // Claimed by id (blocking calls, scopes): nothing
-                        // to tell, the slot waits as it is.
-                        continue;
-                    }
-                    match std::mem::take(&mut slot.att.notify) {
+                    // Looked at in place: only a waker is taken out (to be
+                    // consumed); a claim or a callback stays where it is.
+                    match &slot.att.notify {
+                        // Claimed by id (blocking calls, scopes): the slot
+                        // waits as it is.
+                        Notify::Claim => {}
                         // Nobody will claim it: release what it kept (the
                         // NIC is done with it now) and forget it.
                         Notify::Abandoned => {
                             slots.remove(raw_id);
                             *abandoned_total += 1;
                         }
-                        Notify::Waker(w) => w.wake(),
-                        Notify::Callback(cb) => {
-                            slot.att.notify = Notify::Callback(cb);
-                            ready_callbacks.push_back(raw_id);
+                        Notify::Waker(_) => {
+                            if let Notify::Waker(w) = std::mem::take(&mut slot.att.notify) {
+                                w.wake();
+                            }
                         }
-                        Notify::Claim => {}
+                        Notify::Callback(_) => ready_callbacks.push_back(raw_id),
                     }
                 }
                 // A completion nobody posted (or a second one for an id):
