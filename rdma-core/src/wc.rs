@@ -152,6 +152,18 @@ impl WcOpcode {
 pub struct WorkCompletion(sys::ibv_wc);
 
 impl WorkCompletion {
+    /// A completion no device produced: `wr_id` with `status`, every other
+    /// field zero. For bookkeeping that must end a request the device
+    /// discarded without a completion (a queue pair moved to RESET drops its
+    /// queued requests silently).
+    pub fn synthetic(wr_id: u64, status: WcStatus) -> Self {
+        WorkCompletion(sys::ibv_wc {
+            wr_id,
+            status: status.to_raw(),
+            ..Default::default()
+        })
+    }
+
     /// The `wr_id` the request was posted with.
     #[inline]
     pub fn wr_id(&self) -> u64 {

@@ -187,11 +187,7 @@ impl DatagramEndpoint {
             qp_num: qp.qp_num(),
             qkey,
         };
-        let caps = qp.capabilities();
-        let limits = Limits {
-            caps,
-            inline_default: 0,
-        };
+        let limits = Limits::granted(qp.capabilities(), &caps);
         let slot = slot_size(mtu);
         let receive_slots =
             RemoteAccessBuffer::with_access(pd, slot * RECEIVE_SLOTS, AccessFlags::LOCAL_WRITE)?;

@@ -1,6 +1,6 @@
 //! Error types of the safe API.
 
-use rdma_core::WcStatus;
+use rdma_core::{QpState, WcStatus};
 use std::fmt;
 use std::time::Duration;
 
@@ -52,7 +52,13 @@ impl fmt::Display for Operation {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransportError {
-    /// The work request could not be posted (nothing was handed to the NIC).
+    /// The work request could not be posted. Either nothing was handed to
+    /// the NIC (the request was refused before the verb, or the verb named
+    /// it as not taken) and the channel stays usable, or the verb failed
+    /// without saying what it queued: then the channel was shut down and
+    /// everything on it flushed or discarded before this was returned, so
+    /// no memory of the request is still in use, and the channel is
+    /// unusable.
     #[error("posting the {operation} failed: {source}")]
     Post {
         /// The operation.
@@ -90,6 +96,20 @@ pub enum TransportError {
     PeerDisconnected {
         /// The operation.
         operation: Operation,
+    },
+    /// The queue pair is not in a state that takes the request: requests on
+    /// the send queue (sends, writes, reads, atomics, window operations)
+    /// need a connected channel (ready to send), receives one that is at
+    /// least initialised. Nothing was posted; the channel stays usable.
+    #[error(
+        "cannot post the {operation}: the queue pair is in state {state:?}, not ready for it \
+         (connect the channel first)"
+    )]
+    NotReady {
+        /// The operation.
+        operation: Operation,
+        /// The queue pair's state when the request was refused.
+        state: QpState,
     },
     /// The channel was shut down by an earlier failure or timeout.
     #[error("channel unusable: {0}")]

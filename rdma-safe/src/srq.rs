@@ -186,9 +186,13 @@ impl SharedReceiveQueue {
         // SAFETY: by the reasoning just above.
         let outcome = unsafe { self.shared.srq.post_recv_list(&mut reqs) };
         let n = self.free.len();
+        // A failure that does not name the first receive not taken may have
+        // queued any of them: those slots are counted as posted (lost to
+        // this queue, at worst) rather than free, where posting one again
+        // would give two receives the same memory.
         let posted = match &outcome {
             Ok(()) => n,
-            Err(e) => e.posted().unwrap_or(0),
+            Err(e) => e.posted().unwrap_or(n),
         };
         drop(reqs);
         self.free.drain(..posted);

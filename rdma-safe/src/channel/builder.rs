@@ -81,7 +81,9 @@ impl<'f1> ChannelBuilder<'f1> {
         self.caps.max_inline_data = n;
         self
     }
-    /// Completion queue size (default: send depth + receive depth).
+    /// Completion queue size (default: send depth + receive depth, or the
+    /// send depth alone with a shared receive queue; [`build`](Self::build)
+    /// refuses anything smaller, which could overflow).
     pub fn cq_size(mut self, n: u32) -> Self {
         self.cq_size = Some(n);
         self
@@ -136,10 +138,20 @@ impl<'f1> ChannelBuilder<'f1> {
         } else {
             None
         };
-        let cq_size = self
-            .cq_size
-            .unwrap_or(self.caps.max_send_wr + self.caps.max_recv_wr)
-            .max(1);
+        // Every request the queues can hold may complete before the engine
+        // reaps: a smaller completion queue overflows, and the device then
+        // drops completions (rxe) or breaks the queue pair.
+        let recv_wr = if self.srq.is_some() {
+            0
+        } else {
+            self.caps.max_recv_wr
+        };
+        let needed = self.caps.max_send_wr.saturating_add(recv_wr).max(1);
+        let cq_size = match self.cq_size {
+            Some(n) if n < needed => return Err(cq_too_small(n, needed, &self.caps, recv_wr)),
+            Some(n) => n,
+            None => needed,
+        };
         let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
         let shared = self.srq.map(SharedReceiveQueue::shared);
         if shared.is_some_and(|s| !s.srq.pd().same_as(pd.as_core())) {
@@ -169,13 +181,7 @@ impl<'f1> ChannelBuilder<'f1> {
             gid_index,
             mtu,
         };
-        let caps = qp.capabilities();
-        // Providers may grant more inline space than asked for (rxe raises 0
-        // to 16); inline by default only what the caller asked for.
-        let limits = Limits {
-            caps,
-            inline_default: caps.max_inline_data.min(self.caps.max_inline_data),
-        };
+        let limits = Limits::granted(qp.capabilities(), &self.caps);
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
             queue: Arc::new({
@@ -196,6 +202,21 @@ impl<'f1> ChannelBuilder<'f1> {
             cm: None,
         })
     }
+}
+
+/// The error of a completion queue smaller than what the queues can have
+/// outstanding.
+fn cq_too_small(n: u32, needed: u32, caps: &QpCapabilities, recv_wr: u32) -> IbvError {
+    let recv = if recv_wr > 0 {
+        format!(" + receive depth {recv_wr}")
+    } else {
+        String::new()
+    };
+    IbvError::InvalidArgument(format!(
+        "a completion queue of {n} entries is smaller than the {needed} requests the queues can \
+         have outstanding (send depth {}{recv}): use cq_size({needed}) or more, or smaller depths",
+        caps.max_send_wr
+    ))
 }
 
 fn random_psn(seed: u32) -> u32 {

@@ -60,11 +60,7 @@ impl CmQueue {
         let qp = QueuePair::builder(pd.as_core(), rdma_core::QpType::Rc, &cq, &cq)
             .capabilities(caps)
             .build()?;
-        let granted = qp.capabilities();
-        let limits = Limits {
-            caps: granted,
-            inline_default: granted.max_inline_data.min(caps.max_inline_data),
-        };
+        let limits = Limits::granted(qp.capabilities(), &caps);
         Ok(CmQueue { qp, cq, limits })
     }
 }

@@ -132,6 +132,13 @@ impl Channel {
         (p, c)
     }
 
+    /// For tests of the failure paths only: see
+    /// [`SharedChannel::skip_readiness_check`](crate::SharedChannel::skip_readiness_check).
+    #[doc(hidden)]
+    pub fn skip_readiness_check(&self) {
+        self.queue.assume_ready();
+    }
+
     /// The QP number of the channel's queue pair.
     pub fn qp_num(&self) -> u32 {
         self.queue.qp().qp_num()

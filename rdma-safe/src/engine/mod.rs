@@ -12,9 +12,12 @@
 mod atomic;
 mod attached;
 mod datagram;
+mod gate;
 mod owned;
 mod owned_batch;
 mod post;
+mod room;
+mod shutdown;
 mod slots;
 mod tracker;
 mod wait;
@@ -27,20 +30,38 @@ pub(crate) use attached::{Held, Notify};
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Operation, TransportError, TransportResult};
-use rdma_core::{CompQueue, QpCapabilities, QueuePair};
+use rdma_core::{CompQueue, PostError, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
-    /// The capacities the device granted.
+    /// The capacities the device granted, the queue depths at most what
+    /// was asked for (the completion queue was sized for those).
     pub(crate) caps: QpCapabilities,
     /// Payloads up to this size go inline unless a request says otherwise
     /// (what the user asked for, at most what the device granted).
     pub(crate) inline_default: u32,
+}
+
+impl Limits {
+    /// The limits of a queue pair created with `asked` that was granted
+    /// `granted`. Providers may grant more than asked (rxe raises an inline
+    /// size of 0 to 16 and may round depths up); the engine keeps to the
+    /// depths asked for, which the completion queue was sized for, and
+    /// inlines by default only what the caller asked for.
+    pub(crate) fn granted(granted: QpCapabilities, asked: &QpCapabilities) -> Self {
+        let mut caps = granted;
+        caps.max_send_wr = caps.max_send_wr.min(asked.max_send_wr);
+        caps.max_recv_wr = caps.max_recv_wr.min(asked.max_recv_wr);
+        Limits {
+            caps,
+            inline_default: granted.max_inline_data.min(asked.max_inline_data),
+        }
+    }
 }
 
 /// A reliable-connected queue pair with its completion tracking. Shared by
@@ -60,6 +81,10 @@ pub(crate) struct WorkQueue {
     /// connection-manager channel disconnected: failed completions then
     /// report [`TransportError::PeerDisconnected`].
     peer_gone: AtomicBool,
+    /// Which of the queue pair's queues were seen taking requests
+    /// ([`gate`]'s `RQ_READY`, `SQ_READY`): once set, admission skips the
+    /// state query.
+    ready: AtomicU8,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
     idle_polls: AtomicU32,
@@ -82,14 +107,16 @@ impl WorkQueue {
         watch: Arc<DeviceWatch>,
     ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
+        let rq_capacity = limits.caps.max_recv_wr as usize;
         WorkQueue {
             qp,
             cq,
             events,
             limits,
             watch,
-            state: Mutex::new(Tracker::new(sq_capacity)),
+            state: Mutex::new(Tracker::new(sq_capacity, rq_capacity)),
             peer_gone: AtomicBool::new(false),
+            ready: AtomicU8::new(0),
             idle_polls: AtomicU32::new(0),
             _keep_alive: None,
         }
@@ -159,65 +186,96 @@ impl WorkQueue {
     /// Posts work through `post`, which receives the id to use: one request,
     /// or a batch of `sq` send-queue requests of which only the last is
     /// signaled (and carries the id; the others carry `id | BATCH_MEMBER`).
-    /// `sq` is 0 for receives. A batch that would overflow the send queue is
-    /// refused before anything is posted.
+    /// `sq` is 0 for a receive. A batch that would overflow the send queue is
+    /// refused before anything is posted; a failure that does not prove
+    /// nothing was queued is settled (see the `shutdown` module) before the
+    /// error is returned.
     fn post(
         &self,
         op: Operation,
         len: usize,
         sq: u32,
-        post: impl FnOnce(u64) -> rdma_core::Result<()>,
+        post: impl FnOnce(u64) -> Result<(), PostError>,
     ) -> TransportResult<u64> {
-        Self::post_locked(&mut self.lock(), op, len, sq, post)
+        self.post_locked(&mut self.lock(), op, len, sq, post)
     }
 
     /// [`post`](Self::post) with the lock already held.
     #[inline]
     fn post_locked(
+        &self,
         st: &mut Tracker,
         op: Operation,
         len: usize,
         sq: u32,
-        post: impl FnOnce(u64) -> rdma_core::Result<()>,
+        post: impl FnOnce(u64) -> Result<(), PostError>,
     ) -> TransportResult<u64> {
-        if let Some(why) = &st.unusable {
-            return Err(TransportError::Unusable(why.clone()));
+        self.admit(st, op, sq > 0)?;
+        if sq > 0 && st.sq_in_flight + sq as usize > st.sq_capacity {
+            return Err(queue_too_full(op, sq, st));
         }
-        if sq > 1 && st.sq_in_flight + sq as usize > st.sq_capacity {
-            return Err(batch_too_big(op, sq, st));
+        if sq == 0 && st.rq_in_flight >= st.rq_capacity {
+            return Err(queue_too_full(op, 1, st));
         }
         let id = st.next_wr_id;
-        post(id).map_err(|source| TransportError::Post {
-            operation: op,
-            source,
-        })?;
-        st.track(op, len, sq);
-        Ok(id)
+        match post(id) {
+            Ok(()) => {
+                st.track(op, len, sq);
+                Ok(id)
+            }
+            Err(e) => Err(self.post_failed(st, op, len, sq, Held::None, e).0),
+        }
     }
 
     /// Posts receives as one list through `post`, which is given the id of
-    /// the first (the others follow it, one apart) and returns how many it
-    /// posted and, if not all of `lens`, why it stopped. Every receive that
-    /// was posted is tracked, whether or not the list was posted whole; the
-    /// returned range names them.
+    /// the first (the others follow it, one apart). Every receive that was
+    /// posted is tracked, whether or not the list was posted whole; the
+    /// returned range names them. A failure that does not say which were
+    /// posted is settled (see the `shutdown` module) and names none.
     fn post_receives(
         &self,
         lens: &[usize],
-        post: &mut dyn FnMut(u64) -> (usize, rdma_core::Result<()>),
+        post: &mut dyn FnMut(u64) -> Result<(), PostError>,
     ) -> (Range<u64>, TransportResult<()>) {
         let mut st = self.lock();
-        if let Some(why) = &st.unusable {
-            return (0..0, Err(TransportError::Unusable(why.clone())));
+        if let Err(e) = self.admit(&st, Operation::Receive, false) {
+            return (0..0, Err(e));
+        }
+        if st.rq_in_flight + lens.len() > st.rq_capacity {
+            let e = queue_too_full(Operation::Receive, lens.len() as u32, &st);
+            return (0..0, Err(e));
         }
         let first = st.next_wr_id;
-        let (posted, rc) = post(first);
-        for &len in &lens[..posted.min(lens.len())] {
+        let (posted, rc) = match post(first) {
+            Ok(()) => (lens.len(), Ok(())),
+            Err(e) => match e.posted() {
+                Some(k) if k < lens.len() => (k, Err(e)),
+                _ => {
+                    // Not said: track them all, settle, forget them.
+                    for &len in lens {
+                        st.track(Operation::Receive, len, 0);
+                    }
+                    let ids = first..st.next_wr_id;
+                    self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
+                    for id in ids {
+                        st.slots.remove(id);
+                    }
+                    let source = e.into();
+                    let e = TransportError::Post {
+                        operation: Operation::Receive,
+                        source,
+                    };
+                    return (first..first, Err(e));
+                }
+            },
+        };
+        for &len in &lens[..posted] {
             st.track(Operation::Receive, len, 0);
         }
         let end = st.next_wr_id;
-        let rc = rc.map_err(|source| TransportError::Post {
+        let rc = rc.map_err(|e| TransportError::Post {
             operation: Operation::Receive,
-            source,
+            source: e.into(),
         });
         (first..end, rc)
     }
@@ -238,15 +296,18 @@ impl WorkQueue {
     }
 }
 
-/// The error of a batch that does not fit the send queue (cold: built only
+/// The error of `n` requests that do not fit their queue (cold: built only
 /// when refusing).
 #[cold]
-fn batch_too_big(op: Operation, sq: u32, st: &Tracker) -> TransportError {
+pub(super) fn queue_too_full(op: Operation, n: u32, st: &Tracker) -> TransportError {
+    let (queue, used, size) = match op {
+        Operation::Receive => ("receive", st.rq_in_flight, st.rq_capacity),
+        _ => ("send", st.sq_in_flight, st.sq_capacity),
+    };
     TransportError::Post {
         operation: op,
         source: rdma_core::Error::InvalidArgument(format!(
-            "a batch of {sq} requests does not fit the send queue ({} of {} entries in use)",
-            st.sq_in_flight, st.sq_capacity
+            "{n} more requests do not fit the {queue} queue ({used} of {size} entries in use)"
         )),
     }
 }

@@ -181,11 +181,14 @@ impl WorkQueue {
         // A zero-length payload is sent without an SGE.
         let sges = if len == 0 { &sge[..0] } else { &sge[..] };
         let sq = u32::from(!matches!(kind, OwnedKind::Receive));
-        if let Some(why) = &st.unusable {
-            return Err(Refused::Error(TransportError::Unusable(why.clone()), held));
+        if let Err(e) = self.admit(st, op, sq > 0) {
+            return Err(Refused::Error(e, held));
         }
         if sq > 0 && st.sq_in_flight >= st.sq_capacity {
             return Err(Refused::Full(held));
+        }
+        if sq == 0 && st.rq_in_flight >= st.rq_capacity {
+            return Err(Refused::Error(super::queue_too_full(op, 1, st), held));
         }
         let id = st.next_wr_id;
         let rc = match kind {
@@ -195,28 +198,29 @@ impl WorkQueue {
                 // allocated and registered (its pool holds the slab). `held`
                 // is the buffer's only handle (a `PoolBuf`) and, under the
                 // same lock, before anyone else could reap this request,
-                // either comes back with the completion this function saw
-                // or moves into the request's slot, which gives it up only
-                // after the completion is seen.
+                // either comes back with the completion this function saw,
+                // moves into the request's slot, which gives it up only
+                // after the completion is seen, or, if the post fails, comes
+                // back only once nothing of the request can still run.
                 // SAFETY: by the reasoning just above.
-                unsafe { self.qp.post_recv_list(&mut req) }.map_err(IbvError::from)
+                unsafe { self.qp.post_recv_list(&mut req) }
             }
             _ => {
                 let req = self.owned_send_request(kind, id, sges);
                 let mut req = [req.signaled()];
                 // As for the receive: `held` — a `PoolBytes` the NIC only
                 // reads, or for a read target the buffer's only handle —
-                // comes back only with the completion, or moves into the
+                // comes back only with the completion (or, after a failed
+                // post, once nothing of it can still run), or moves into the
                 // slot before the lock is released.
                 // SAFETY: by the reasoning just above.
-                unsafe { self.qp.post_send_list(&mut req) }.map_err(IbvError::from)
+                unsafe { self.qp.post_send_list(&mut req) }
             }
         };
-        if let Err(source) = rc {
-            let e = TransportError::Post {
-                operation: op,
-                source,
-            };
+        if let Err(e) = rc {
+            // `held` comes back only once nothing of the request can still
+            // run (see `post_failed`).
+            let (e, held) = self.post_failed(st, op, len as usize, sq, held, e);
             return Err(Refused::Error(e, held));
         }
         if look {
@@ -303,19 +307,33 @@ impl WorkQueue {
         st.wake_all_waiters();
     }
 
-    /// A task that waited for send-queue room gives up without posting: the
-    /// wake-up it may have been given goes to the next waiting task.
-    pub(crate) fn pass_room(&self) {
-        if let Some(w) = self.lock().room_waiters.pop() {
-            w.wake();
+    /// The task registered with `ticket` gives up waiting for send-queue
+    /// room without posting: if it was woken already, its turn goes to the
+    /// next waiting task.
+    pub(crate) fn pass_room(&self, ticket: Option<u64>) {
+        let mut st = self.lock();
+        let woken = ticket.map_or(true, |t| st.room_waiters.cancel(t));
+        if woken {
+            st.room_waiters.wake(1);
         }
     }
 
-    /// Registers `waker` to be woken when the send queue may have room.
-    /// (No search for an earlier registration of the same task: thousands
-    /// may wait; a duplicate costs one spurious wake-up.)
-    pub(crate) fn wait_for_room(&self, waker: &Waker) {
-        self.lock().room_waiters.push(waker.clone());
+    /// Registers `waker` to be woken when the send queue may have room, or
+    /// renews the registration `ticket` names: one entry per waiting task,
+    /// however often it is polled.
+    pub(crate) fn wait_for_room(&self, ticket: &mut Option<u64>, waker: &Waker) {
+        self.lock().room_waiters.register(ticket, waker);
+    }
+
+    /// The task registered with `ticket` posted: it leaves the waiting list
+    /// (if it is still on it).
+    pub(crate) fn leave_room(&self, ticket: u64) {
+        self.lock().room_waiters.cancel(ticket);
+    }
+
+    /// Entries in the list of tasks waiting for send-queue room.
+    pub(crate) fn room_waiters(&self) -> usize {
+        self.lock().room_waiters.len()
     }
 
     /// Runs the callbacks of completed callback operations (reaping the CQ

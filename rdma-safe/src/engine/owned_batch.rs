@@ -53,8 +53,8 @@ impl WorkQueue {
         if let Some(e) = reqs.iter().find_map(|r| kind_of(r).remote_misfit(r.len())) {
             return Err(Refused::Error(e, held));
         }
-        if let Some(why) = &st.unusable {
-            return Err(Refused::Error(TransportError::Unusable(why.clone()), held));
+        if let Err(e) = self.admit(st, op, true) {
+            return Err(Refused::Error(e, held));
         }
         if st.sq_in_flight + n > st.sq_capacity {
             return Err(Refused::Full(held));
@@ -88,22 +88,16 @@ impl WorkQueue {
         // — which the pool keeps allocated and registered while `held` holds
         // it. `held` moves into the batch's slot below, before the lock is
         // released, and the slot gives it up only once the last request's
-        // completion has been seen, after which the NIC touches none of it.
+        // completion has been seen, after which the NIC touches none of it;
+        // if the post fails, it comes back only once nothing of the batch
+        // can still run.
         // SAFETY: by the reasoning just above.
-        match unsafe { self.qp.post_send_list(&mut wrs[..n]) } {
-            Ok(()) => {}
-            Err(e) if e.posted() == Some(0) => {
-                let e = TransportError::Post {
-                    operation: op,
-                    source: IbvError::from(e),
-                };
-                return Err(Refused::Error(e, held));
-            }
-            // Part of the list is on the queue without its signaled end: no
-            // completion would ever say the NIC is done with the memory.
-            // Every request was checked first, so a provider has no reason
-            // to do this.
-            Err(e) => crate::fatal::abort_with(format_args!("{e} after posting part of a batch")),
+        if let Err(e) = unsafe { self.qp.post_send_list(&mut wrs[..n]) } {
+            // Part of the list, or an unknown part, may be on the queue:
+            // `held` comes back only once none of it can still run (see
+            // `post_failed`).
+            let (e, held) = self.post_failed(st, op, total, n as u32, held, e);
+            return Err(Refused::Error(e, held));
         }
         st.track_attached(
             op,

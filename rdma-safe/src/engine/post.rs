@@ -1,6 +1,7 @@
 //! Posting: validating typed work requests and handing them to the NIC,
 //! one request or a batch per verb call.
 
+use super::attached::Held;
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
@@ -9,7 +10,7 @@ use crate::remote::RemoteMemoryRegion;
 use crate::sge::{gather_sges, scatter_sges};
 use crate::work::WorkSuccess;
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
-use rdma_core::{RecvRequest, SendFlags, SendRequest};
+use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -201,14 +202,13 @@ impl WorkQueue {
             // One request: posted untracked, then one look at the completion
             // queue under the same lock; tracked only if its completion is
             // not there yet.
-            if let Some(why) = &st.unusable {
-                return Err(TransportError::Unusable(why.clone()));
+            self.admit(&st, op, true)?;
+            if st.sq_in_flight >= st.sq_capacity {
+                return Err(super::queue_too_full(op, 1, &st));
             }
-            self.post_list(reqs, id)
-                .map_err(|source| TransportError::Post {
-                    operation: op,
-                    source,
-                })?;
+            if let Err(e) = self.post_list(reqs, id) {
+                return Err(self.post_failed(&mut st, op, len, 1, Held::None, e).0);
+            }
         } else {
             self.post_sends_locked(&mut st, op, len, reqs)?;
         }
@@ -251,15 +251,16 @@ impl WorkQueue {
                 source: IbvError::InvalidArgument("empty batch".into()),
             });
         }
-        Self::post_locked(st, op, len, reqs.len() as u32, |id| {
+        self.post_locked(st, op, len, reqs.len() as u32, |id| {
             self.post_list(reqs, id)
         })
     }
 
     /// Posts `reqs` (not empty) as one list, the last signaled and carrying
-    /// `id`, the others `id | BATCH_MEMBER`.
+    /// `id`, the others `id | BATCH_MEMBER`. A failure goes to the caller
+    /// as the provider reported it (how much was posted, if it said).
     #[inline]
-    fn post_list(&self, reqs: &mut [SendRequest<'_>], id: u64) -> rdma_core::Result<()> {
+    fn post_list(&self, reqs: &mut [SendRequest<'_>], id: u64) -> Result<(), PostError> {
         let last = reqs.len() - 1;
         for req in reqs[..last].iter_mut() {
             req.set_wr_id(id | BATCH_MEMBER);
@@ -270,20 +271,15 @@ impl WorkQueue {
         // or a `ScatterElement` (a live `&mut [u8]`) of a registration
         // whose range stays on its pinned pages; they stay borrowed until
         // the completion is claimed: blocking calls wait for it, scopes
-        // drain it before returning, and `PendingWork` waits on drop.
+        // drain it before returning, and `PendingWork` waits on drop. A
+        // failed post returns only once nothing of it can still run (see
+        // `post_failed`).
         // SAFETY: by the reasoning just above.
-        match unsafe { self.qp.post_send_list(reqs) } {
-            Ok(()) => Ok(()),
-            Err(e) if e.posted() == Some(0) => Err(e.into()),
-            // Part of the list was posted without its signaled end (or
-            // the provider did not say how much): its completion could
-            // never be observed, and returning would let the borrows end
-            // while the NIC may use the memory.
-            Err(e) => crate::fatal::abort_with(format_args!("{e} after posting part of a batch")),
-        }
+        unsafe { self.qp.post_send_list(reqs) }
     }
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> TransportResult<u64> {
+        self.receives_here()?;
         self.check_sges(
             Operation::Receive,
             wr.scatter.len(),
@@ -295,8 +291,9 @@ impl WorkQueue {
             req[0].set_wr_id(id);
             // SAFETY: every SGE comes from a `ScatterElement`, a live
             // `&mut [u8]` that stays exclusively borrowed until this
-            // request's completion is claimed (see `post_sends`).
-            unsafe { self.qp.post_recv_list(&mut req) }.map_err(rdma_core::Error::from)
+            // request's completion is claimed (see `post_sends`), or until
+            // a failed post is settled (see `post_failed`).
+            unsafe { self.qp.post_recv_list(&mut req) }
         })
     }
 
@@ -314,6 +311,9 @@ impl WorkQueue {
                 operation: Operation::Receive,
                 source: IbvError::InvalidArgument("empty batch".into()),
             });
+        }
+        if let Err(e) = self.receives_here() {
+            return refuse(e);
         }
         for wr in wrs.iter() {
             if let Err(e) = self.check_sges(
@@ -334,20 +334,7 @@ impl WorkQueue {
                 req.set_wr_id(first + k as u64);
             }
             // SAFETY: as in `post_recv`.
-            match unsafe { self.qp.post_recv_list(&mut reqs) } {
-                Ok(()) => (reqs.len(), Ok(())),
-                Err(e) => match e.posted() {
-                    // The receives before the one named are on the queue
-                    // and must be tracked.
-                    Some(k) => (k, Err(e.into())),
-                    // Without knowing which receives were posted, returning
-                    // could let the borrows end while the NIC may still
-                    // write into the buffers.
-                    None => crate::fatal::abort_with(format_args!(
-                        "{e} without naming the receive it stopped at"
-                    )),
-                },
-            }
+            unsafe { self.qp.post_recv_list(&mut reqs) }
         })
     }
 }

@@ -150,6 +150,14 @@ impl<T> SlotRing<T> {
         let mask = self.mask();
         (0..self.span).filter_map(move |k| self.entries[(self.head + k) & mask].as_ref())
     }
+
+    /// The ids of the tracked entries, oldest first.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        let mask = self.mask();
+        (0..self.span)
+            .filter(move |&k| self.entries[(self.head + k) & mask].is_some())
+            .map(move |k| self.base + k as u64)
+    }
 }
 
 #[cfg(test)]

@@ -2,12 +2,12 @@
 //! completed and wait to be claimed, and what the completions say.
 
 use super::attached::{Attached, Notify};
+use super::room::RoomWaiters;
 use super::slots::SlotRing;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::work::WorkSuccess;
-use rdma_core::{CompQueue, WcOpcode, WorkCompletion};
+use rdma_core::{CompQueue, WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
-use std::task::Waker;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
@@ -58,6 +58,10 @@ pub(crate) struct Tracker {
     /// Send-queue entries in use, and the send queue's size.
     pub(crate) sq_in_flight: usize,
     pub(crate) sq_capacity: usize,
+    /// Receives posted and not yet seen on the CQ, and the receive
+    /// queue's size (the completion queue is sized for both queues full).
+    pub(crate) rq_in_flight: usize,
+    pub(crate) rq_capacity: usize,
     pub(crate) posted_total: u64,
     pub(crate) completed_total: u64,
     /// Why the queue pair no longer carries work, once it does not.
@@ -71,11 +75,11 @@ pub(crate) struct Tracker {
     /// have no timer of their own.
     pub(crate) progress_mark: Option<(u64, std::time::Instant)>,
     /// Tasks waiting for room in the send queue.
-    pub(crate) room_waiters: Vec<Waker>,
+    pub(crate) room_waiters: RoomWaiters,
 }
 
 impl Tracker {
-    pub(crate) fn new(sq_capacity: usize) -> Self {
+    pub(crate) fn new(sq_capacity: usize, rq_capacity: usize) -> Self {
         Tracker {
             next_wr_id: 1,
             slots: SlotRing::default(),
@@ -83,13 +87,15 @@ impl Tracker {
             in_flight: 0,
             sq_in_flight: 0,
             sq_capacity,
+            rq_in_flight: 0,
+            rq_capacity,
             posted_total: 0,
             completed_total: 0,
             unusable: None,
             ready_callbacks: VecDeque::new(),
             abandoned_total: 0,
             progress_mark: None,
-            room_waiters: Vec::new(),
+            room_waiters: RoomWaiters::default(),
         }
     }
 
@@ -118,14 +124,13 @@ impl Tracker {
         );
         self.in_flight += 1;
         self.sq_in_flight += sq as usize;
+        self.rq_in_flight += usize::from(sq == 0);
         self.posted_total += u64::from(sq.max(1));
     }
 
     /// Wakes every task waiting on an outstanding request or for room.
     pub(crate) fn wake_all_waiters(&mut self) {
-        for w in self.room_waiters.drain(..) {
-            w.wake();
-        }
+        self.room_waiters.wake_all();
         for slot in self.slots.iter() {
             if let (false, Notify::Waker(w)) = (slot.done, &slot.att.notify) {
                 w.wake_by_ref();
@@ -174,102 +179,123 @@ impl Tracker {
         claim: Option<u64>,
         claimed: &mut Option<WorkCompletion>,
     ) -> TransportResult<usize> {
-        let Tracker {
-            wcs,
-            slots,
-            in_flight,
-            sq_in_flight,
-            completed_total,
-            unusable,
-            posted_total,
-            ready_callbacks,
-            abandoned_total,
-            room_waiters,
-            ..
-        } = self;
-        let got = cq.poll(&mut wcs[..]).map_err(TransportError::Poll)?;
-        let n = got.len();
+        let n = cq
+            .poll(&mut self.wcs[..])
+            .map_err(TransportError::Poll)?
+            .len();
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
-        if !room_waiters.is_empty() {
-            for _ in 0..n {
-                match room_waiters.pop() {
-                    Some(w) => w.wake(),
-                    None => break,
-                }
-            }
+        if !self.room_waiters.is_empty() {
+            self.room_waiters.wake(n);
         }
-        for wc in got.iter() {
-            // Counts requests: a batch's last completion completes all of its
-            // members (their own error completions are not counted again);
-            // completions nobody posted are counted, so that tests asserting
-            // "never more completions than posts" catch them.
-            let raw_id = wc.wr_id();
-            if Some(raw_id) == claim {
-                *claimed = Some(*wc);
+        for k in 0..n {
+            let wc = self.wcs[k];
+            if Some(wc.wr_id()) == claim {
+                *claimed = Some(wc);
                 continue;
             }
-            if raw_id & BATCH_MEMBER != 0 {
-                // An earlier member of a batch reports an error or a flush:
-                // remember the first, wait for the batch's last request.
-                if let Some(slot) = slots.get_mut(raw_id & !BATCH_MEMBER).filter(|s| !s.done) {
-                    if !wc.is_success() && !slot.member_failed {
-                        slot.member_failed = true;
-                        slot.wc = *wc;
-                    }
-                } else {
-                    *completed_total += 1;
-                    log::error!("unexpected batch completion {wc:?} (posted {posted_total})");
-                }
-                continue;
-            }
-            match slots.get_mut(raw_id) {
-                Some(slot) if !slot.done => {
-                    if !slot.member_failed {
-                        slot.wc = *wc;
-                    }
-                    slot.done = true;
-                    let sq = slot.sq;
-                    *in_flight -= 1;
-                    *sq_in_flight -= sq as usize;
-                    *completed_total += u64::from(sq.max(1));
-                    if !slot.wc.is_success() && unusable.is_none() {
-                        *unusable = Some(format!(
-                            "an earlier {} failed with {}",
-                            slot.op,
-                            slot.wc.status()
-                        ));
-                    }
-                    // Looked at in place: only a waker is taken out (to be
-                    // consumed); a claim or a callback stays where it is.
-                    match &slot.att.notify {
-                        // Claimed by id (blocking calls, scopes): the slot
-                        // waits as it is.
-                        Notify::Claim => {}
-                        // Nobody will claim it: release what it kept (the
-                        // NIC is done with it now) and forget it.
-                        Notify::Abandoned => {
-                            slots.remove(raw_id);
-                            *abandoned_total += 1;
-                        }
-                        Notify::Waker(_) => {
-                            if let Notify::Waker(w) = std::mem::take(&mut slot.att.notify) {
-                                w.wake();
-                            }
-                        }
-                        Notify::Callback(_) => ready_callbacks.push_back(raw_id),
-                    }
-                }
-                // A completion nobody posted (or a second one for an id):
-                // never expected; counted so tests can assert on it.
-                _ => {
-                    *completed_total += 1;
-                    log::error!("unexpected completion {wc:?} (posted {posted_total})");
-                }
-            }
+            self.deliver(&wc);
         }
         Ok(n)
+    }
+
+    /// Records the completion `wc` in its request's slot and tells whoever
+    /// waits for it.
+    #[inline]
+    fn deliver(&mut self, wc: &WorkCompletion) {
+        // Counts requests: a batch's last completion completes all of its
+        // members (their own error completions are not counted again);
+        // completions nobody posted are counted, so that tests asserting
+        // "never more completions than posts" catch them.
+        let raw_id = wc.wr_id();
+        if raw_id & BATCH_MEMBER != 0 {
+            // An earlier member of a batch reports an error or a flush:
+            // remember the first, wait for the batch's last request.
+            if let Some(slot) = self
+                .slots
+                .get_mut(raw_id & !BATCH_MEMBER)
+                .filter(|s| !s.done)
+            {
+                if !wc.is_success() && !slot.member_failed {
+                    slot.member_failed = true;
+                    slot.wc = *wc;
+                }
+            } else {
+                self.completed_total += 1;
+                log::error!(
+                    "unexpected batch completion {wc:?} (posted {})",
+                    self.posted_total
+                );
+            }
+            return;
+        }
+        match self.slots.get_mut(raw_id) {
+            Some(slot) if !slot.done => {
+                if !slot.member_failed {
+                    slot.wc = *wc;
+                }
+                slot.done = true;
+                let sq = slot.sq;
+                self.in_flight -= 1;
+                self.sq_in_flight -= sq as usize;
+                self.rq_in_flight -= usize::from(sq == 0);
+                self.completed_total += u64::from(sq.max(1));
+                if !slot.wc.is_success() && self.unusable.is_none() {
+                    self.unusable = Some(format!(
+                        "an earlier {} failed with {}",
+                        slot.op,
+                        slot.wc.status()
+                    ));
+                }
+                // Looked at in place: only a waker is taken out (to be
+                // consumed); a claim or a callback stays where it is.
+                match &slot.att.notify {
+                    // Claimed by id (blocking calls, scopes): the slot
+                    // waits as it is.
+                    Notify::Claim => {}
+                    // Nobody will claim it: release what it kept (the
+                    // NIC is done with it now) and forget it.
+                    Notify::Abandoned => {
+                        self.slots.remove(raw_id);
+                        self.abandoned_total += 1;
+                    }
+                    Notify::Waker(_) => {
+                        if let Notify::Waker(w) = std::mem::take(&mut slot.att.notify) {
+                            w.wake();
+                        }
+                    }
+                    Notify::Callback(_) => self.ready_callbacks.push_back(raw_id),
+                }
+            }
+            // A completion nobody posted (or a second one for an id):
+            // never expected; counted so tests can assert on it.
+            _ => {
+                self.completed_total += 1;
+                log::error!(
+                    "unexpected completion {wc:?} (posted {})",
+                    self.posted_total
+                );
+            }
+        }
+    }
+
+    /// Ends every request still in flight as flushed: for use only once the
+    /// device can no longer touch their memory (the queue pair was moved to
+    /// RESET, which discards queued requests without completions). Each
+    /// waiter learns of it as of a real flush. How many there were.
+    #[cold]
+    pub(crate) fn discard_in_flight(&mut self) -> usize {
+        let ids: Vec<u64> = self
+            .slots
+            .ids()
+            .filter(|&id| self.slots.get(id).is_some_and(|s| !s.done))
+            .collect();
+        for &id in &ids {
+            self.deliver(&WorkCompletion::synthetic(id, WcStatus::WrFlushError));
+        }
+        self.room_waiters.wake_all();
+        ids.len()
     }
 
     /// What a successful completion reports (`len`: the request's bytes).
@@ -297,5 +323,135 @@ impl Tracker {
             status: wc.status(),
             vendor_err: wc.vendor_err(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn with_notify(notify: Notify) -> Attached {
+        Attached {
+            held: super::super::attached::Held::None,
+            notify,
+        }
+    }
+
+    fn success(id: u64) -> WorkCompletion {
+        WorkCompletion::synthetic(id, WcStatus::Success)
+    }
+
+    #[test]
+    fn completions_out_of_order_end_their_own_requests() {
+        let mut t = Tracker::new(8, 8);
+        t.track(Operation::Write, 10, 1);
+        t.track(Operation::Receive, 20, 0);
+        t.track(Operation::Read, 30, 1);
+        assert_eq!((t.in_flight, t.sq_in_flight, t.rq_in_flight), (3, 2, 1));
+        t.deliver(&success(3));
+        t.deliver(&success(1));
+        assert_eq!((t.in_flight, t.sq_in_flight, t.rq_in_flight), (1, 0, 1));
+        assert!(t.slots.get(1).is_some_and(|s| s.done));
+        assert!(t.slots.get(2).is_some_and(|s| !s.done));
+        assert!(t.unusable.is_none());
+        // A second completion for an id, and one nobody posted, are
+        // counted (so "completions never outnumber posts" catches them)
+        // and change nothing else.
+        t.deliver(&success(1));
+        t.deliver(&success(99));
+        assert_eq!(t.completed_total, 4);
+        assert_eq!(t.in_flight, 1);
+    }
+
+    #[test]
+    fn a_batch_reports_its_first_failed_member() {
+        let mut t = Tracker::new(8, 8);
+        t.track(Operation::Write, 300, 3);
+        let member = WorkCompletion::synthetic(1 | BATCH_MEMBER, WcStatus::RemoteAccessError);
+        t.deliver(&member);
+        assert_eq!(t.in_flight, 1, "a member does not end the batch");
+        t.deliver(&WorkCompletion::synthetic(1, WcStatus::WrFlushError));
+        let slot = t.slots.get(1).expect("the batch's slot");
+        assert!(slot.done);
+        assert_eq!(slot.wc.status(), WcStatus::RemoteAccessError);
+        assert_eq!((t.sq_in_flight, t.completed_total), (0, 3));
+        assert!(t.unusable.is_some(), "a failure makes the channel unusable");
+    }
+
+    #[test]
+    fn waiters_are_told_and_abandoned_requests_released() {
+        let mut t = Tracker::new(8, 8);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        t.track_attached(
+            Operation::Send,
+            1,
+            1,
+            with_notify(Notify::Waker(Waker::from(count.clone()))),
+        );
+        t.track_attached(Operation::Send, 1, 1, with_notify(Notify::Abandoned));
+        t.track_attached(
+            Operation::Send,
+            1,
+            1,
+            with_notify(Notify::Callback(Box::new(|_, _| {}))),
+        );
+        for id in 1..=3 {
+            t.deliver(&success(id));
+        }
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            1,
+            "one wake for one completion"
+        );
+        assert!(!t.slots.contains_key(2), "the abandoned slot is released");
+        assert_eq!(t.abandoned_total, 1);
+        assert_eq!(t.ready_callbacks, [3]);
+    }
+
+    #[test]
+    fn discarding_ends_every_request_in_flight_as_flushed() {
+        let mut t = Tracker::new(64, 64);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        // Enough ids to wrap the slot ring's first capacity.
+        for k in 0..40u64 {
+            let notify = match k % 3 {
+                0 => Notify::Claim,
+                1 => Notify::Waker(Waker::from(count.clone())),
+                _ => Notify::Abandoned,
+            };
+            t.track_attached(
+                Operation::Read,
+                8,
+                u32::from(k % 2 == 0),
+                with_notify(notify),
+            );
+        }
+        t.deliver(&success(5));
+        let mut room = None;
+        t.room_waiters
+            .register(&mut room, &Waker::from(count.clone()));
+        assert_eq!(t.discard_in_flight(), 39);
+        assert_eq!((t.in_flight, t.sq_in_flight, t.rq_in_flight), (0, 0, 0));
+        for id in t.slots.ids() {
+            let slot = t.slots.get(id).expect("tracked");
+            assert!(slot.done);
+            if id != 5 {
+                assert_eq!(slot.wc.status(), WcStatus::WrFlushError, "id {id}");
+            }
+        }
+        // 13 wakers among the discarded, and the task waiting for room.
+        assert_eq!(count.0.load(Ordering::SeqCst), 14);
+        assert!(t.room_waiters.is_empty());
+        assert_eq!(t.posted_total, t.completed_total);
     }
 }

@@ -9,10 +9,6 @@ use crate::work::WorkSuccess;
 use rdma_core::QpState;
 use std::time::{Duration, Instant};
 
-/// How long draining may take after the QP was moved to ERR before we
-/// conclude the device is broken. Flush completions normally arrive at once.
-const DRAIN_LIMIT: Duration = Duration::from_secs(60);
-
 impl WorkQueue {
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
     /// not). `None` while still in flight. Errors if `id` is unknown.
@@ -177,44 +173,6 @@ impl WorkQueue {
             }
         }
         errors
-    }
-
-    /// Moves the QP to ERR and polls until nothing is in flight, marking the
-    /// channel unusable with `why`. Flushed requests stay claimable.
-    ///
-    /// If the device never flushes (it is dead), returning would let the NIC
-    /// write memory Rust considers free again, so the process aborts instead.
-    pub(crate) fn shutdown_and_drain(&self, why: &str) {
-        let guard = AbortOnUnwind("draining a queue pair");
-        self.shutdown_and_drain_unguarded(why);
-        guard.disarm();
-    }
-
-    fn shutdown_and_drain_unguarded(&self, why: &str) {
-        let mut st = self.lock();
-        if st.unusable.is_none() {
-            st.unusable = Some(why.to_owned());
-        }
-        if let Err(e) = self.qp.to_error() {
-            log::error!("moving QP {} to ERR failed: {e}", self.qp.qp_num());
-        }
-        let start = Instant::now();
-        while st.in_flight > 0 {
-            if let Err(e) = st.reap(&self.cq) {
-                log::error!("polling while draining failed: {e}");
-            }
-            if start.elapsed() > DRAIN_LIMIT {
-                crate::fatal::abort_with(format_args!(
-                    "QP {} still has {} work requests in flight {:?} after being moved to the error \
-                     state; the device is not flushing, and returning could let the NIC access \
-                     released memory",
-                    self.qp.qp_num(),
-                    st.in_flight,
-                    DRAIN_LIMIT
-                ));
-            }
-            std::hint::spin_loop();
-        }
     }
 
     /// Why the device says the queue pair can no longer work, if it does:

@@ -24,6 +24,8 @@ pub struct Op<'a, B: OwnedBuffer> {
     chan: &'a SharedChannel,
     kind: OwnedKind,
     state: State<B>,
+    /// The registration in the list of tasks waiting for send-queue room.
+    room: Option<u64>,
 }
 
 enum State<B> {
@@ -40,6 +42,7 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
             chan,
             kind,
             state: State::Unposted(buf),
+            room: None,
         }
     }
 
@@ -63,7 +66,14 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Unposted(buf) | State::Full(buf) => {
                     let notify = Notify::Waker(cx.waker().clone());
-                    match queue.post_owned_and_reap(this.kind, into_held(buf), notify) {
+                    let posted = queue.post_owned_and_reap(this.kind, into_held(buf), notify);
+                    if was_full && posted.is_ok() {
+                        // It used its turn: off the waiting list.
+                        if let Some(t) = this.room.take() {
+                            queue.leave_room(t);
+                        }
+                    }
+                    match posted {
                         Ok((_, Some(returned))) => {
                             return Poll::Ready(finish(this.kind, returned));
                         }
@@ -80,7 +90,7 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                         }
                         Err(Refused::Full(held)) => {
                             this.state = State::Full(from_held::<B>(held));
-                            queue.wait_for_room(cx.waker());
+                            queue.wait_for_room(&mut this.room, cx.waker());
                             match drive(this.chan, cx) {
                                 Poll::Ready(()) => continue,
                                 Poll::Pending => return Poll::Pending,
@@ -88,7 +98,7 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                         }
                         Err(refused) => {
                             if was_full {
-                                queue.pass_room();
+                                queue.pass_room(this.room.take());
                             }
                             return Poll::Ready(refused_outcome(this.kind, refused));
                         }
@@ -115,7 +125,7 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
         match self.state {
             // Posted: the engine keeps the buffer until the completion.
             State::Posted(id) => self.chan.queue().abandon(id),
-            State::Full(_) => self.chan.queue().pass_room(),
+            State::Full(_) => self.chan.queue().pass_room(self.room),
             State::Unposted(_) | State::Done => {}
         }
     }

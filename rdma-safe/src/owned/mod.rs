@@ -197,6 +197,22 @@ impl SharedChannel {
         self.queue.owned_counters()
     }
 
+    /// Entries in the list of tasks waiting for send-queue room: at most
+    /// one per waiting future, however often it is polled.
+    pub fn room_waiters(&self) -> usize {
+        self.queue.room_waiters()
+    }
+
+    /// For tests of the failure paths only: posts go to the verb without
+    /// the state check that refuses them on a channel that is not connected
+    /// (see [`TransportError::NotReady`](crate::TransportError::NotReady)).
+    /// Still sound: a verb failure that may have queued the request shuts
+    /// the channel down and drains it before anything is given back.
+    #[doc(hidden)]
+    pub fn skip_readiness_check(&self) {
+        self.queue.assume_ready();
+    }
+
     // ----- blocking --------------------------------------------------------
 
     /// Sends `data` and blocks until the send completes (bounded by the
