@@ -58,6 +58,19 @@ fn server_reports(test: &str) -> bool {
 #[track_caller]
 fn assert_sane_row(side: &Finished, size: usize) {
     let numbers = row(&side.output, size);
+    if side.label.contains("(`ib_")
+        && numbers.len() >= 3
+        && numbers[1..].iter().any(|x| x.is_infinite())
+    {
+        // perftest's own clock calibration fails under load (a busy 2-core
+        // machine running TCG guests) and it prints `inf` (REFERENCE.md
+        // §4): the C program is judged by its exit status, ours by data.
+        eprintln!(
+            "{}: perftest printed inf (its clock calibration failed); judged by exit status",
+            side.label
+        );
+        return;
+    }
     assert!(
         numbers.len() >= 3
             && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)

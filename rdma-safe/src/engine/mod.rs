@@ -6,6 +6,12 @@
 //! ([`tracker`], [`wait`](self::wait)). The façade types — [`Channel`],
 //! scopes, [`PendingWork`] — borrow or share it; it never refers to them.
 //!
+//! Every post passes [`gate`]'s admission first (usable channel, queue
+//! pair state), and a failed post gives memory back or ends a borrow only
+//! as the [`shutdown`] module's rule says: at once when the verb proved
+//! nothing was queued, otherwise after the channel was shut down and
+//! drained (or reset).
+//!
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
@@ -232,21 +238,29 @@ impl WorkQueue {
     /// posted is tracked, whether or not the list was posted whole; the
     /// returned range names them. A failure that does not say which were
     /// posted is settled (see the `shutdown` module) and names none.
+    ///
+    /// As a provider would, only as many receives as the receive queue has
+    /// room for are posted (`post` is told how many, from the start of the
+    /// list); the rest are refused with an error beside the posted ones.
     fn post_receives(
         &self,
         lens: &[usize],
-        post: &mut dyn FnMut(u64) -> Result<(), PostError>,
+        post: &mut dyn FnMut(u64, usize) -> Result<(), PostError>,
     ) -> (Range<u64>, TransportResult<()>) {
         let mut st = self.lock();
         if let Err(e) = self.admit(&st, Operation::Receive, false) {
             return (0..0, Err(e));
         }
-        if st.rq_in_flight + lens.len() > st.rq_capacity {
-            let e = queue_too_full(Operation::Receive, lens.len() as u32, &st);
-            return (0..0, Err(e));
+        let room = st.rq_capacity.saturating_sub(st.rq_in_flight);
+        let fits = lens.len().min(room);
+        let full = (fits < lens.len())
+            .then(|| queue_too_full(Operation::Receive, (lens.len() - fits) as u32, &st));
+        let lens = &lens[..fits];
+        if lens.is_empty() {
+            return (0..0, Err(full.expect("a refused receive")));
         }
         let first = st.next_wr_id;
-        let (posted, rc) = match post(first) {
+        let (posted, rc) = match post(first, fits) {
             Ok(()) => (lens.len(), Ok(())),
             Err(e) => match e.posted() {
                 Some(k) if k < lens.len() => (k, Err(e)),
@@ -273,10 +287,14 @@ impl WorkQueue {
             st.track(Operation::Receive, len, 0);
         }
         let end = st.next_wr_id;
-        let rc = rc.map_err(|e| TransportError::Post {
-            operation: Operation::Receive,
-            source: e.into(),
-        });
+        let rc = match (rc, full) {
+            (Err(e), _) => Err(TransportError::Post {
+                operation: Operation::Receive,
+                source: e.into(),
+            }),
+            (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(()),
+        };
         (first..end, rc)
     }
 

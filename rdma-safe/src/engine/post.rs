@@ -329,12 +329,12 @@ impl WorkQueue {
             .iter_mut()
             .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)))
             .collect();
-        self.post_receives(&lens, &mut |first| {
+        self.post_receives(&lens, &mut |first, n| {
             for (k, req) in reqs.iter_mut().enumerate() {
                 req.set_wr_id(first + k as u64);
             }
             // SAFETY: as in `post_recv`.
-            unsafe { self.qp.post_recv_list(&mut reqs) }
+            unsafe { self.qp.post_recv_list(&mut reqs[..n]) }
         })
     }
 }
