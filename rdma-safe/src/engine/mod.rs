@@ -18,6 +18,7 @@
 mod atomic;
 mod attached;
 mod datagram;
+mod driving;
 mod gate;
 mod owned;
 mod owned_batch;

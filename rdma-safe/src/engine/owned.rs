@@ -291,22 +291,6 @@ impl WorkQueue {
         }
     }
 
-    /// The completion channel became readable (or the stall deadline
-    /// passed): called from the reactor's wake-up of the channel's own
-    /// waker, on whatever thread runs it, never with the engine's lock
-    /// held. Reaps the CQ (waking the futures whose completions arrived)
-    /// and wakes every other waiting task too: the reactor's registration
-    /// and the CQ's arming are spent, and one live waiter must renew them.
-    /// Waking them all, not one chosen task, means a task that is gone (a
-    /// forgotten future's) cannot take the renewal with it.
-    pub(crate) fn on_readiness(&self) {
-        let mut st = self.lock();
-        if let Err(e) = st.reap(&self.cq) {
-            log::warn!("reaping on readiness failed: {e}");
-        }
-        st.wake_all_waiters();
-    }
-
     /// The task registered with `ticket` gives up waiting for send-queue
     /// room without posting: if it was woken already, its turn goes to the
     /// next waiting task.

@@ -146,9 +146,9 @@ impl<T> SlotRing<T> {
     }
 
     /// The tracked entries, oldest id first.
+    #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
-        let mask = self.mask();
-        (0..self.span).filter_map(move |k| self.entries[(self.head + k) & mask].as_ref())
+        self.ids().filter_map(move |id| self.get(id))
     }
 
     /// The ids of the tracked entries, oldest first.

@@ -128,16 +128,6 @@ impl Tracker {
         self.posted_total += u64::from(sq.max(1));
     }
 
-    /// Wakes every task waiting on an outstanding request or for room.
-    pub(crate) fn wake_all_waiters(&mut self) {
-        self.room_waiters.wake_all();
-        for slot in self.slots.iter() {
-            if let (false, Notify::Waker(w)) = (slot.done, &slot.att.notify) {
-                w.wake_by_ref();
-            }
-        }
-    }
-
     /// Moves available completions from `cq` into their slots.
     pub(crate) fn reap(&mut self, cq: &CompQueue) -> TransportResult<usize> {
         self.reap_claiming(cq, None, &mut None)

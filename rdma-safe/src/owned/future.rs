@@ -6,10 +6,8 @@ use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
 use crate::engine::{Notify, OwnedKind, Refused};
 use std::fmt;
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 /// The future of an owning operation ([`SharedChannel::send_async`] and
 /// friends): resolves to the outcome and the buffer.
@@ -105,7 +103,7 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                     }
                 }
                 State::Posted(id) => {
-                    if let Some(returned) = queue.take_owned(id, Some(cx.waker())) {
+                    if let Some(returned) = queue.poll_owned(id, cx.waker(), this.chan.spin) {
                         return Poll::Ready(finish(this.kind, returned));
                     }
                     this.state = State::Posted(id);
@@ -132,74 +130,30 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
 }
 
 /// Waits, for the task polling with `cx` (already registered in its slot or
-/// the room list), until something may have changed: spins on the CQ for the channel's spin time, then arms the CQ,
-/// polls once more (a completion that arrived before the arming raises no
-/// event), and sleeps on the reactor until the completion channel's
-/// descriptor is readable or the stall deadline passes. `Ready` means
-/// "look again"; `Pending` that the task is registered to be woken.
+/// the room list), until something may have changed. With a reactor the
+/// channel's completion driver reaps and wakes the task (it is spawned
+/// here on first need): `Pending`. Without one, a busy wait: polls the
+/// completion queue a few times, then asks to be polled again. `Ready`
+/// means "look again".
 pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
     let queue = chan.queue();
-    let Some(reactor) = &chan.reactor else {
-        // No reactor: a busy wait. Poll here a few times before going back
-        // to the runtime (a round through its scheduler costs more than a
-        // poll), then ask to be polled again at once.
-        for _ in 0..BUSY_POLLS {
-            if matches!(queue.reap_now(), Ok(n) if n > 0) {
-                return Poll::Ready(());
-            }
-        }
-        if !queue.busy_poll_may_wait(chan.timeout) {
+    if let Some(driver) = &chan.driver {
+        driver.ensure_running(&chan.queue, chan.timeout);
+        return Poll::Pending;
+    }
+    // No reactor: poll here a few times before going back to the runtime
+    // (a round through its scheduler costs more than a poll), then ask to
+    // be polled again at once.
+    for _ in 0..BUSY_POLLS {
+        if matches!(queue.reap_now(), Ok(n) if n > 0) {
             return Poll::Ready(());
         }
-        cx.waker().wake_by_ref();
-        return Poll::Pending;
-    };
-    if !chan.spin.is_zero() {
-        // The clock is read once per 64 polls (see `busy_poll_may_wait`).
-        let start = Instant::now();
-        while start.elapsed() < chan.spin {
-            for _ in 0..64 {
-                if matches!(queue.reap_now(), Ok(n) if n > 0) {
-                    return Poll::Ready(());
-                }
-            }
-        }
     }
-    let Some(deadline) = queue.stall_deadline(chan.timeout) else {
-        // Nothing in flight, or the queue pair was just shut down and
-        // drained: every outstanding request has its completion now.
-        return Poll::Ready(());
-    };
-    if let Err(e) = queue.arm() {
-        log::warn!("arming the CQ failed ({e}); polling again");
-        cx.waker().wake_by_ref();
-        return Poll::Pending;
-    }
-    if matches!(queue.reap_now(), Ok(n) if n > 0) {
+    if !queue.busy_poll_may_wait(chan.timeout) {
         return Poll::Ready(());
     }
-    let channel = queue
-        .comp_channel()
-        .expect("a reactor is only set up over a completion channel");
-    let mut drain = || loop {
-        match channel.take_event() {
-            Ok(Some(_)) => {}
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(io::Error::other(e)),
-        }
-    };
-    // The reactor wakes the channel's own waker, not this task's (this task
-    // is woken through its slot, or the room list, by whoever reaps): no
-    // single task — which may be gone — carries the registration.
-    let mut channel_cx = Context::from_waker(&chan.readiness);
-    match reactor.poll_ready(&mut channel_cx, deadline, &mut drain) {
-        Poll::Ready(Ok(())) => Poll::Ready(()),
-        Poll::Ready(Err(e)) => {
-            log::warn!("waiting on the completion channel failed ({e}); polling again");
-            Poll::Ready(())
-        }
-        Poll::Pending => Poll::Pending,
-    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
 }
 
 /// Polls of the completion queue a busy-polling wait makes per poll of its

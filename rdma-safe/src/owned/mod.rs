@@ -24,9 +24,10 @@
 //!
 //! Forgetting a posted future (`mem::forget`) is memory-safe: its buffer
 //! stays in the slot and is released when the channel's engine is dropped.
-//! Nor does it stall the other futures: the reactor wakes the channel's
-//! own waker, which reaps the completion queue and wakes the waiting tasks,
-//! not any one task's waker.
+//! Nor does it stall the other futures: with a reactor, one completion
+//! driver task per channel (not any future) sleeps on the completion
+//! channel, reaps the completion queue and wakes exactly the futures whose
+//! completions arrived — one completion wakes one task.
 //!
 //! # Batches
 //!
@@ -49,6 +50,7 @@
 //! future.
 
 mod buffer;
+mod driver;
 mod future;
 mod reactor;
 mod stream;
@@ -68,9 +70,9 @@ use crate::pool::{BufferPool, PoolBuf, PoolBytes};
 use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use buffer::{from_held, into_held};
+use driver::DriverHandle;
 use std::fmt;
-use std::sync::{Arc, Weak};
-use std::task::{Wake, Waker};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The outcome of an owning operation and its buffer, given back.
@@ -84,26 +86,9 @@ pub struct SharedChannel {
     queue: Arc<WorkQueue>,
     timeout: Duration,
     spin: Duration,
-    reactor: Option<Arc<dyn CompletionReactor>>,
-    /// What the reactor wakes ([`Readiness`]); one per `Channel::shared`
-    /// call, shared by clones.
-    readiness: Waker,
-}
-
-/// The waker registered with the reactor: reaps the engine and wakes its
-/// waiting tasks when the completion channel becomes readable. Holds the
-/// engine weakly, so a registration left in a reactor keeps nothing alive.
-struct Readiness(Weak<WorkQueue>);
-
-impl Wake for Readiness {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(queue) = self.0.upgrade() {
-            queue.on_readiness();
-        }
-    }
+    /// With a reactor: the channel's completion driver (see [`driver`]),
+    /// shared by clones.
+    driver: Option<Arc<DriverHandle>>,
 }
 
 impl Channel {
@@ -116,22 +101,22 @@ impl Channel {
     /// The channel must be connected. Borrowed-memory operations and scopes
     /// on the channel keep working beside it.
     pub fn shared(&self) -> SharedChannel {
-        let queue = self.queue().clone();
-        let readiness = Waker::from(Arc::new(Readiness(Arc::downgrade(&queue))));
         SharedChannel {
-            queue,
+            queue: self.queue().clone(),
             timeout: self.timeout(),
             spin: Duration::ZERO,
-            reactor: None,
-            readiness,
+            driver: None,
         }
     }
 }
 
 impl SharedChannel {
-    /// Futures sleep on `reactor` (the completion channel's descriptor).
+    /// Futures sleep until `reactor` finds the completion channel's
+    /// descriptor readable: a completion driver task, spawned through
+    /// [`CompletionReactor::spawn`] when a future first waits, reaps the
+    /// completion queue and wakes the futures whose operations completed.
     pub fn with_reactor(mut self, reactor: Arc<dyn CompletionReactor>) -> Self {
-        self.reactor = Some(reactor);
+        self.driver = Some(Arc::new(DriverHandle::new(reactor)));
         self
     }
 
@@ -495,7 +480,7 @@ impl fmt::Debug for SharedChannel {
         f.debug_struct("SharedChannel")
             .field("timeout", &self.timeout)
             .field("spin", &self.spin)
-            .field("reactor", &self.reactor)
+            .field("driver", &self.driver)
             .field("unusable", &self.unusable_reason())
             .finish()
     }

@@ -2,7 +2,9 @@
 //! file descriptor, whatever the async runtime.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -14,9 +16,20 @@ use std::time::Instant;
 /// The descriptor is non-blocking: an implementation must wake the waker
 /// of the *latest* call when the descriptor becomes readable after that
 /// call or when `deadline` passes; only the latest registration needs to
-/// be kept (it is always the channel's own waker, which wakes the waiting
-/// tasks).
+/// be kept (it is always the channel's completion driver's).
+///
+/// The completion driver is one task per [`SharedChannel`] with a reactor,
+/// spawned on first need through [`spawn`](Self::spawn): it alone waits
+/// here, reaps the completion queue, and wakes the operations whose
+/// completions arrived.
+///
+/// [`SharedChannel`]: crate::SharedChannel
 pub trait CompletionReactor: Send + Sync + fmt::Debug {
+    /// Runs `driver` to completion on the runtime, as a task of its own
+    /// (`tokio::spawn` for [`TokioReactor`]). It ends by itself when the
+    /// channel's last handle is dropped.
+    fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
+
     /// Returns `Ready(Ok(()))` when the descriptor was readable — having
     /// called `drain` (which consumes the pending events, reading until the
     /// descriptor would block) before clearing its readiness — or when
@@ -52,6 +65,9 @@ mod tokio_impl {
     /// (`AsyncFd`), and one timer for the engine's stall deadline.
     #[derive(Debug)]
     pub struct TokioReactor {
+        /// The runtime the descriptor was registered with, which runs the
+        /// completion driver.
+        runtime: tokio::runtime::Handle,
         fd: AsyncFd<CompChannel>,
         /// One timer for the channel, reset to the waiting task's deadline
         /// (allocated once, not per operation).
@@ -65,11 +81,11 @@ mod tokio_impl {
         /// Outside a tokio runtime (with I/O and time enabled), or if the
         /// descriptor cannot be registered.
         pub(crate) fn new(channel: CompChannel) -> io::Result<Self> {
-            if tokio::runtime::Handle::try_current().is_err() {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return Err(io::Error::other(
                     "TokioReactor needs a tokio runtime (enable_io and enable_time)",
                 ));
-            }
+            };
             // `CompChannel::as_raw_fd` always returns the channel's
             // own descriptor, which stays open until the last clone of the
             // channel is dropped — the one moved into the `AsyncFd` lives as
@@ -79,6 +95,7 @@ mod tokio_impl {
                 unsafe { AsyncFd::register_with_interest(channel, tokio::io::Interest::READABLE) }?;
             let timer = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
             Ok(TokioReactor {
+                runtime,
                 fd,
                 timer: Mutex::new(timer),
             })
@@ -86,6 +103,10 @@ mod tokio_impl {
     }
 
     impl CompletionReactor for TokioReactor {
+        fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send + 'static>>) {
+            self.runtime.spawn(driver);
+        }
+
         fn poll_ready(
             &self,
             cx: &mut Context<'_>,
