@@ -17,6 +17,7 @@
 
 mod atomic;
 mod attached;
+mod clock;
 mod datagram;
 mod driving;
 mod gate;

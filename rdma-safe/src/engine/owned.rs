@@ -10,6 +10,7 @@
 //! the memory when the completion arrives.
 
 use super::attached::{Attached, Callback, Held, Notify};
+use super::clock::WaitClock;
 use super::post::check_remote_len;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
@@ -438,15 +439,15 @@ impl WorkQueue {
         if let Some(r) = self.take_owned(id, None) {
             return r;
         }
-        let start = Instant::now();
+        // The same clock policy as the borrowed waits (see `clock`).
+        let mut clock = WaitClock::new(timeout, self.comp_channel().is_some());
         loop {
-            // The clock is read once per 64 polls (see `wait` on its cost).
-            for _ in 0..64 {
-                if let Some(r) = self.take_owned(id, None) {
-                    return r;
-                }
+            if let Some(r) = self.take_owned(id, None) {
+                return r;
             }
-            let elapsed = start.elapsed();
+            let Some(elapsed) = clock.tick() else {
+                continue;
+            };
             if elapsed >= timeout {
                 let op = self
                     .lock()

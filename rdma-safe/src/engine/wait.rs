@@ -1,13 +1,14 @@
 //! Waiting for completions: claiming one, the bounded wait, and the
 //! shutdown that drains a queue pair when a wait expires.
 
+use super::clock::WaitClock;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
 use crate::error::{Operation, TransportError, TransportResult};
 use crate::fatal::AbortOnUnwind;
 use crate::work::WorkSuccess;
 use rdma_core::QpState;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl WorkQueue {
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
@@ -97,27 +98,18 @@ impl WorkQueue {
         if let Some(outcome) = self.try_take(id) {
             return outcome;
         }
-        // The clock is read lazily and rarely: only once a wait has spun a
-        // while (every 16384 polls when busy polling — a few milliseconds at
-        // most, fine for a timeout measured in seconds —, every 64 when
-        // sleeping on events). Where the clock source is not the TSC (a VM's
-        // HPET) a read is a system call and an emulated device access.
-        let mut start: Option<Instant> = None;
-        let check_every: u32 = if self.events { 64 } else { 1 << 14 };
-        let mut spins: u32 = 0;
+        // When to look at the clock: see `clock`.
+        let mut clock = WaitClock::new(timeout, self.events);
         loop {
             if let Some(outcome) = self.try_take(id) {
                 return outcome;
             }
-            spins = spins.wrapping_add(1);
-            if spins % check_every != 0 {
-                // No PAUSE (`spin_loop`) here: polling the CQ is the loop's
-                // delay, as in perftest and rdma-core's examples (under
-                // emulation PAUSE costs far more than a poll).
+            // No PAUSE (`spin_loop`) between polls: polling the CQ is the
+            // loop's delay, as in perftest and rdma-core's examples (under
+            // emulation PAUSE costs far more than a poll).
+            let Some(elapsed) = clock.tick() else {
                 continue;
-            }
-            let start = *start.get_or_insert_with(Instant::now);
-            let elapsed = start.elapsed();
+            };
             if let Some(why) = self.broken() {
                 // The device declared the QP broken or moved it to the error
                 // state (the peer's access error, a retry failure): flush and

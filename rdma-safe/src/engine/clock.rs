@@ -1,0 +1,82 @@
+//! The clock of a bounded wait: when a polling loop looks at the time.
+//!
+//! A clock read is dear where the clock source is not the TSC (a VM's HPET:
+//! a system call and an emulated device access, microseconds), and a wait
+//! that polls the completion queue must not pay one per poll. But a short
+//! timeout must still fire on time. So a wait with a short timeout reads
+//! the clock when it starts and every [`SHORT_EVERY`] polls; a long one
+//! reads it first after [`LONG_EVERY`] polls (late by a few milliseconds
+//! at most, nothing next to seconds) and then every [`LONG_EVERY`].
+
+use std::time::{Duration, Instant};
+
+/// Timeouts up to this are short: the clock is read from the start.
+const SHORT: Duration = Duration::from_millis(100);
+/// Polls between clock reads of a short wait, or of one sleeping on
+/// completion events (where a poll is followed by a sleep anyway).
+const SHORT_EVERY: u32 = 64;
+/// Polls between clock reads of a long busy-polling wait.
+const LONG_EVERY: u32 = 4096;
+
+/// The clock of one wait.
+#[derive(Debug)]
+pub(super) struct WaitClock {
+    start: Option<Instant>,
+    every: u32,
+    polls: u32,
+}
+
+impl WaitClock {
+    /// The clock of a wait bounded by `timeout`; `events`: the wait sleeps
+    /// on completion events between polls.
+    pub(super) fn new(timeout: Duration, events: bool) -> Self {
+        let short = timeout <= SHORT;
+        WaitClock {
+            start: short.then(Instant::now),
+            every: if short || events {
+                SHORT_EVERY
+            } else {
+                LONG_EVERY
+            },
+            polls: 0,
+        }
+    }
+
+    /// Counts one poll that found nothing; the time waited so far when the
+    /// clock is due to be read, `None` between reads.
+    #[inline]
+    pub(super) fn tick(&mut self) -> Option<Duration> {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % self.every != 0 {
+            return None;
+        }
+        Some(self.start.get_or_insert_with(Instant::now).elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_timeout_is_timed_from_the_start() {
+        let mut clock = WaitClock::new(Duration::from_millis(1), false);
+        std::thread::sleep(Duration::from_millis(3));
+        let elapsed = (0..SHORT_EVERY).find_map(|_| clock.tick()).expect("due");
+        assert!(elapsed >= Duration::from_millis(3), "{elapsed:?}");
+    }
+
+    #[test]
+    fn a_long_busy_wait_reads_the_clock_rarely() {
+        let mut clock = WaitClock::new(Duration::from_secs(30), false);
+        let reads = (0..LONG_EVERY * 3)
+            .filter(|_| clock.tick().is_some())
+            .count();
+        assert_eq!(reads, 3);
+        let mut sleeping = WaitClock::new(Duration::from_secs(30), true);
+        let reads = (0..SHORT_EVERY * 3)
+            .filter(|_| sleeping.tick().is_some())
+            .count();
+        assert_eq!(reads, 3);
+    }
+}
