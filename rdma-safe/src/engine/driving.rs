@@ -7,14 +7,89 @@
 //! task only: one completion wakes one task. Nothing reaps inside a waker;
 //! the driver reaps on its own task when the reactor wakes it.
 
-use super::attached::Notify;
-use super::owned::Returned;
+use super::attached::{Held, Notify};
+use super::owned::{OwnedKind, Refused, Returned};
 use super::tracker::Slot;
 use super::WorkQueue;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+/// What the owner of an operation gives up on (a dropped future).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Abandon {
+    /// A posted operation: its memory is released when its completion is
+    /// seen (now, if it was seen already). Never before.
+    Posted(u64),
+    /// A wait for send-queue room (the ticket of its registration, if it
+    /// has one): if the task was woken already, its turn goes to the next.
+    Waiting(Option<u64>),
+}
+
 impl WorkQueue {
+    /// A future's submission: posts `kind` over `held` with `waker` to be
+    /// woken at its completion (see `post_owned`), looking at the
+    /// completion queue once under the same lock (the id, and the outcome
+    /// if it completed already). With the send queue full, reaps once and
+    /// tries again, then registers the task in the room list under `room`
+    /// (renewing an earlier registration) and refuses with
+    /// [`Refused::Full`]. Once posted, or refused for good, the task leaves
+    /// the room list.
+    pub(crate) fn submit(
+        &self,
+        kind: OwnedKind,
+        held: Held,
+        waker: &Waker,
+        room: &mut Option<u64>,
+    ) -> Result<(u64, Option<Returned>), Refused> {
+        let mut st = self.lock();
+        let notify = || Notify::Waker(waker.clone());
+        let mut outcome = self.post_owned_locked(&mut st, kind, held, notify(), true);
+        if let Err(Refused::Full(held)) = outcome {
+            // Completions may be waiting to free entries.
+            outcome = match st.reap(&self.cq) {
+                Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify(), true),
+                _ => Err(Refused::Full(held)),
+            };
+        }
+        match &outcome {
+            Err(Refused::Full(_)) => st.room_waiters.register(room, waker),
+            Ok(_) => {
+                if let Some(t) = room.take() {
+                    // It used its turn.
+                    st.room_waiters.cancel(t);
+                }
+            }
+            Err(Refused::Error(..)) => {
+                if let Some(t) = room.take() {
+                    if st.room_waiters.cancel(t) {
+                        st.room_waiters.wake(1);
+                    }
+                }
+            }
+        }
+        outcome
+    }
+
+    /// The owner gives up on `what` (a dropped future, a dropped stream).
+    pub(crate) fn abandon(&self, what: Abandon) {
+        let mut st = self.lock();
+        match what {
+            Abandon::Posted(id) => match st.slots.get_mut(id) {
+                Some(slot) if slot.posted() => slot.att.notify = Notify::Abandoned,
+                Some(_) => {
+                    st.slots.remove(id);
+                    st.abandoned_total += 1;
+                }
+                None => {}
+            },
+            Abandon::Waiting(ticket) => {
+                if ticket.map_or(true, |t| st.room_waiters.cancel(t)) {
+                    st.room_waiters.wake(1);
+                }
+            }
+        }
+    }
+
     /// The outcome and memory of `id` if its completion was seen — reaping
     /// the CQ, and for up to `spin` polling it again, if not — or, still in
     /// flight, `None`, with `waker` registered to be woken by whoever reaps

@@ -35,6 +35,7 @@ mod window;
 pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::{Held, Notify};
+pub(crate) use driving::Abandon;
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Operation, TransportError, TransportResult};
@@ -219,11 +220,8 @@ impl WorkQueue {
         post: impl FnOnce(u64) -> Result<(), PostError>,
     ) -> TransportResult<u64> {
         self.admit(st, op, sq > 0)?;
-        if sq > 0 && st.sq_in_flight + sq as usize > st.sq_capacity {
-            return Err(queue_too_full(op, sq, st));
-        }
-        if sq == 0 && st.rq_in_flight >= st.rq_capacity {
-            return Err(queue_too_full(op, 1, st));
+        if !st.room_for(sq > 0, (sq as usize).max(1)) {
+            return Err(queue_too_full(op, sq.max(1), st));
         }
         let id = st.next_wr_id;
         match post(id) {
@@ -253,8 +251,7 @@ impl WorkQueue {
         if let Err(e) = self.admit(&st, Operation::Receive, false) {
             return (0..0, Err(e));
         }
-        let room = st.rq_capacity.saturating_sub(st.rq_in_flight);
-        let fits = lens.len().min(room);
+        let fits = lens.len().min(st.receive_room());
         let full = (fits < lens.len())
             .then(|| queue_too_full(Operation::Receive, (lens.len() - fits) as u32, &st));
         let lens = &lens[..fits];

@@ -136,21 +136,7 @@ impl WorkQueue {
             .map(|(id, _)| id)
     }
 
-    /// [`post_owned`](Self::post_owned), then, under the same lock, one
-    /// look at the completion queue (completions of earlier requests are
-    /// delivered too): the id, and the outcome if it completed already.
-    /// One lock round trip where posting and then
-    /// [`take_owned`](Self::take_owned) would cost two.
-    pub(crate) fn post_owned_and_reap(
-        &self,
-        kind: OwnedKind,
-        held: Held,
-        notify: Notify,
-    ) -> Result<(u64, Option<Returned>), Refused> {
-        self.post_owned_locked(&mut self.lock(), kind, held, notify, true)
-    }
-
-    fn post_owned_locked(
+    pub(super) fn post_owned_locked(
         &self,
         st: &mut Tracker,
         kind: OwnedKind,
@@ -185,11 +171,12 @@ impl WorkQueue {
         if let Err(e) = self.admit(st, op, sq > 0) {
             return Err(Refused::Error(e, held));
         }
-        if sq > 0 && st.sq_in_flight >= st.sq_capacity {
-            return Err(Refused::Full(held));
-        }
-        if sq == 0 && st.rq_in_flight >= st.rq_capacity {
-            return Err(Refused::Error(super::queue_too_full(op, 1, st), held));
+        if !st.room_for(sq > 0, 1) {
+            return Err(if sq > 0 {
+                Refused::Full(held)
+            } else {
+                Refused::Error(super::queue_too_full(op, 1, st), held)
+            });
         }
         let id = st.next_wr_id;
         let rc = match kind {
@@ -275,45 +262,6 @@ impl WorkQueue {
             let held = std::mem::take(&mut slot.att.held);
             (self.outcome(slot.op, slot.len, &slot.wc), held)
         })
-    }
-
-    /// The owner of `id` gives up on it (a dropped future): a completed
-    /// request's memory is released now, an outstanding one's when its
-    /// completion is seen. Never before.
-    pub(crate) fn abandon(&self, id: u64) {
-        let mut st = self.lock();
-        match st.slots.get_mut(id) {
-            Some(slot) if slot.posted() => slot.att.notify = Notify::Abandoned,
-            Some(_) => {
-                st.slots.remove(id);
-                st.abandoned_total += 1;
-            }
-            None => {}
-        }
-    }
-
-    /// The task registered with `ticket` gives up waiting for send-queue
-    /// room without posting: if it was woken already, its turn goes to the
-    /// next waiting task.
-    pub(crate) fn pass_room(&self, ticket: Option<u64>) {
-        let mut st = self.lock();
-        let woken = ticket.map_or(true, |t| st.room_waiters.cancel(t));
-        if woken {
-            st.room_waiters.wake(1);
-        }
-    }
-
-    /// Registers `waker` to be woken when the send queue may have room, or
-    /// renews the registration `ticket` names: one entry per waiting task,
-    /// however often it is polled.
-    pub(crate) fn wait_for_room(&self, ticket: &mut Option<u64>, waker: &Waker) {
-        self.lock().room_waiters.register(ticket, waker);
-    }
-
-    /// The task registered with `ticket` posted: it leaves the waiting list
-    /// (if it is still on it).
-    pub(crate) fn leave_room(&self, ticket: u64) {
-        self.lock().room_waiters.cancel(ticket);
     }
 
     /// Entries in the list of tasks waiting for send-queue room.

@@ -56,7 +56,7 @@ impl WorkQueue {
         if let Err(e) = self.admit(st, op, true) {
             return Err(Refused::Error(e, held));
         }
-        if st.sq_in_flight + n > st.sq_capacity {
+        if !st.room_for(true, n) {
             return Err(Refused::Full(held));
         }
         let id = st.next_wr_id;

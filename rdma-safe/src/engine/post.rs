@@ -203,7 +203,7 @@ impl WorkQueue {
             // queue under the same lock; tracked only if its completion is
             // not there yet.
             self.admit(&st, op, true)?;
-            if st.sq_in_flight >= st.sq_capacity {
+            if !st.room_for(true, 1) {
                 return Err(super::queue_too_full(op, 1, &st));
             }
             if let Err(e) = self.post_list(reqs, id) {

@@ -99,6 +99,23 @@ impl Tracker {
         }
     }
 
+    /// Admission: room for `n` more requests in the send queue (`send`) or
+    /// the receive queue. The completion queue is sized for both queues
+    /// full, so what is admitted can never overflow it.
+    #[inline]
+    pub(crate) fn room_for(&self, send: bool, n: usize) -> bool {
+        if send {
+            self.sq_in_flight + n <= self.sq_capacity
+        } else {
+            self.rq_in_flight + n <= self.rq_capacity
+        }
+    }
+
+    /// How many more receives the receive queue takes.
+    pub(crate) fn receive_room(&self) -> usize {
+        self.rq_capacity.saturating_sub(self.rq_in_flight)
+    }
+
     /// Records a request just posted with the next id: `sq` send-queue
     /// entries (0 for a receive).
     pub(crate) fn track(&mut self, op: Operation, len: usize, sq: u32) {
@@ -339,6 +356,25 @@ mod tests {
 
     fn success(id: u64) -> WorkCompletion {
         WorkCompletion::synthetic(id, WcStatus::Success)
+    }
+
+    #[test]
+    fn admission_counts_each_queue_and_frees_room_on_completion() {
+        let mut t = Tracker::new(4, 2);
+        assert!(t.room_for(true, 4) && !t.room_for(true, 5));
+        t.track(Operation::Write, 1, 3);
+        assert!(
+            t.room_for(true, 1) && !t.room_for(true, 2),
+            "a batch of 3 holds 3"
+        );
+        t.track(Operation::Receive, 1, 0);
+        t.track(Operation::Receive, 1, 0);
+        assert!(!t.room_for(false, 1) && t.receive_room() == 0);
+        assert!(t.room_for(true, 1), "receives do not use send-queue room");
+        t.deliver(&success(2));
+        assert_eq!(t.receive_room(), 1);
+        t.deliver(&WorkCompletion::synthetic(1, WcStatus::WrFlushError));
+        assert!(t.room_for(true, 4), "a failed batch frees all its entries");
     }
 
     #[test]

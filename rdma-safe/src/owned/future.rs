@@ -3,7 +3,7 @@
 
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
-use crate::engine::{Notify, OwnedKind, Refused};
+use crate::engine::{Abandon, OwnedKind, Refused};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -57,21 +57,13 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
     type Output = Completed<B>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completed<B>> {
+        // The engine is asked three things: submit, poll, abandon (on drop).
         let this = self.get_mut();
         let queue = this.chan.queue();
         loop {
-            let was_full = matches!(this.state, State::Full(_));
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Unposted(buf) | State::Full(buf) => {
-                    let notify = Notify::Waker(cx.waker().clone());
-                    let posted = queue.post_owned_and_reap(this.kind, into_held(buf), notify);
-                    if was_full && posted.is_ok() {
-                        // It used its turn: off the waiting list.
-                        if let Some(t) = this.room.take() {
-                            queue.leave_room(t);
-                        }
-                    }
-                    match posted {
+                    match queue.submit(this.kind, into_held(buf), cx.waker(), &mut this.room) {
                         Ok((_, Some(returned))) => {
                             return Poll::Ready(finish(this.kind, returned));
                         }
@@ -87,17 +79,14 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                             return Poll::Pending;
                         }
                         Err(Refused::Full(held)) => {
+                            // Registered in the room list by `submit`.
                             this.state = State::Full(from_held::<B>(held));
-                            queue.wait_for_room(&mut this.room, cx.waker());
-                            match drive(this.chan, cx) {
+                            match wait(this.chan, cx) {
                                 Poll::Ready(()) => continue,
                                 Poll::Pending => return Poll::Pending,
                             }
                         }
                         Err(refused) => {
-                            if was_full {
-                                queue.pass_room(this.room.take());
-                            }
                             return Poll::Ready(refused_outcome(this.kind, refused));
                         }
                     }
@@ -107,7 +96,7 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                         return Poll::Ready(finish(this.kind, returned));
                     }
                     this.state = State::Posted(id);
-                    match drive(this.chan, cx) {
+                    match wait(this.chan, cx) {
                         Poll::Ready(()) => continue,
                         Poll::Pending => return Poll::Pending,
                     }
@@ -122,8 +111,8 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
     fn drop(&mut self) {
         match self.state {
             // Posted: the engine keeps the buffer until the completion.
-            State::Posted(id) => self.chan.queue().abandon(id),
-            State::Full(_) => self.chan.queue().pass_room(self.room),
+            State::Posted(id) => self.chan.queue().abandon(Abandon::Posted(id)),
+            State::Full(_) => self.chan.queue().abandon(Abandon::Waiting(self.room)),
             State::Unposted(_) | State::Done => {}
         }
     }
@@ -135,7 +124,7 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
 /// here on first need): `Pending`. Without one, a busy wait: polls the
 /// completion queue a few times, then asks to be polled again. `Ready`
 /// means "look again".
-pub(super) fn drive(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
+pub(super) fn wait(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
     let queue = chan.queue();
     if let Some(driver) = &chan.driver {
         driver.ensure_running(&chan.queue, chan.timeout);

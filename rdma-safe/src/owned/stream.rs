@@ -1,9 +1,9 @@
 //! [`RecvStream`]: received messages, with receives kept posted from a
 //! pool.
 
-use super::future::drive;
+use super::future::wait;
 use super::{finish, SharedChannel};
-use crate::engine::{Held, Notify, OwnedKind, Refused};
+use crate::engine::{Abandon, Held, Notify, OwnedKind, Refused};
 use crate::error::TransportResult;
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
@@ -80,12 +80,12 @@ impl RecvStream {
                 return Poll::Pending;
             };
             let queue = self.chan.queue();
-            if let Some(returned) = queue.take_owned(front, Some(cx.waker())) {
+            if let Some(returned) = queue.poll_owned(front, cx.waker(), self.chan.spin) {
                 self.posted.pop_front();
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
                 return Poll::Ready(Some(outcome.map(|s| (s, buf))));
             }
-            match drive(&self.chan, cx) {
+            match wait(&self.chan, cx) {
                 Poll::Ready(()) => continue,
                 Poll::Pending => return Poll::Pending,
             }
@@ -107,7 +107,7 @@ impl Drop for RecvStream {
     fn drop(&mut self) {
         let queue = self.chan.queue();
         for &id in &self.posted {
-            queue.abandon(id);
+            queue.abandon(Abandon::Posted(id));
         }
     }
 }
