@@ -8,8 +8,8 @@ mod common;
 
 use common::{assert_bytes, pattern, registered, seed};
 use rdma_safe::{
-    Channel, CmOptions, Error, IbvError, Incoming, Listener, ReceiveWorkRequest, RegisteredBuffer,
-    RemoteMemoryRegion, SendWorkRequest, TransportError, WriteWorkRequest,
+    BufferPool, Channel, CmOptions, Error, IbvError, Incoming, Listener, ReceiveWorkRequest,
+    RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, TransportError, WriteWorkRequest,
     REMOTE_REGION_ENCODED_LEN,
 };
 use std::net::SocketAddr;
@@ -423,4 +423,45 @@ fn a_cm_channel_serves_async_operations() {
         took < Duration::from_secs(20),
         "flushed by the disconnect, not the 30 s timeout: {took:?}"
     );
+}
+
+/// The connection lives as long as anything can post on it: a
+/// `SharedChannel` taken from a CM channel that is then dropped at once
+/// (`Channel::connect_to(..)?.shared()`) still carries messages both ways,
+/// and dropping it, the last handle, disconnects the peer.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_shared_channel_keeps_the_connection_after_the_channel_is_dropped() {
+    let (listener, addr) = listener(Duration::from_secs(20));
+    let server = thread::spawn(move || {
+        let mut channel = listener.accept().expect("accept");
+        ping(&mut channel, false, "cm-shared-keeps");
+        // The client drops its last handle: the peer disconnects.
+        let start = Instant::now();
+        while !channel.peer_disconnected() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the peer never disconnected"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        start.elapsed()
+    });
+    let channel =
+        Channel::connect_to_with(addr, &[], &opts(Duration::from_secs(20))).expect("connect");
+    let out = pattern(seed("cm-shared-keeps", 4096 + 13), 4096 + 13);
+    let pool = BufferPool::new(channel.pd(), out.len(), 2).expect("pool");
+    let shared = channel.shared();
+    drop(channel);
+    // Only the shared handle is left: send, then receive the reply.
+    let (sent, _) = shared.send(common::frozen(&pool, &out));
+    sent.expect("a send on the shared handle after the channel was dropped");
+    let (got, rx) = shared.receive(pool.try_alloc().expect("a receive buffer"));
+    assert_eq!(got.expect("the reply").bytes(), out.len());
+    assert_bytes(&rx[..out.len()], &out, "the reply");
+    drop(rx);
+    assert!(shared.unusable_reason().is_none());
+    drop(shared);
+    let noticed = server.join().expect("server");
+    eprintln!("the server saw the disconnect {noticed:?} after the last handle was dropped");
 }

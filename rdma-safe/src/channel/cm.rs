@@ -11,7 +11,7 @@ use crate::work::WorkSuccess;
 use rdma_core::{CmEvent, CmId, CompQueue, Mtu, QpCapabilities, QueuePair};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,13 +19,15 @@ use std::time::Duration;
 /// longest a dropped channel waits for its watcher thread.
 const WATCH_TICK: Duration = Duration::from_millis(50);
 
-/// What a CM-made channel keeps beside the engine: the connection's
-/// identifier, the peer's private data, and the watcher thread.
+/// What a CM-made connection keeps: its identifier, the peer's private
+/// data, and the watcher thread. Shared by the channel and its engine
+/// (which keeps it alive as long as anything can post on the connection);
+/// dropping the last disconnects.
 pub(crate) struct CmLink {
     id: Arc<CmId>,
     private_data: Vec<u8>,
     shared: Arc<Shared>,
-    watcher: Option<JoinHandle<()>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared {
@@ -90,20 +92,30 @@ impl Channel {
             gid_index: u8::try_from(gid.index).unwrap_or(u8::MAX),
             mtu: port_attr.active_mtu().unwrap_or(Mtu::Mtu1024),
         };
-        let work = Arc::new(WorkQueue::new(
-            queue.qp,
-            queue.cq,
-            completion_events,
-            queue.limits,
-            DeviceWatch::of(ctx),
-        ));
-        let id = Arc::new(id);
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            disconnected: AtomicBool::new(false),
+        let link = Arc::new(CmLink {
+            id: Arc::new(id),
+            private_data,
+            shared: Arc::new(Shared {
+                stop: AtomicBool::new(false),
+                disconnected: AtomicBool::new(false),
+            }),
+            watcher: Mutex::new(None),
         });
+        // The engine keeps the connection: it lives as long as anything
+        // that can post on it (this channel, its `SharedChannel`s, their
+        // pending futures), and disconnects when the last of them goes.
+        let work = Arc::new(
+            WorkQueue::new(
+                queue.qp,
+                queue.cq,
+                completion_events,
+                queue.limits,
+                DeviceWatch::of(ctx),
+            )
+            .keep_alive(link.clone()),
+        );
         let watcher = {
-            let (id, shared, work) = (id.clone(), shared.clone(), work.clone());
+            let (id, shared, work) = (link.id.clone(), link.shared.clone(), Arc::downgrade(&work));
             std::thread::Builder::new()
                 .name("rdma-cm-watch".into())
                 .spawn(move || watch(&id, &shared, &work))
@@ -112,6 +124,7 @@ impl Channel {
                     source: e,
                 })?
         };
+        *link.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
             queue: work,
@@ -121,12 +134,7 @@ impl Channel {
             timeout,
             remote: None,
             scope_ids: Vec::new(),
-            cm: Some(CmLink {
-                id,
-                private_data,
-                shared,
-                watcher: Some(watcher),
-            }),
+            cm: Some(link),
         })
     }
 
@@ -177,13 +185,17 @@ impl Channel {
 /// a disconnect (or the device going away) moves the QP to the error
 /// state, so that every pending request completes (flushed) at once
 /// instead of waiting out the channel's timeout.
-fn watch(id: &CmId, shared: &Shared, work: &WorkQueue) {
+fn watch(id: &CmId, shared: &Shared, work: &Weak<WorkQueue>) {
     while !shared.stop.load(Ordering::Acquire) {
         match id.get_event(WATCH_TICK) {
             Ok(Some(CmEvent::Disconnected | CmEvent::DeviceRemoval)) => {
                 shared.disconnected.store(true, Ordering::Release);
-                if let Err(err) = work.peer_disconnected() {
-                    log::warn!("moving the QP of a disconnected channel to ERR: {err}");
+                // Held weakly: the engine keeps this thread's link alive,
+                // not the other way round.
+                if let Some(work) = work.upgrade() {
+                    if let Err(err) = work.peer_disconnected() {
+                        log::warn!("moving the QP of a disconnected channel to ERR: {err}");
+                    }
                 }
                 return;
             }
@@ -205,8 +217,17 @@ impl Drop for CmLink {
             let _ = self.id.disconnect();
         }
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(watcher) = self.watcher.take() {
-            let _ = watcher.join();
+        let watcher = self
+            .watcher
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(watcher) = watcher {
+            // The last holder may be the watcher itself (it upgraded the
+            // engine and dropped it last): it cannot join itself.
+            if watcher.thread().id() != std::thread::current().id() {
+                let _ = watcher.join();
+            }
         }
     }
 }

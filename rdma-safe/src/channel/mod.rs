@@ -55,7 +55,7 @@ pub struct Channel {
     pub(crate) scope_ids: Vec<u64>,
     /// The connection manager's side of a channel it connected. Last, so
     /// that it is dropped last: it disconnects and stops its watcher.
-    cm: Option<cm::CmLink>,
+    cm: Option<Arc<cm::CmLink>>,
 }
 
 impl Channel {
