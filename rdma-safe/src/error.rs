@@ -205,6 +205,9 @@ pub enum Error {
     /// Memory for a buffer could not be allocated.
     #[error(transparent)]
     Alloc(#[from] crate::aligned::AllocError),
+    /// A buffer pool could not be created or is exhausted.
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolError),
     /// Other I/O (e.g. a stream used to exchange regions).
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -221,5 +224,23 @@ impl<E: Into<Error>> From<ScopeError<E>> for Error {
             ScopeError::ClosureError(e) => e.into(),
             ScopeError::AutoPollError(e) => Error::Transport(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::PoolError;
+
+    /// `BufferPool::new(..)?` in a function returning `rdma_safe::Result`.
+    #[test]
+    fn pool_errors_convert() {
+        fn make() -> Result<()> {
+            Err(PoolError::InvalidSize("zero buffers".into()))?;
+            Ok(())
+        }
+        let err = make().expect_err("an error");
+        assert!(matches!(err, Error::Pool(PoolError::InvalidSize(_))));
+        assert_eq!(err.to_string(), "invalid pool geometry: zero buffers");
     }
 }

@@ -144,7 +144,7 @@ pub use work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
 
-pub use rdma_core::{Context, Gid, Mtu, QpState, WcOpcode, WcStatus};
+pub use rdma_core::{Context, Gid, Mtu, QpCapabilities, QpState, WcOpcode, WcStatus};
 
 /// The README's program compiles (`cargo test --doc`).
 #[cfg(doctest)]

@@ -129,6 +129,7 @@ impl MemoryRegion {
         length: usize,
         access_flags: AccessFlags,
     ) -> IbvResult<MemoryRegion> {
+        check_access(access_flags)?;
         // SAFETY: forwarded to the caller (see above). The NIC only reaches
         // the memory locally through SGEs built from live references.
         let inner = unsafe {
@@ -234,6 +235,7 @@ impl MemoryRegion {
         iova: u64,
         access_flags: AccessFlags,
     ) -> IbvResult<MemoryRegion> {
+        check_access(access_flags)?;
         // SAFETY: forwarded to the caller.
         let inner = unsafe {
             rdma_core::MemoryRegion::register_dmabuf(
@@ -433,3 +435,34 @@ impl fmt::Debug for MemoryRegion {
 // `MemoryRegion` is `Send + Sync` through `rdma_core::MemoryRegion`: its
 // keys, address and length never change after registration, and the verbs
 // (`ibv_dereg_mr`) are thread-safe.
+
+/// The rule of `ibv_reg_mr(3)` that every device enforces, checked before
+/// the verb so that the error says which rule rather than `EINVAL`: remote
+/// write and remote atomic access need local write access.
+fn check_access(access: AccessFlags) -> IbvResult<()> {
+    let remote_writes = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    if access.intersects(remote_writes) && !access.contains(AccessFlags::LOCAL_WRITE) {
+        return Err(IbvError::InvalidArgument(format!(
+            "access {access:?} grants remote write or atomic access without LOCAL_WRITE, \
+             which ibv_reg_mr requires with them: add AccessFlags::LOCAL_WRITE"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod access_tests {
+    use super::*;
+
+    #[test]
+    fn remote_write_without_local_write_is_named() {
+        let err = check_access(AccessFlags::REMOTE_WRITE).expect_err("refused");
+        assert!(
+            err.to_string().contains("add AccessFlags::LOCAL_WRITE"),
+            "{err}"
+        );
+        assert!(check_access(AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ).is_err());
+        assert!(check_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).is_ok());
+        assert!(check_access(AccessFlags::REMOTE_READ).is_ok());
+    }
+}

@@ -100,8 +100,16 @@ impl RemoteMemoryRegion {
     /// Decodes [`to_bytes`](Self::to_bytes)' output; garbage or truncated
     /// input is an error, never a panic.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, RemoteRegionError> {
-        if bytes.len() != REMOTE_REGION_ENCODED_LEN {
-            return Err(RemoteRegionError::BadEncoding("wrong length"));
+        // Transports pad what they carry (the connection manager's private
+        // data comes back as 56 or 196 bytes): zeros after the encoding are
+        // padding, anything else is not this encoding.
+        let (bytes, padding) = bytes.split_at_checked(REMOTE_REGION_ENCODED_LEN).ok_or(
+            RemoteRegionError::BadEncoding("too short: a remote region is 24 bytes"),
+        )?;
+        if padding.iter().any(|&b| b != 0) {
+            return Err(RemoteRegionError::BadEncoding(
+                "24 bytes of region followed by non-zero bytes (not padding)",
+            ));
         }
         if bytes[0..4] != MAGIC {
             return Err(RemoteRegionError::BadEncoding("bad magic or version"));
@@ -184,5 +192,27 @@ mod tests {
             RemoteMemoryRegion::new(1040, 60, 7)
         );
         assert!(r.slice_from(101).is_err());
+    }
+}
+
+#[cfg(test)]
+mod padding_tests {
+    use super::*;
+
+    #[test]
+    fn padded_encodings_decode_and_garbage_is_named() {
+        let r = RemoteMemoryRegion::new(0x1000, 4096, 0xabcd);
+        let mut padded = r.to_bytes().to_vec();
+        padded.resize(56, 0);
+        let back = RemoteMemoryRegion::from_bytes(&padded).expect("padding is ignored");
+        assert_eq!(
+            (back.address(), back.length(), back.rkey()),
+            (0x1000, 4096, 0xabcd)
+        );
+        padded[40] = 1;
+        let err = RemoteMemoryRegion::from_bytes(&padded).expect_err("not padding");
+        assert!(err.to_string().contains("non-zero bytes"), "{err}");
+        let err = RemoteMemoryRegion::from_bytes(&padded[..10]).expect_err("short");
+        assert!(err.to_string().contains("too short"), "{err}");
     }
 }

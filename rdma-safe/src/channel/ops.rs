@@ -10,39 +10,35 @@ use crate::work::{
 
 impl Channel {
     // ----- blocking operations ------------------------------------------------
+    //
+    // Each returns only once the NIC is done with the request's memory (or
+    // aborts the process where it cannot know), so the request borrows its
+    // memory and the channel for the call only: an element list can be
+    // reused, and the channel used, right after.
 
     /// Posts a send and blocks until it completes (bounded by the timeout).
-    pub fn send<'op>(&'op mut self, wr: SendWorkRequest<'op, 'op>) -> TransportResult<WorkSuccess> {
+    pub fn send(&mut self, wr: SendWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_send(&wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a receive and blocks until a message arrives in it (bounded by
     /// the timeout).
-    pub fn receive<'op>(
-        &'op mut self,
-        mut wr: ReceiveWorkRequest<'op, 'op>,
-    ) -> TransportResult<WorkSuccess> {
+    pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_recv(&mut wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the
     /// timeout).
-    pub fn write<'op>(
-        &'op mut self,
-        wr: WriteWorkRequest<'op, 'op>,
-    ) -> TransportResult<WorkSuccess> {
+    pub fn write(&mut self, wr: WriteWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_write(&wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA read and blocks until it completes (bounded by the
     /// timeout).
-    pub fn read<'op>(
-        &'op mut self,
-        mut wr: ReadWorkRequest<'op, 'op>,
-    ) -> TransportResult<WorkSuccess> {
+    pub fn read(&mut self, mut wr: ReadWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_read(&mut wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -52,10 +48,7 @@ impl Channel {
     /// timeout). Fewer doorbells and completions than one call per send:
     /// the way to move many small messages. The outcome reports the total
     /// bytes; the first failure of any member fails the batch.
-    pub fn send_batch<'op>(
-        &'op mut self,
-        wrs: &[SendWorkRequest<'op, 'op>],
-    ) -> TransportResult<WorkSuccess> {
+    pub fn send_batch(&mut self, wrs: &[SendWorkRequest<'_, '_>]) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_send_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -63,9 +56,9 @@ impl Channel {
     /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
     /// last one signaled, and blocks until all completed (bounded by the
     /// timeout). See [`send_batch`](Self::send_batch).
-    pub fn write_batch<'op>(
-        &'op mut self,
-        wrs: &[WriteWorkRequest<'op, 'op>],
+    pub fn write_batch(
+        &mut self,
+        wrs: &[WriteWorkRequest<'_, '_>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_write_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
@@ -75,9 +68,9 @@ impl Channel {
     /// last one signaled, and blocks until all completed (bounded by the
     /// timeout). Each read has its own exclusive scatter list. See
     /// [`send_batch`](Self::send_batch).
-    pub fn read_batch<'op>(
-        &'op mut self,
-        wrs: &mut [ReadWorkRequest<'op, 'op>],
+    pub fn read_batch(
+        &mut self,
+        wrs: &mut [ReadWorkRequest<'_, '_>],
     ) -> TransportResult<WorkSuccess> {
         let id = self.queue.post_read_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))

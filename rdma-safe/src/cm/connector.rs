@@ -30,7 +30,9 @@ impl Connector {
     /// verb's error.
     pub fn resolve(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Connector> {
         let mut last = None;
-        for dst in resolve(addr)? {
+        let dsts = resolve(addr)?;
+        let loopback = dsts.iter().all(|d| d.ip().is_loopback());
+        for dst in dsts {
             let id = CmId::new()?;
             let attempt = id
                 .resolve_addr(None, dst, opts.timeout)
@@ -48,9 +50,17 @@ impl Connector {
                 Err(err) => last = Some(err),
             }
         }
-        Err(Error::Verbs(
-            last.expect("resolve returns at least one address"),
-        ))
+        let last = last.expect("resolve returns at least one address");
+        if loopback {
+            // `rdma_resolve_route failed: No such device` says nothing of
+            // the usual cause.
+            return Err(Error::Verbs(rdma_core::Error::InvalidArgument(format!(
+                "no RDMA device reaches a loopback address ({last}): connect to the address \
+                 of an RDMA device's network interface (see `rdma link`), or add an rxe \
+                 device on lo (`rdma link add rxe_lo type rxe netdev lo`)"
+            ))));
+        }
+        Err(Error::Verbs(last))
     }
 
     /// The protection domain the channel will use, on the device the CM

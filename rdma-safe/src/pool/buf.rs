@@ -53,6 +53,13 @@ impl PoolBuf {
     /// # Panics
     /// If `data` is longer than the [`capacity`](Self::capacity).
     pub fn fill_from(&mut self, data: &[u8]) {
+        assert!(
+            data.len() <= self.capacity(),
+            "PoolBuf::fill_from: {} bytes do not fit the buffer's capacity of {} (the pool's \
+             buffer size)",
+            data.len(),
+            self.capacity()
+        );
         self.set_len(data.len());
         self.copy_from_slice(data);
     }
