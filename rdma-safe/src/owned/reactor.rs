@@ -26,7 +26,7 @@ use std::time::Instant;
 /// [`SharedChannel`]: crate::SharedChannel
 pub trait CompletionReactor: Send + Sync + fmt::Debug {
     /// Runs `driver` to completion on the runtime, as a task of its own
-    /// (`tokio::spawn` for [`TokioReactor`]). It ends by itself when the
+    /// (`tokio::spawn` for `TokioReactor`). It ends by itself when the
     /// channel's last handle is dropped.
     fn spawn(&self, driver: Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
 
