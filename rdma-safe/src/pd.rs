@@ -21,8 +21,28 @@ impl ProtectionDomain {
 
     /// Opens the device called `name` (e.g. `"rxe0"`) and allocates a
     /// protection domain on it.
+    ///
+    /// The device context is the connection manager's for that device
+    /// where librdmacm runs, so the domain (its memory, pools and channels)
+    /// also serves connections made with [`Listener::bind_in`] and
+    /// [`Channel::connect_in`] on that device; otherwise (no `rdma_cm`
+    /// kernel module) a context of its own.
+    ///
+    /// [`Listener::bind_in`]: crate::Listener::bind_in
+    /// [`Channel::connect_in`]: crate::Channel::connect_in
+    ///
+    /// # Errors
+    /// The device does not exist (the error lists those that do), or the
+    /// error of opening it or allocating the domain.
     pub fn open(name: &str) -> IbvResult<Self> {
-        Self::new(&Context::open(name)?)
+        let ctx = match Context::open_for_cm(name) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                log::debug!("no connection-manager context for {name} ({e}); opening it alone");
+                Context::open(name)?
+            }
+        };
+        Self::new(&ctx)
     }
 
     /// The device context.

@@ -6,6 +6,7 @@
 //! accepting, waiting for a request) takes a timeout.
 
 mod addr;
+mod devices;
 mod event;
 mod event_channel;
 mod id;

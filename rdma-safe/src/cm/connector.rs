@@ -1,6 +1,6 @@
 //! [`Connector`]: the active side — resolve an address, then connect.
 
-use super::{access, resolve, CmOptions};
+use super::{access, domains, resolve, CmOptions};
 use crate::channel::{Channel, CmQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
@@ -29,6 +29,29 @@ impl Connector {
     /// route does, [`IbvError::Timeout`](rdma_core::Error::Timeout), or a
     /// verb's error.
     pub fn resolve(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Connector> {
+        Self::resolve_inner(None, addr, opts)
+    }
+
+    /// [`resolve`](Self::resolve), the channel in `pd` (open it with
+    /// [`ProtectionDomain::open`]: it shares the connection manager's
+    /// device context).
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve), and an error naming both devices when
+    /// the address is reached through a device `pd` does not serve.
+    pub fn resolve_in(
+        pd: &ProtectionDomain,
+        addr: impl ToSocketAddrs,
+        opts: &CmOptions,
+    ) -> Result<Connector> {
+        Self::resolve_inner(Some(pd), addr, opts)
+    }
+
+    fn resolve_inner(
+        chosen: Option<&ProtectionDomain>,
+        addr: impl ToSocketAddrs,
+        opts: &CmOptions,
+    ) -> Result<Connector> {
         let mut last = None;
         let dsts = resolve(addr)?;
         let loopback = dsts.iter().all(|d| d.ip().is_loopback());
@@ -40,7 +63,7 @@ impl Connector {
                 .and_then(|()| id.context());
             match attempt {
                 Ok(ctx) => {
-                    let pd = ProtectionDomain::new(&ctx)?;
+                    let pd = domains::domain_for(&ctx, chosen)?;
                     return Ok(Connector {
                         id,
                         pd,
@@ -64,7 +87,8 @@ impl Connector {
     }
 
     /// The protection domain the channel will use, on the device the CM
-    /// chose: register the channel's memory here.
+    /// chose (the caller's, or the one shared by every default connection
+    /// on that device): register the channel's memory here.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }

@@ -1,7 +1,7 @@
 //! [`Listener`]: the passive side — listen on an address and turn connect
 //! requests into channels.
 
-use super::{access, resolve, CmOptions};
+use super::{access, domains, resolve, CmOptions};
 use crate::channel::{Channel, CmQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
@@ -15,6 +15,9 @@ use std::time::Duration;
 pub struct Listener {
     id: CmId,
     opts: CmOptions,
+    /// The caller's domain ([`bind_in`](Self::bind_in)), for every
+    /// connection; `None`: the domain shared per device.
+    pd: Option<ProtectionDomain>,
 }
 
 impl Listener {
@@ -35,11 +38,42 @@ impl Listener {
     /// # Errors
     /// As [`bind`](Self::bind).
     pub fn bind_with(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Listener> {
+        Self::bind_inner(None, addr, opts)
+    }
+
+    /// [`bind_with`](Self::bind_with), every accepted channel in `pd`: one
+    /// registered table or one [`BufferPool`](crate::BufferPool) of `pd`
+    /// then serves every client. Open `pd` with
+    /// [`ProtectionDomain::open`] (it shares the connection manager's
+    /// device context). Without this, accepted channels share one domain
+    /// per device, which [`Incoming::pd`] gives.
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind). A request that arrives on a device `pd`
+    /// does not serve fails [`incoming`](Self::incoming) with an error
+    /// naming both (the listener keeps listening).
+    pub fn bind_in(
+        pd: &ProtectionDomain,
+        addr: impl ToSocketAddrs,
+        opts: &CmOptions,
+    ) -> Result<Listener> {
+        Self::bind_inner(Some(pd.clone()), addr, opts)
+    }
+
+    fn bind_inner(
+        pd: Option<ProtectionDomain>,
+        addr: impl ToSocketAddrs,
+        opts: &CmOptions,
+    ) -> Result<Listener> {
         let addr = resolve(addr)?[0];
         let id = CmId::new()?;
         id.bind_addr(addr)?;
         id.listen(opts.backlog)?;
-        Ok(Listener { id, opts: *opts })
+        Ok(Listener {
+            id,
+            opts: *opts,
+            pd,
+        })
     }
 
     /// The address listened on (with the port chosen when bound to port 0).
@@ -79,13 +113,16 @@ impl Listener {
     /// Waits up to `timeout` for a connect request; `None` when none came.
     ///
     /// # Errors
-    /// The error of taking the request or of allocating a protection domain
-    /// on its device.
+    /// The error of taking the request, of allocating a protection domain
+    /// on its device, or the refusal of a request on a device the
+    /// listener's domain does not serve.
     pub fn incoming_within(&self, timeout: Duration) -> Result<Option<Incoming>> {
         let Some(ConnectRequest { id, params }) = self.id.get_request(timeout)? else {
             return Ok(None);
         };
-        let pd = ProtectionDomain::new(&id.context()?)?;
+        // A request this listener's domain cannot serve is rejected (by
+        // dropping it) and reported; the listener goes on.
+        let pd = domains::domain_for(&id.context()?, self.pd.as_ref())?;
         Ok(Some(Incoming {
             id,
             params,
@@ -100,6 +137,10 @@ impl fmt::Debug for Listener {
         f.debug_struct("Listener")
             .field("id", &self.id)
             .field("opts", &self.opts)
+            .field(
+                "pd",
+                &self.pd.as_ref().map(|pd| pd.context().name().to_owned()),
+            )
             .finish()
     }
 }
@@ -125,8 +166,9 @@ impl Incoming {
     }
 
     /// The protection domain the channel will use, on the device the
-    /// request came in on: register memory here before accepting, e.g. to
-    /// send its region with the accept.
+    /// request came in on: the listener's ([`Listener::bind_in`]), or the
+    /// one shared by every connection on that device. Register memory here
+    /// before accepting, e.g. to send its region with the accept.
     pub fn pd(&self) -> &ProtectionDomain {
         &self.pd
     }

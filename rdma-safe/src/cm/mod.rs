@@ -20,6 +20,7 @@
 //! [`TransportError::PeerDisconnected`](crate::TransportError::PeerDisconnected).
 
 mod connector;
+mod domains;
 mod listener;
 
 pub use connector::Connector;
@@ -154,5 +155,20 @@ impl Channel {
         opts: &CmOptions,
     ) -> Result<Channel> {
         Connector::resolve(addr, opts)?.connect(private_data)
+    }
+
+    /// [`connect_to_with`](Self::connect_to_with), the channel in `pd`
+    /// (opened with [`ProtectionDomain::open`](crate::ProtectionDomain::open)),
+    /// so that memory and pools of `pd` serve it.
+    ///
+    /// # Errors
+    /// As [`Connector::resolve_in`] and [`Connector::connect`].
+    pub fn connect_in(
+        pd: &crate::ProtectionDomain,
+        addr: impl ToSocketAddrs,
+        private_data: &[u8],
+        opts: &CmOptions,
+    ) -> Result<Channel> {
+        Connector::resolve_in(pd, addr, opts)?.connect(private_data)
     }
 }
