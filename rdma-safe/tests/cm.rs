@@ -387,10 +387,11 @@ fn a_cm_channel_serves_async_operations() {
                     let (r, _) = s.send_async(buf.freeze()).await;
                     r.expect("server echo");
                 }
-                // The next receive waits for a message that never comes.
+                // The next receive waits for a message that never comes: the
+                // client's disconnect ends the stream.
                 let started = Instant::now();
-                let pending = incoming.next().await.expect("the stream reports the end");
-                (pending.map(|(got, _)| got), started.elapsed())
+                let end = incoming.next().await.map(|r| r.map(|(got, _)| got));
+                (end, started.elapsed())
             })
         };
         // Receives stay posted ahead of the echoes.
@@ -412,12 +413,11 @@ fn a_cm_channel_serves_async_operations() {
         assert_eq!(s_pool.available(), s_pool.capacity(), "server buffers back");
         (pending, took)
     });
-    let (pending, took) = outcome;
-    let err = pending.expect_err("the client left");
-    eprintln!("pending async receive: {err} after {took:?}");
+    let (end, took) = outcome;
+    eprintln!("the receive stream after the client left: {end:?} after {took:?}");
     assert!(
-        matches!(err, TransportError::PeerDisconnected { .. }),
-        "{err:?}"
+        end.is_none(),
+        "a clean disconnect ends the stream (None), not an error item: {end:?}"
     );
     assert!(
         took < Duration::from_secs(20),

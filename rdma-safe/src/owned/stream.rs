@@ -4,7 +4,7 @@
 use super::future::wait;
 use super::{finish, SharedChannel};
 use crate::engine::{Abandon, Held, Notify, OwnedKind, Refused};
-use crate::error::TransportResult;
+use crate::error::{TransportError, TransportResult};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
 use std::collections::VecDeque;
@@ -22,6 +22,8 @@ pub struct RecvStream {
     pool: BufferPool,
     posted: VecDeque<u64>,
     depth: usize,
+    /// The peer disconnected: the stream has ended.
+    ended: bool,
 }
 
 impl RecvStream {
@@ -31,6 +33,7 @@ impl RecvStream {
             pool,
             posted: VecDeque::with_capacity(depth),
             depth,
+            ended: false,
         }
     }
 
@@ -53,7 +56,8 @@ impl RecvStream {
         Ok(())
     }
 
-    /// The next message, or `Pending` (registered to be woken). `None` once
+    /// The next message, or `Pending` (registered to be woken). `None` — the
+    /// end of the stream — once the peer of a CM channel disconnected, or
     /// the channel is unusable and every posted receive was delivered.
     ///
     /// # Errors
@@ -64,6 +68,9 @@ impl RecvStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<TransportResult<(WorkSuccess, PoolBuf)>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
         loop {
             if self.chan.unusable_reason().is_none() {
                 if let Err(e) = self.refill(cx) {
@@ -83,6 +90,13 @@ impl RecvStream {
             if let Some(returned) = queue.poll_owned(front, cx.waker(), self.chan.spin) {
                 self.posted.pop_front();
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
+                if let Err(TransportError::PeerDisconnected { .. }) = outcome {
+                    // A clean end: the peer of a CM channel disconnected.
+                    // The other receives were flushed with it; their
+                    // buffers go back to the pool as they are reaped.
+                    self.end();
+                    return Poll::Ready(None);
+                }
                 return Poll::Ready(Some(outcome.map(|s| (s, buf))));
             }
             match wait(&self.chan, cx) {
@@ -103,12 +117,21 @@ impl RecvStream {
     }
 }
 
-impl Drop for RecvStream {
-    fn drop(&mut self) {
+impl RecvStream {
+    /// Ends the stream: gives up the posted receives (their buffers return
+    /// to the pool once their completions are seen, never before).
+    fn end(&mut self) {
+        self.ended = true;
         let queue = self.chan.queue();
-        for &id in &self.posted {
+        for id in self.posted.drain(..) {
             queue.abandon(Abandon::Posted(id));
         }
+    }
+}
+
+impl Drop for RecvStream {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
