@@ -15,8 +15,9 @@
 #
 # Step function a plan may call (records PASS/FAIL like ci/vm-run.sh's):
 #   pair_step LABEL PORT SERVER_HOST SERVER CLIENT [EXPECT_SERVER [EXPECT_CLIENT]]
-#       host SERVER_HOST runs `bash -c SERVER`; once TCP PORT listens there
-#       (0: 3 s after it started) the other host runs `bash -c CLIENT`. Each
+#       host SERVER_HOST runs `bash -c SERVER`; once PORT listens there (TCP
+#       or RDMA CM; 0: 3 s after it started) the other host runs
+#       `bash -c CLIENT`. Each
 #       host records its own side: it passes if it exits 0 and its output
 #       matches its EXPECT (an extended regular expression; empty: none).
 
@@ -79,6 +80,12 @@ two_hosts_up() {
     echo "two-hosts: link up: $(ip neigh show "$PEER_IPV4" dev "$RXE_NETDEV")"
 }
 
+# listening PORT: a TCP socket or an RDMA CM id (rping) listens on PORT.
+listening() {
+    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . ||
+        rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -Eq ":$1( |$)"
+}
+
 PAIR_N=0
 
 pair_step() {
@@ -103,7 +110,7 @@ pair_step() {
         local spid=$!
         if [ "$port" -gt 0 ]; then
             for _ in $(seq 1 150); do
-                ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+                listening "$port" && break
                 kill -0 "$spid" 2>/dev/null || break
                 sleep 0.2
             done

@@ -36,7 +36,7 @@ mod vm;
 use std::fs;
 use std::path::Path;
 
-pub(crate) use link::{host_ipv4, host_name, HOSTS};
+pub(crate) use link::{host_ipv4, host_name};
 pub(crate) use options::{RunOptions, Want};
 pub(crate) use outcome::Outcome;
 pub(crate) use plan::{Plan, Side};

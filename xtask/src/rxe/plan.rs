@@ -20,7 +20,7 @@ impl Plan {
     }
 
     /// The bash source of the plan.
-    pub(super) fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.body
     }
 

@@ -40,8 +40,6 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(300);
 /// What a two-host run produced.
 #[derive(Debug)]
 pub(crate) struct TwoHosts {
-    /// The link the VMs were joined by.
-    pub(crate) link: Link,
     /// Host A's and host B's outcomes.
     pub(crate) hosts: Vec<Outcome>,
     /// Wall time from launching the VMs to both having ended.
@@ -190,11 +188,7 @@ pub(crate) fn run(
         elapsed.as_secs_f64(),
         dir.display()
     );
-    Ok(TwoHosts {
-        link,
-        hosts,
-        elapsed,
-    })
+    Ok(TwoHosts { hosts, elapsed })
 }
 
 #[cfg(test)]
