@@ -12,6 +12,7 @@
 //!    example programs against rdma-core's, server and client on different
 //!    hosts.
 
+mod pairs;
 mod two_hosts;
 
 use std::process::ExitCode;
