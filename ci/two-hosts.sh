@@ -115,7 +115,7 @@ pair_step() {
                 sleep 0.2
             done
         else
-            sleep 3
+            sleep "${PAIR_START_DELAY:-3}"
         fi
         : >"$key.ready"
         wait_for "$key.client_done" $((STEP_TIMEOUT + 30))

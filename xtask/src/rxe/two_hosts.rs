@@ -193,7 +193,72 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
     use super::*;
+
+    /// Runs `pairs` (lines of a plan) as host `index` with ci/two-hosts.sh
+    /// on this machine (no VM, no rxe: the protocol only), `record` as
+    /// ci/vm-run.sh's; returns the host's bash process.
+    fn host(dir: &Path, index: usize, pairs: &str) -> std::process::Child {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/two-hosts.sh");
+        let out = dir.join(host_dir(index));
+        fs::create_dir_all(&out).unwrap();
+        let harness = format!(
+            "OUT={out} SYNC={sync} HOST_INDEX={index} PEER_IPV4=peer STEP_TIMEOUT=20 PAIR_START_DELAY=0.2\n\
+             record() {{ printf '%s\\t%s\\n' \"$2\" \"$1\" >>\"$OUT/steps.tsv\"; }}\n\
+             source {script}\n{pairs}",
+            out = out.display(),
+            sync = dir.join("sync").display(),
+            script = script.display(),
+        );
+        Command::new("bash")
+            .args(["-c", &harness])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn steps(dir: &Path, index: usize) -> String {
+        fs::read_to_string(dir.join(host_dir(index)).join("steps.tsv")).unwrap_or_default()
+    }
+
+    #[test]
+    fn pair_steps_meet_and_judge_each_side() {
+        let dir = std::env::temp_dir().join(format!("xtask-pairs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("sync")).unwrap();
+        let plan = "pair_step ok 0 0 'echo served' 'echo got it' served 'got it'\n\
+                    pair_step expect-missing 0 1 'echo served' 'echo nothing' '' 'got'\n\
+                    pair_step server-fails 0 0 'exit 4' 'echo fine'\n";
+        let hosts = [host(&dir, 0, plan), host(&dir, 1, plan)];
+        for mut h in hosts {
+            assert!(h.wait().unwrap().success());
+        }
+        // Each host records its own side: exit code, then label.
+        assert_eq!(
+            steps(&dir, 0),
+            "0\tok\n1\texpect-missing\n4\tserver-fails\n"
+        );
+        assert_eq!(
+            steps(&dir, 1),
+            "0\tok\n0\texpect-missing\n0\tserver-fails\n"
+        );
+
+        // A peer that is gone is not waited for: the client's step fails
+        // at once (125: not run) instead of after the step's time limit.
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("sync")).unwrap();
+        fs::write(dir.join("sync").join("gone.1"), "").unwrap();
+        let started = Instant::now();
+        assert!(host(&dir, 0, "pair_step lonely 0 1 'true' 'true'\n")
+            .wait()
+            .unwrap()
+            .success());
+        assert_eq!(steps(&dir, 0), "125\tlonely\n");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn each_host_gets_its_address_and_its_peers() {
