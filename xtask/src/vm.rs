@@ -27,7 +27,7 @@ each also seeing PEER_IPV4 (the other host's address) and HOST_INDEX (0 on
 A, 1 on B); their output comes back with [A] / [B] in front. Exits 0 if
 both exit 0, else with the first non-zero status (125: a command did not run).
 Example: cargo xtask vm --hosts 2 -- 'ibv_rc_pingpong -g $RXE_GID_INDEX' \\
-             -- 'sleep 2; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'
+             -- 'sleep 5; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'
 
 options:
   --hosts N             1 (default) or 2

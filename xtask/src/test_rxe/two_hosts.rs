@@ -13,6 +13,11 @@ use crate::rxe::{self, RunOptions, TwoHosts};
 use crate::workspace::Workspace;
 use crate::{heading, Result};
 
+/// The longest a pair step may take (unless `--step-timeout` is lower):
+/// every step takes under 10 s under TCG, and rdma-core's pingpongs wait
+/// forever for a peer that is gone.
+const STEP_TIMEOUT: Duration = Duration::from_secs(180);
+
 /// What the tier did.
 #[derive(Debug)]
 pub(super) struct Tier {
@@ -30,7 +35,15 @@ pub(super) fn run(ws: &Workspace, built: &[Artifact], opts: &RunOptions) -> Resu
     let progs = Programs::from_artifacts(built)?;
     let route = rxe::choose_two_hosts(ws, "test-rxe")?;
     let plan = pairs::plan(&progs);
-    let run = rxe::run_two_hosts(ws, "test-rxe-two-hosts", &route, [&plan, &plan], opts)?;
+    let opts = RunOptions {
+        step_timeout: opts.step_timeout.min(STEP_TIMEOUT),
+        ..opts.clone()
+    };
+    println!(
+        "test-rxe: two hosts: each step limited to {} s",
+        opts.step_timeout.as_secs()
+    );
+    let run = rxe::run_two_hosts(ws, "test-rxe-two-hosts", &route, [&plan, &plan], &opts)?;
     Ok(Tier {
         route,
         run,
