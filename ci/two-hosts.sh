@@ -20,6 +20,8 @@
 #       `bash -c CLIENT`. Each
 #       host records its own side: it passes if it exits 0 and its output
 #       matches its EXPECT (an extended regular expression; empty: none).
+#       The server sees PAIR_CLIENT_DONE, a file that exists once the
+#       client has ended (for servers that serve until stopped).
 
 PEER_INDEX=$((1 - HOST_INDEX))
 NAMES=(A B)
@@ -106,7 +108,7 @@ pair_step() {
     echo "\$ [$role] $cmd"
     local t0=$SECONDS
     if [ "$role" = server ]; then
-        timeout -k 5 "$STEP_TIMEOUT" bash -c "$cmd" >"$log" 2>&1 &
+        PAIR_CLIENT_DONE=$key.client_done timeout -k 5 "$STEP_TIMEOUT" bash -c "$cmd" >"$log" 2>&1 &
         local spid=$!
         if [ "$port" -gt 0 ]; then
             for _ in $(seq 1 150); do

@@ -13,6 +13,7 @@
 //!    hosts.
 
 mod pairs;
+mod pairs_perf;
 mod two_hosts;
 
 use std::process::ExitCode;

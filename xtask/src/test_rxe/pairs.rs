@@ -6,10 +6,11 @@
 //! 0 and print what shows the data went through — the pingpongs their
 //! `N iters in` line (rc_pingpong with `-c` also checks the pages it
 //! received), rping the last ping's data on both sides (`-v`; the client
-//! also compares it, `-V`), perf `data verified` or a result row.
+//! also compares it, `-V`). perf and async_echo are in [`pairs_perf`].
 
 use std::path::{Path, PathBuf};
 
+use super::pairs_perf;
 use crate::artifacts::Artifact;
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
@@ -27,22 +28,19 @@ const UD_SIZE: u32 = 1024;
 /// Pings of the rping steps.
 const RPING_COUNT: u32 = 10;
 
-/// perf: RDMA writes per run and their size.
-const PERF_ITERS: u32 = 300;
-const PERF_SIZE: u32 = 4096;
-
 /// The example programs the tier runs.
-const PROGRAMS: [&str; 5] = [
+const PROGRAMS: [&str; 6] = [
     "rc_pingpong",
     "ud_pingpong",
     "srq_pingpong",
     "rping",
     "perf",
+    "async_echo",
 ];
 
 /// Host A and host B.
-const A: usize = 0;
-const B: usize = 1;
+pub(super) const A: usize = 0;
+pub(super) const B: usize = 1;
 
 /// Where the tier's programs are: ours by path, rdma-core's on PATH.
 #[derive(Debug)]
@@ -68,7 +66,19 @@ impl Programs {
         Ok(Programs { ours })
     }
 
-    fn ours(&self, name: &str) -> String {
+    /// Every program at `/t/<name>`.
+    #[cfg(test)]
+    pub(super) fn for_tests() -> Programs {
+        Programs {
+            ours: PROGRAMS
+                .iter()
+                .map(|n| (*n, PathBuf::from(format!("/t/{n}"))))
+                .collect(),
+        }
+    }
+
+    /// Our program `name`, quoted for bash.
+    pub(super) fn ours(&self, name: &str) -> String {
         let exe = self
             .ours
             .iter()
@@ -129,65 +139,6 @@ fn pingpong_trio(p: &mut Plan, progs: &Programs, name: &str, args: &str, port: u
     }
 }
 
-/// RDMA-write bandwidth across the link: ours against ours with our own
-/// protocol (the server checks the data written into its memory), then
-/// ours against perftest's `ib_write_bw` both ways with `-R` (perftest's
-/// rdma_cm protocol; the client measures and prints the result row, our
-/// server prints the client's report).
-fn perf_steps(p: &mut Plan, progs: &Programs) {
-    let ours = progs.ours("perf");
-    let (n, size) = (PERF_ITERS, PERF_SIZE);
-    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
-    let port = 18630;
-    p.pair_step(
-        "perf write_bw: ours (A) serves, ours (B) connects, data verified",
-        port,
-        Side {
-            host: A,
-            cmd: &format!("{ours} write_bw {dev} -p {port}"),
-            expect: "data verified",
-        },
-        Side {
-            host: B,
-            cmd: &format!("{ours} write_bw {dev} -s {size} -n {n} -p {port} \"$PEER_IPV4\""),
-            expect: "data verified",
-        },
-    );
-    // perftest's row: size, iterations, peak and average MB/s, Mpps.
-    let row = format!("^ *{size} +{n} +[0-9.]+ +[0-9.]+");
-    let cm = format!("-R -s {size} -n {n}");
-    let theirs = "ib_write_bw -d \"$RXE_DEVICE\"";
-    let (p1, p2) = (port + 1, port + 2);
-    p.pair_step(
-        "perf write_bw -R: ours (A) serves, perftest (B) connects",
-        p1,
-        Side {
-            host: A,
-            cmd: &format!("{ours} write_bw {cm} -p {p1}"),
-            expect: "the client's report",
-        },
-        Side {
-            host: B,
-            cmd: &format!("{theirs} {cm} -p {p1} \"$PEER_IPV4\""),
-            expect: &row,
-        },
-    );
-    p.pair_step(
-        "perf write_bw -R: perftest (A) serves, ours (B) connects",
-        p2,
-        Side {
-            host: A,
-            cmd: &format!("{theirs} {cm} -p {p2}"),
-            expect: "",
-        },
-        Side {
-            host: B,
-            cmd: &format!("{ours} write_bw {cm} -p {p2} \"$PEER_IPV4\""),
-            expect: &row,
-        },
-    );
-}
-
 /// The tier's steps; every host runs the same plan, each its own side.
 pub(crate) fn plan(progs: &Programs) -> Plan {
     let mut p = Plan::new();
@@ -242,7 +193,8 @@ pub(crate) fn plan(progs: &Programs) -> Plan {
             },
         );
     }
-    perf_steps(&mut p, progs);
+    pairs_perf::perf_steps(&mut p, progs);
+    pairs_perf::async_echo_step(&mut p, progs);
     p
 }
 
@@ -252,18 +204,13 @@ mod tests {
 
     #[test]
     fn every_pair_crosses_hosts_in_both_directions() {
-        let progs = Programs {
-            ours: PROGRAMS
-                .iter()
-                .map(|n| (*n, PathBuf::from(format!("/t/{n}"))))
-                .collect(),
-        };
+        let progs = Programs::for_tests();
         let text = plan(&progs).text().to_string();
         let steps: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 15, "{text}");
+        assert_eq!(steps.len(), 12 + 8, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),
