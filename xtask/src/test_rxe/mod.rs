@@ -398,5 +398,12 @@ mod tests {
         assert_eq!(a.run.timeout.as_secs(), 60);
         assert_eq!(a.libtest, ["--nocapture"]);
         assert!(parse(&v(&["--bogus"])).is_err());
+        assert!(!a.no_two_hosts && !a.two_hosts_only);
+        let a = parse(&v(&["--no-two-hosts"])).unwrap().unwrap();
+        assert!(a.no_two_hosts && !a.two_hosts_only);
+        let a = parse(&v(&["--two-hosts-only", "--step-timeout", "60"]))
+            .unwrap()
+            .unwrap();
+        assert!(a.two_hosts_only && a.run.step_timeout.as_secs() == 60);
     }
 }
