@@ -24,6 +24,14 @@
 #   --step-timeout S    per-step time limit (default 600)
 #   --cleanup           delete the rxe device at exit if this script created it
 #
+# Two hosts (two VMs joined by a link; see ci/two-hosts.sh):
+#   --link-ipv4 A/N     with --netdev virtio: give the NIC this static address
+#                       (no DHCP; the link has no router)
+#   --host-index I      this host's index (0: A, 1: B)
+#   --peer-ipv4 ADDR    the other host's address on the link
+#   --sync DIR          directory both hosts see, for their rendezvous files
+#   --peer-timeout S    how long to wait for the other host to bring up rxe
+#
 # Step functions a plan may call (all record PASS/FAIL and carry on):
 #   say TEXT...                          print explanatory text (not a step)
 #   step LABEL CMD [ARG...]              run a command
@@ -44,6 +52,7 @@ set -uo pipefail
 exec 2>&1
 
 PLAN="" OUT="" NETDEV="auto" DEV="rxe0" STEP_TIMEOUT=600 CLEANUP=0
+LINK_IPV4="" HOST_INDEX="" PEER_IPV4="" SYNC="" PEER_TIMEOUT=300
 while [ $# -gt 0 ]; do
     case "$1" in
         --plan) PLAN=$2; shift 2 ;;
@@ -52,6 +61,11 @@ while [ $# -gt 0 ]; do
         --device) DEV=$2; shift 2 ;;
         --step-timeout) STEP_TIMEOUT=$2; shift 2 ;;
         --cleanup) CLEANUP=1; shift ;;
+        --link-ipv4) LINK_IPV4=$2; shift 2 ;;
+        --host-index) HOST_INDEX=$2; shift 2 ;;
+        --peer-ipv4) PEER_IPV4=$2; shift 2 ;;
+        --sync) SYNC=$2; shift 2 ;;
+        --peer-timeout) PEER_TIMEOUT=$2; shift 2 ;;
         *) echo "vm-run: unknown argument: $1"; exit 2 ;;
     esac
 done
@@ -64,6 +78,8 @@ rm -f "$OUT/status"
 
 finish() {
     echo "$1" >"$OUT/status"
+    # Two hosts: a peer waiting for this one stops waiting.
+    [ -n "$SYNC" ] && [ -n "$HOST_INDEX" ] && : >"$SYNC/finished.$HOST_INDEX"
     sync
     exit "$1"
 }
@@ -121,6 +137,12 @@ else
             echo "vm-run: warning: no virtio-net interface in the guest"
             diagnose
             NETDEV=lo
+        fi
+        if [ -n "$LINK_IPV4" ] && [ "$NETDEV" != lo ]; then
+            # Two hosts: a point-to-point link, static addresses, no DHCP.
+            echo "\$ ip addr add $LINK_IPV4 dev $NETDEV; ip link set $NETDEV up"
+            ip addr add "$LINK_IPV4" dev "$NETDEV" || die "cannot give $NETDEV the address $LINK_IPV4"
+            ip link set "$NETDEV" up || die "cannot bring $NETDEV up"
         fi
         # While the NIC is up, udhcpc may still be at work: wait up to 20 s.
         # A NIC that is down (renamed by udev) will not get a lease at all.
@@ -214,6 +236,12 @@ echo "vm-run: $DEV on $NETDEV ($IPV4) port 1 ACTIVE, RoCE v2 GID index $GID_INDE
     echo "RXE_IPV4=$IPV4"
     echo "KERNEL=$(uname -r)"
 } >"$OUT/rxe.env"
+
+if [ -n "$SYNC" ]; then
+    # shellcheck source=ci/two-hosts.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/two-hosts.sh" || die "cannot read two-hosts.sh"
+    two_hosts_up || die "the two hosts did not meet"
+fi
 
 # --- steps ------------------------------------------------------------------
 

@@ -37,10 +37,12 @@ usage: cargo xtask <TASK> [ARGS...]
 tasks:
   setup      install the apt packages and vng (virtme-ng) this workspace needs
   test-rxe   build and run every test; device tests on a real soft-RoCE device
-             (natively if the host kernel has rdma_rxe, else in a qemu VM)
+             (natively if the host kernel has rdma_rxe, else in a qemu VM), then
+             our programs against rdma-core's across two hosts (two VMs)
   demo       show a soft-RoCE device and programs talking over it
   bench      perftest vs our perf on rxe, same boot: medians and ratios (target/bench.json)
-  vm         run one command next to rxe0 in the VM: cargo xtask vm -- CMD
+  vm         run one command next to rxe0 in the VM: cargo xtask vm -- CMD;
+             on two hosts: cargo xtask vm --hosts 2 -- CMD_A -- CMD_B
 
 `cargo xtask <TASK> --help` describes a task's options.";
 

@@ -1,72 +1,205 @@
 //! `cargo xtask vm -- CMD...` — boots the VM, brings up rxe0 and runs one
 //! shell command there; exits with the command's exit status. For poking at
 //! the guest and for checking the VM path without building anything.
+//! `cargo xtask vm --hosts 2 -- CMD_A -- CMD_B` boots two hosts joined by a
+//! link and runs CMD_A on host A and CMD_B on host B at once.
 
 use std::process::ExitCode;
 
-use crate::rxe::{self, Plan, RunOptions, Want};
+use crate::rxe::{self, Outcome, Plan, RunOptions, Want};
 use crate::workspace::Workspace;
 use crate::Result;
 
 const HELP: &str = "\
 usage: cargo xtask vm [OPTIONS] -- CMD [ARG...]
+       cargo xtask vm --hosts 2 [OPTIONS] -- CMD_A [ARG...] -- CMD_B [ARG...]
 
 Boots the qemu VM (or, with --native, uses the host), brings up rxe0 and
 runs CMD through `bash -c` with RXE_DEVICE, RXE_NETDEV, RXE_GID_INDEX,
 RXE_IPV4 set and memlock unlimited. Exits with CMD's exit status.
 Example: cargo xtask vm -- 'ibv_devinfo -v -d $RXE_DEVICE'
 
+With --hosts 2: two VMs (always VMs: two hosts need two kernels), 1 vCPU
+and 1 GiB each, joined by a virtual Ethernet link (qemu's UDP socket
+netdev); host A is 192.168.77.1/24, host B 192.168.77.2/24, each with rxe0
+on its link NIC. Once both are up, CMD_A runs on A and CMD_B on B at once,
+each also seeing PEER_IPV4 (the other host's address) and HOST_INDEX (0 on
+A, 1 on B); their output comes back with [A] / [B] in front. Exits 0 if
+both exit 0, else with the first non-zero status (125: a command did not run).
+Example: cargo xtask vm --hosts 2 -- 'ibv_rc_pingpong -g $RXE_GID_INDEX' \\
+             -- 'sleep 5; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'
+
 options:
+  --hosts N             1 (default) or 2
 ";
 
-/// `cargo xtask vm`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let mut opts = RunOptions {
+/// What `cargo xtask vm` was asked to do.
+#[derive(Debug)]
+struct Args {
+    run: RunOptions,
+    /// One command per host.
+    commands: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Option<Args>> {
+    let mut run = RunOptions {
         want: Want::Vm,
         ..RunOptions::default()
     };
+    let mut hosts = 1;
     let mut i = 0;
-    let mut command: Vec<String> = Vec::new();
+    let mut rest: &[String] = &[];
     while i < args.len() {
-        if opts.parse_arg(args, &mut i)? {
+        if run.parse_arg(args, &mut i)? {
             continue;
         }
         match args[i].as_str() {
             "-h" | "--help" => {
                 println!("{HELP}{}", RunOptions::HELP);
-                return Ok(ExitCode::SUCCESS);
+                return Ok(None);
             }
-            "--" => {
-                command = args[i + 1..].to_vec();
-                break;
+            "--hosts" => {
+                hosts = match args.get(i + 1).map(String::as_str) {
+                    Some("1") => 1,
+                    Some("2") => 2,
+                    _ => return Err("--hosts takes 1 or 2".into()),
+                };
+                i += 2;
+                continue;
             }
-            _ => {
-                command = args[i..].to_vec();
-                break;
-            }
+            "--" => rest = &args[i + 1..],
+            _ => rest = &args[i..],
         }
+        break;
     }
-    if command.is_empty() {
+    let commands: Vec<String> = if hosts == 1 {
+        vec![rest.join(" ")]
+    } else {
+        // CMD_A -- CMD_B: the first `--` separates them.
+        let Some(cut) = rest.iter().position(|a| a == "--") else {
+            return Err("vm --hosts 2: give two commands: -- CMD_A -- CMD_B".into());
+        };
+        vec![rest[..cut].join(" "), rest[cut + 1..].join(" ")]
+    };
+    if commands.iter().any(|c| c.trim().is_empty()) {
         return Err("vm: no command given (usage: cargo xtask vm -- CMD...)".into());
     }
+    Ok(Some(Args { run, commands }))
+}
+
+/// The exit status of the one step `outcome` ran, if it ran.
+fn step_code(outcome: &Outcome) -> Option<u8> {
+    let step = outcome.steps.first()?;
+    outcome.status?;
+    Some(step.code.parse().unwrap_or(1))
+}
+
+/// `cargo xtask vm`.
+pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
+    let Some(args) = parse(args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
     let ws = Workspace::locate();
-    let route = rxe::choose_route(&ws, "vm", opts.want)?;
-    let script = command.join(" ");
+    if let [a, b] = args.commands.as_slice() {
+        return two_hosts(&ws, [a, b], &args.run);
+    }
+    let script = &args.commands[0];
+    let route = rxe::choose_route(&ws, "vm", args.run.want)?;
     let mut plan = Plan::new();
-    plan.sh_step(&script, &script);
-    let outcome = rxe::run(&ws, "vm", &route, &plan, &opts)?;
-    match (outcome.steps.first(), outcome.failure_reason()) {
-        (Some(step), _) if outcome.status.is_some() => {
-            let code: u8 = step.code.parse().unwrap_or(1);
+    plan.sh_step(script, script);
+    let outcome = rxe::run(&ws, "vm", &route, &plan, &args.run)?;
+    match step_code(&outcome) {
+        Some(code) => {
             println!("vm: `{script}` exited with status {code}");
             Ok(ExitCode::from(code))
         }
-        (_, why) => {
+        None => {
+            let why = outcome.failure_reason();
             println!(
                 "vm: {}",
                 why.unwrap_or_else(|| "the command did not run".into())
             );
             Ok(ExitCode::from(125))
         }
+    }
+}
+
+/// `cargo xtask vm --hosts 2 -- CMD_A -- CMD_B`.
+fn two_hosts(ws: &Workspace, commands: [&String; 2], opts: &RunOptions) -> Result<ExitCode> {
+    let route = rxe::choose_two_hosts(ws, "vm")?;
+    let plans = commands.map(|c| {
+        let mut p = Plan::new();
+        p.sh_step(c, c);
+        p
+    });
+    let run = rxe::run_two_hosts(ws, "vm", &route, [&plans[0], &plans[1]], opts)?;
+    let mut exit = 0;
+    for (i, (outcome, command)) in run.hosts.iter().zip(commands).enumerate() {
+        let host = format!("host {} ({})", rxe::host_name(i), rxe::host_ipv4(i));
+        let code = match step_code(outcome) {
+            Some(code) => {
+                println!("vm: {host}: `{command}` exited with status {code}");
+                code
+            }
+            None => {
+                let why = outcome.failure_reason();
+                let why = why.unwrap_or_else(|| "the command did not run".into());
+                println!("vm: {host}: {why}");
+                125
+            }
+        };
+        if exit == 0 {
+            exit = code;
+        }
+    }
+    println!("vm: two hosts took {:.0} s", run.elapsed.as_secs_f64());
+    Ok(ExitCode::from(exit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn one_host_command() {
+        let a = parse(&v(&["--timeout", "60", "--", "ibv_devinfo", "-v"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.commands, ["ibv_devinfo -v"]);
+        assert_eq!(a.run.timeout.as_secs(), 60);
+        // Without `--` the command starts at the first unknown word, and a
+        // later `--` belongs to it.
+        let a = parse(&v(&["echo", "--", "x"])).unwrap().unwrap();
+        assert_eq!(a.commands, ["echo -- x"]);
+        assert!(parse(&v(&["--"])).is_err());
+    }
+
+    #[test]
+    fn two_host_commands() {
+        let a = parse(&v(&[
+            "--hosts",
+            "2",
+            "--",
+            "ibv_rc_pingpong",
+            "-g",
+            "1",
+            "--",
+            "ibv_rc_pingpong",
+            "$PEER_IPV4",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            a.commands,
+            ["ibv_rc_pingpong -g 1", "ibv_rc_pingpong $PEER_IPV4"]
+        );
+        assert_eq!(a.run.want, Want::Vm);
+        assert!(parse(&v(&["--hosts", "2", "--", "a"])).is_err());
+        assert!(parse(&v(&["--hosts", "2", "--", "a", "--"])).is_err());
+        assert!(parse(&v(&["--hosts", "3", "--", "a"])).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! `async_echo` — an echo service on the async, owned-buffer API (tokio).
 //!
-//! `async_echo server [-d DEV] [-x GID_INDEX] [-p PORT]` serves every
-//! client that connects, until killed: each connection is a reliable
+//! `async_echo server [-d DEV] [-x GID_INDEX] [-p PORT] [-s SIZE]` serves
+//! every client that connects, until killed (messages up to SIZE bytes,
+//! 1 MiB by default): each connection is a reliable
 //! channel whose receive stream hands each message's pool buffer straight
 //! back to a send (frozen, not copied).
 //!
@@ -43,6 +44,11 @@ enum Role {
     Server {
         #[command(flatten)]
         common: Options,
+        /// largest message accepted, at most 1M (default 1M); the server
+        /// registers 1024 buffers of this size when it starts
+        #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "1M", hide_default_value = true,
+              value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, MAX_SIZE)))]
+        size: usize,
     },
     /// Run N connections at once, each sending M messages and checking
     /// every echoed byte.
@@ -106,7 +112,7 @@ fn main() -> ExitCode {
         }
     };
     let outcome = match args.role {
-        Role::Server { common } => rt.block_on(server(common)),
+        Role::Server { common, size } => rt.block_on(server(common, size)),
         Role::Client {
             common,
             clients,
@@ -147,11 +153,12 @@ fn connect(
     Ok(channel)
 }
 
-async fn server(o: Options) -> Result<()> {
+async fn server(o: Options, size: usize) -> Result<()> {
     let pd = open_pd(o.dev.as_deref())?;
     // One pool for every connection: RX_DEPTH receive buffers each, plus
-    // the ones on their way back out.
-    let pool = BufferPool::new(&pd, MAX_SIZE as usize, 64 * RX_DEPTH)?;
+    // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
+    // pinned: a small machine needs a smaller -s.
+    let pool = BufferPool::new(&pd, size, 64 * RX_DEPTH)?;
     let listener = net::listen(o.port)?;
     eprintln!("async_echo: serving on TCP port {}", o.port);
     loop {

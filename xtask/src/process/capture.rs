@@ -36,15 +36,35 @@ impl Captured {
 /// With a `limit`, the process is killed when it runs longer.
 pub(crate) fn run(cmd: &mut Command, limit: Option<Duration>) -> Result<Captured> {
     echo(cmd);
-    capture(cmd, limit, true)
+    capture(cmd, limit, Live::Plain)
+}
+
+/// Like [`run`], but every line copied to our output starts with `label`
+/// (the captured output does not): for several commands running at once,
+/// such as the two hosts' VMs.
+pub(crate) fn run_labelled(
+    cmd: &mut Command,
+    limit: Option<Duration>,
+    label: &str,
+) -> Result<Captured> {
+    println!("{label}==> {}", super::display_cmd(cmd));
+    capture(cmd, limit, Live::Labelled(label))
 }
 
 /// Like [`run`] but neither echoes the command nor copies its output.
 pub(crate) fn run_quiet(cmd: &mut Command, limit: Option<Duration>) -> Result<Captured> {
-    capture(cmd, limit, false)
+    capture(cmd, limit, Live::Quiet)
 }
 
-fn capture(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Captured> {
+/// Whether and how output is copied to ours as it arrives.
+#[derive(Debug, Clone, Copy)]
+enum Live<'a> {
+    Quiet,
+    Plain,
+    Labelled(&'a str),
+}
+
+fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result<Captured> {
     let start = Instant::now();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -85,12 +105,21 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Cap
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok((is_err, line)) => {
                 first_output.get_or_insert_with(|| start.elapsed());
-                if !live {
-                } else if is_err {
-                    eprint!("{line}");
-                } else {
-                    print!("{line}");
-                    let _ = io::stdout().flush();
+                match live {
+                    Live::Quiet => {}
+                    Live::Plain if is_err => eprint!("{line}"),
+                    Live::Plain => {
+                        print!("{line}");
+                        let _ = io::stdout().flush();
+                    }
+                    Live::Labelled(label) => {
+                        // One write per line: lines of concurrent runs
+                        // interleave whole.
+                        let text = format!("{label}{}", line.trim_end_matches('\n'));
+                        let mut out = io::stdout().lock();
+                        let _ = writeln!(out, "{text}");
+                        let _ = out.flush();
+                    }
                 }
                 output.push_str(&line);
             }
@@ -100,7 +129,7 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: bool) -> Result<Cap
         let now = Instant::now();
         if !timed_out && deadline.is_some_and(|d| now >= d) {
             timed_out = true;
-            if live {
+            if !matches!(live, Live::Quiet) {
                 eprintln!(
                     "xtask: `{}` ran longer than {} s; killing it",
                     cmd.get_program().to_string_lossy(),

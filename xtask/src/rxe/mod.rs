@@ -14,26 +14,34 @@
 //! `plan.server_client("rc_pingpong", 18515, server_cmd, client_cmd)`; the
 //! commands are bash and see `$RXE_DEVICE`, `$RXE_GID_INDEX`, `$RXE_IPV4`.
 //!
+//! Two hosts: [`two_hosts`] runs a plan per host in two VMs joined by a
+//! [`link`]; a plan's `pair_step` runs a server on one host and its client
+//! on the other (`ci/two-hosts.sh`).
+//!
 //! Where things are: [`plan`] builds the steps, [`options`] parses the
 //! runner's command-line options, [`route`] picks the [`native`] or the
 //! [`vm`] path (asking [`kvm_probe`] whether qemu may use KVM), [`run`]
 //! below runs the plan, and [`outcome`] reads back what it left.
 
 mod kvm_probe;
+mod link;
 mod native;
 mod options;
 mod outcome;
 mod plan;
 mod route;
+mod two_hosts;
 mod vm;
 
 use std::fs;
 use std::path::Path;
 
+pub(crate) use link::{host_ipv4, host_name};
 pub(crate) use options::{RunOptions, Want};
 pub(crate) use outcome::Outcome;
-pub(crate) use plan::Plan;
-pub(crate) use route::{choose_route, Route};
+pub(crate) use plan::{Plan, Side};
+pub(crate) use route::{choose_route, choose_two_hosts, Route};
+pub(crate) use two_hosts::{run as run_two_hosts, TwoHosts};
 
 use crate::process::capture;
 use crate::workspace::Workspace;
@@ -64,15 +72,9 @@ fn prune_run_dirs(task_dir: &Path) {
     }
 }
 
-/// Writes `plan` for `task`, runs it on an rxe device by `route`, reads the
-/// results back. Output streams live to our stdout and is also captured.
-pub(crate) fn run(
-    ws: &Workspace,
-    task: &str,
-    route: &Route,
-    plan: &Plan,
-    opts: &RunOptions,
-) -> Result<Outcome> {
+/// Creates `target/xtask/<task>/<pid>/` for this run and points
+/// `target/xtask/<task>/last` at it.
+fn run_dir(ws: &Workspace, task: &str) -> Result<std::path::PathBuf> {
     // One directory per run (task and process id): several runs at once, e.g.
     // from parallel terminals, must not clobber each other's plan or results.
     // `target/xtask/<task>/last` points at the newest; directories of
@@ -84,6 +86,19 @@ pub(crate) fn run(
     let last = task_dir.join("last");
     let _ = fs::remove_file(&last);
     let _ = std::os::unix::fs::symlink(&pid, &last);
+    Ok(dir)
+}
+
+/// Writes `plan` for `task`, runs it on an rxe device by `route`, reads the
+/// results back. Output streams live to our stdout and is also captured.
+pub(crate) fn run(
+    ws: &Workspace,
+    task: &str,
+    route: &Route,
+    plan: &Plan,
+    opts: &RunOptions,
+) -> Result<Outcome> {
+    let dir = run_dir(ws, task)?;
     let out = dir.join("out");
     // Fresh results directory: a stale `status` must never pass for this run.
     let _ = fs::remove_dir_all(&out);
@@ -108,7 +123,15 @@ pub(crate) fn run(
     ];
     let mut cmd = match route {
         Route::Native => native::command(ws, &script, &script_args),
-        Route::Vm { kernel, kvm, .. } => vm::command(ws, kernel, *kvm, &script, &script_args, &out),
+        Route::Vm { kernel, kvm, .. } => vm::command(
+            ws,
+            kernel,
+            *kvm,
+            &script,
+            &script_args,
+            &out,
+            &vm::Shape::one_host(),
+        ),
     };
     println!(
         "{task}: running {} step(s); results in {}",

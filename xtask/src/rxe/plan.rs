@@ -20,7 +20,7 @@ impl Plan {
     }
 
     /// The bash source of the plan.
-    pub(super) fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.body
     }
 
@@ -80,17 +80,60 @@ impl Plan {
         self.line(&["server_client", label, &port, server, client])
     }
 
+    /// Two hosts: runs `server.cmd` on host `server.host` and, once TCP
+    /// `port` listens there (0: 3 s after it started), `client.cmd` on the
+    /// other host. Each side passes if it exits 0 and, when its `expect` is
+    /// not empty, its output matches that extended regular expression.
+    pub(crate) fn pair_step(
+        &mut self,
+        label: &str,
+        port: u16,
+        server: Side<'_>,
+        client: Side<'_>,
+    ) -> &mut Plan {
+        debug_assert_ne!(server.host, client.host, "a pair step spans two hosts");
+        let port = port.to_string();
+        let host = server.host.to_string();
+        self.line(&[
+            "pair_step",
+            label,
+            &port,
+            &host,
+            server.cmd,
+            client.cmd,
+            server.expect,
+            client.expect,
+        ])
+    }
+
     /// Number of lines that are steps (for messages).
     pub(crate) fn step_count(&self) -> usize {
         self.body
             .lines()
             .filter(|l| {
-                ["step ", "sh_step ", "test_binary ", "server_client "]
-                    .iter()
-                    .any(|p| l.starts_with(p))
+                [
+                    "step ",
+                    "sh_step ",
+                    "test_binary ",
+                    "server_client ",
+                    "pair_step ",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
             })
             .count()
     }
+}
+
+/// One side of a [`Plan::pair_step`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Side<'a> {
+    /// The host it runs on (0: A, 1: B); the client's is the other one.
+    pub(crate) host: usize,
+    /// A bash script (sees `$RXE_*`, `$PEER_IPV4`, `$HOST_INDEX`).
+    pub(crate) cmd: &'a str,
+    /// An extended regular expression its output must match ("": none).
+    pub(crate) expect: &'a str,
 }
 
 #[cfg(test)]
@@ -114,5 +157,29 @@ mod tests {
             .body
             .contains("say 'hello '\\''world'\\''' 'second line'\n"));
         assert!(p.body.contains("sh_step x 'echo \"$RXE_DEVICE\"'\n"));
+    }
+
+    #[test]
+    fn pair_step_names_the_server_host_and_expectations() {
+        let mut p = Plan::new();
+        p.pair_step(
+            "rc",
+            18515,
+            Side {
+                host: 1,
+                cmd: "rc_pingpong -g \"$RXE_GID_INDEX\"",
+                expect: "",
+            },
+            Side {
+                host: 0,
+                cmd: "ibv_rc_pingpong \"$PEER_IPV4\"",
+                expect: "[0-9]+ iters in",
+            },
+        );
+        assert_eq!(p.step_count(), 1);
+        assert!(p.body.ends_with(
+            "pair_step rc 18515 1 'rc_pingpong -g \"$RXE_GID_INDEX\"' \
+             'ibv_rc_pingpong \"$PEER_IPV4\"' '' '[0-9]+ iters in'\n"
+        ));
     }
 }

@@ -71,3 +71,20 @@ pub(crate) fn choose_route(ws: &Workspace, task: &str, want: Want) -> Result<Rou
     println!("{task}: {route}");
     Ok(route)
 }
+
+/// The route of a two-host run, printed as `<task>: two hosts: <route>`:
+/// always two VMs, natively too — two hosts need two kernels (two network
+/// namespaces with an rxe each come up, but an RC connection across them
+/// fails: rxe sends through one UDP socket for all namespaces).
+pub(crate) fn choose_two_hosts(ws: &Workspace, task: &str) -> Result<Route> {
+    vm::check_tools()?;
+    let kernel = vm::guest_kernel()?;
+    let kvm = kvm_probe::kvm_usable(ws, &kernel);
+    let route = Route::Vm {
+        kernel,
+        kvm,
+        why: "two hosts need two kernels: two qemu guests joined by a UDP socket link".into(),
+    };
+    println!("{task}: two hosts: {route}");
+    Ok(route)
+}

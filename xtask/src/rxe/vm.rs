@@ -3,8 +3,10 @@
 //!
 //! `vng -r /boot/vmlinuz-<ver> [--disable-kvm] --network user --cpus N
 //! --memory 2G --cwd <root> --rwdir <out> --exec "bash <root>/ci/vm-run.sh
-//! ..."`. The guest sees the host's root filesystem read-only (9p), so
-//! built binaries run in place; only `<out>` is writable. vng passes the
+//! ..."`; the two hosts' guests instead get `--qemu-opts=` with their
+//! link NIC (see [`super::link`]), 1 vCPU and 1 GiB each. The guest sees
+//! the host's root filesystem read-only (9p), so built binaries run in
+//! place; only `<out>` is writable. vng passes the
 //! guest command's exit status through, and the script also writes it to
 //! `<out>/status`, which is what xtask trusts.
 
@@ -103,15 +105,41 @@ pub(super) fn guest_kernel() -> Result<Kernel> {
     Ok(kernel)
 }
 
-/// The command that boots `kernel` and runs `ci/vm-run.sh` (`script`) in
-/// it, with `out` as the guest's only writable directory.
+/// How a guest is built: its vCPUs, memory and network.
+#[derive(Debug, Clone)]
+pub(super) struct Shape {
+    /// vCPUs.
+    pub(super) cpus: usize,
+    /// Memory, as qemu's `-m` takes it (`2G`).
+    pub(super) memory: &'static str,
+    /// `None`: vng's user-mode network (slirp, 10.0.2.15 by DHCP);
+    /// `Some(opts)`: no vng network, the NIC comes from these qemu options
+    /// (the two hosts' link).
+    pub(super) link_opts: Option<String>,
+}
+
+impl Shape {
+    /// The one-host VM: up to 4 vCPUs, 2 GiB, user-mode network.
+    pub(super) fn one_host() -> Shape {
+        Shape {
+            cpus: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4)),
+            memory: VM_MEMORY,
+            link_opts: None,
+        }
+    }
+}
+
+/// The command that boots `kernel` shaped as `shape` and runs
+/// `ci/vm-run.sh` (`script`) in it, with `rwdir` as the guest's only
+/// writable directory.
 pub(super) fn command(
     ws: &Workspace,
     kernel: &Kernel,
     kvm: bool,
     script: &Path,
     script_args: &[String],
-    out: &Path,
+    rwdir: &Path,
+    shape: &Shape,
 ) -> Command {
     let mut script_args = script_args.to_vec();
     script_args.extend(["--netdev".into(), "virtio".into()]);
@@ -120,24 +148,22 @@ pub(super) fn command(
         shell_quote(&script.to_string_lossy()),
         shell_join(&script_args)
     );
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 4));
     let mut cmd = Command::new(host::vng());
     cmd.arg("-r").arg(&kernel.image);
     if !kvm {
         cmd.arg("--disable-kvm");
     }
-    cmd.args([
-        "--network",
-        "user",
-        "--cpus",
-        &cpus.to_string(),
-        "--memory",
-        VM_MEMORY,
-    ])
-    .arg("--cwd")
-    .arg(&ws.root)
-    .arg("--rwdir")
-    .arg(out);
+    match &shape.link_opts {
+        None => cmd.args(["--network", "user"]),
+        // With the `=`: a value starting with `-` is otherwise taken for
+        // an option of vng's.
+        Some(opts) => cmd.arg(format!("--qemu-opts={opts}")),
+    };
+    cmd.args(["--cpus", &shape.cpus.to_string(), "--memory", shape.memory])
+        .arg("--cwd")
+        .arg(&ws.root)
+        .arg("--rwdir")
+        .arg(rwdir);
     if !host::is_root() {
         cmd.args(["--user", "root"]);
     }

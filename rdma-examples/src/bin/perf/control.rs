@@ -81,15 +81,6 @@ impl Control {
         Self::around(incoming.accept(&[])?, false)
     }
 
-    /// The listener a server accepts its control connection on.
-    ///
-    /// # Errors
-    /// As [`Listener::bind_with`].
-    pub(crate) fn listen(port: u16, timeout: Duration) -> Result<Listener> {
-        Listener::bind_with(("0.0.0.0", port), &options(timeout))
-            .map_err(|e| format!("rdma_cm listen on port {port}: {e}").into())
-    }
-
     fn around(channel: Channel, client: bool) -> Result<Control> {
         let pd = channel.pd().clone();
         Ok(Control {

@@ -9,8 +9,12 @@
 //!    ([`Control`]) the sides exchange versions, page and cache-line
 //!    sizes, and MTUs, then one (blank) handshake;
 //! 2. the client connects the *data* connection through the CM to the same
-//!    port (the server listens again once the control connection is up;
-//!    the client retries while it does not yet), then another handshake;
+//!    port, then another handshake. The server keeps listening on the one
+//!    listener it accepted the control connection from, so the request
+//!    waits in its backlog: perftest's client connects right after the
+//!    handshake and does not retry a rejected request (a listener made
+//!    anew for the data connection lost that race across two hosts: the
+//!    request was rejected, reason 8, no listener);
 //! 3. a handshake of `pingpong_dest`s carries each side's rkey and buffer
 //!    address ([`crate::perftest_wire::Dest`], the memory of
 //!    [`Exposed`]), two more (three for the send and latency tests) say
@@ -74,16 +78,22 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         }
     };
     let started = Instant::now();
+    // The server's one listener, for both connections (see the module's
+    // documentation, step 2).
+    let mut listener = None;
     let mut ctl = match &o.server {
         Some(host) => Control::connect(host, o.port, o.timeout)?,
         None => {
-            let listener = Control::listen(o.port, o.timeout)?;
+            let l = Listener::bind_with(("0.0.0.0", o.port), &data_options(o))
+                .map_err(|e| format!("rdma_cm listen on port {}: {e}", o.port))?;
             out.say(&format!(
                 "perf -R: {} server waiting for a client on rdma_cm port {}",
                 p.test.name(),
                 o.port
             ));
-            Control::accept(&listener, SERVER_PATIENCE)?
+            let ctl = Control::accept(&l, SERVER_PATIENCE)?;
+            listener = Some(l);
+            ctl
         }
     };
     let control_setup = started.elapsed();
@@ -108,7 +118,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let blank = Dest::default().encode();
     ctl.hand_shake(&blank)?;
     let data_started = Instant::now();
-    let channel = data_connection(o, client)?;
+    let channel = data_connection(o, listener.as_ref())?;
     let data_setup = data_started.elapsed();
     trace("data connection established");
     ctl.hand_shake(&blank)?;
@@ -292,10 +302,10 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     Ok(())
 }
 
-/// The data connection: the client connects (retrying every
-/// [`RETRY_DELAY`] while the server is not listening yet), the server
-/// listens on the same port and accepts one.
-fn data_connection(o: &Options, client: bool) -> Result<Channel> {
+/// The options of the data connection; on the server also those of its
+/// one listener, which the control connection is accepted from too (its
+/// queue pair gets the data connection's capabilities: more than it needs).
+fn data_options(o: &Options) -> CmOptions {
     let p = &o.params;
     let caps = QpCapabilities {
         max_send_wr: p.tx_depth.max(1) as u32,
@@ -304,9 +314,19 @@ fn data_connection(o: &Options, client: bool) -> Result<Channel> {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let opts = CmOptions::default().timeout(o.timeout).capabilities(caps);
-    match &o.server {
-        Some(host) if client => {
+    CmOptions::default().timeout(o.timeout).capabilities(caps)
+}
+
+/// The data connection: the client connects (retrying every
+/// [`RETRY_DELAY`] while the server is not listening yet), the server
+/// accepts it from `listener`, the one its control connection came from.
+fn data_connection(o: &Options, listener: Option<&Listener>) -> Result<Channel> {
+    let opts = data_options(o);
+    match (listener, &o.server) {
+        // The server: the client's data connection request waits in the
+        // listener's backlog if it came before this call.
+        (Some(listener), _) => Ok(listener.incoming()?.accept(&[])?),
+        (None, Some(host)) => {
             let start = Instant::now();
             loop {
                 match Connector::resolve((host.as_str(), o.port), &opts)
@@ -318,10 +338,8 @@ fn data_connection(o: &Options, client: bool) -> Result<Channel> {
                 }
             }
         }
-        _ => {
-            let listener = Listener::bind_with(("0.0.0.0", o.port), &opts)
-                .map_err(|e| format!("rdma_cm listen on port {} for the data QP: {e}", o.port))?;
-            Ok(listener.incoming()?.accept(&[])?)
+        (None, None) => {
+            Err("perf -R: neither a server's listener nor a server to connect to".into())
         }
     }
 }

@@ -8,6 +8,13 @@
 //! 3. On rxe0 (natively or in the VM, see [`crate::rxe`]): every other test
 //!    executable with `--include-ignored --test-threads=1`, so the tests
 //!    marked `#[ignore = "needs an RDMA device ..."]` run too.
+//! 4. On two hosts (two VMs joined by a link, see [`two_hosts`]): our
+//!    example programs against rdma-core's, server and client on different
+//!    hosts.
+
+mod pairs;
+mod pairs_perf;
+mod two_hosts;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -27,12 +34,19 @@ host and every other test binary on a soft-RoCE device (rxe0) with
 --include-ignored --test-threads=1 and RDMA_TEST_REQUIRE_DEVICE=1,
 RDMA_TEST_DEVICE=rxe0: natively when the host kernel has rdma_rxe and we are
 root, otherwise in a qemu VM (vng) booting a /boot kernel that has it.
+Then the two-host tier: two VMs (1 vCPU, 1 GiB each) joined by a virtual
+link, our rc/ud/srq_pingpong and rping against rdma-core's in both
+directions and against themselves, server on one host, client on the other.
 
 options:
   --filter SUBSTR       only tests whose name contains SUBSTR (passed to libtest)
   --smoke               skip the build; only bring up rxe0 and run ibv_devinfo
                         and a perftest ib_write_bw loop (checks the VM path)
   --no-host             skip the host part (doctests, trybuild tests)
+  --no-two-hosts        skip the two-host tier (two VMs joined by a link; our
+                        pingpongs and rping against rdma-core's across it)
+  --two-hosts-only      build only rdma-examples' programs and run only the
+                        two-host tier
   --no-setup            do not check/install prerequisites first
 ";
 
@@ -42,6 +56,8 @@ struct Args {
     filter: Option<String>,
     smoke: bool,
     no_host: bool,
+    no_two_hosts: bool,
+    two_hosts_only: bool,
     no_setup: bool,
     libtest: Vec<String>,
 }
@@ -64,6 +80,8 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
             }
             "--smoke" => a.smoke = true,
             "--no-host" => a.no_host = true,
+            "--no-two-hosts" => a.no_two_hosts = true,
+            "--two-hosts-only" => a.two_hosts_only = true,
             "--no-setup" => a.no_setup = true,
             "--" => {
                 a.libtest = args[i + 1..].to_vec();
@@ -126,6 +144,9 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
 
     if args.smoke {
         return smoke(&ws, &args.run);
+    }
+    if args.two_hosts_only {
+        return two_hosts::only(&ws, &args.run, started);
     }
 
     // 1. Build.
@@ -212,7 +233,20 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     totals.add_output(&outcome.captured.output);
     ok &= outcome.success();
 
-    // 4. Summary.
+    // 4. Two hosts.
+    let two = if args.no_two_hosts {
+        Err("skipped (--no-two-hosts)".to_string())
+    } else if args.filter.is_some() {
+        Err("skipped (--filter given)".to_string())
+    } else {
+        heading("test-rxe: two hosts");
+        two_hosts::run(&ws, &built, &args.run).map_err(|e| format!("FAILED: {e}"))
+    };
+    if let Err(why) = &two {
+        ok &= why.starts_with("skipped");
+    }
+
+    // 5. Summary.
     heading("test-rxe summary");
     println!("route:      {route}");
     if let Some(k) = outcome.env("KERNEL") {
@@ -257,6 +291,10 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             outcome.steps.len(),
             on_device.len()
         );
+    }
+    match &two {
+        Err(why) => println!("two hosts:  {why}"),
+        Ok(tier) => ok &= tier.summary(),
     }
     println!("total:      {:.0} s", started.elapsed().as_secs_f64());
     println!("result:     {}", if ok { "PASS" } else { "FAIL" });
@@ -360,5 +398,12 @@ mod tests {
         assert_eq!(a.run.timeout.as_secs(), 60);
         assert_eq!(a.libtest, ["--nocapture"]);
         assert!(parse(&v(&["--bogus"])).is_err());
+        assert!(!a.no_two_hosts && !a.two_hosts_only);
+        let a = parse(&v(&["--no-two-hosts"])).unwrap().unwrap();
+        assert!(a.no_two_hosts && !a.two_hosts_only);
+        let a = parse(&v(&["--two-hosts-only", "--step-timeout", "60"]))
+            .unwrap()
+            .unwrap();
+        assert!(a.two_hosts_only && a.run.step_timeout.as_secs() == 60);
     }
 }

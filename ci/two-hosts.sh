@@ -1,0 +1,156 @@
+# ci/two-hosts.sh — the two-host half of ci/vm-run.sh, sourced by it when
+# it is given --sync (cargo xtask's two-host runs: two VMs, one per host,
+# joined by a virtual link, rxe0 on each).
+#
+# Both hosts see the directory $SYNC and meet there through empty files:
+#   up.<i>               host i has rxe0 up (the run starts when both have)
+#   pair<N>.ready        the server of pair step N listens
+#   pair<N>.client_done  its client has ended
+#   pair<N>.done.<i>     host i has recorded step N
+#   finished.<i>         host i's vm-run.sh has ended (written by finish)
+#   gone.<i>             host i's VM has ended (written by xtask on the host)
+# Every wait is bounded, and ends at once when the peer is gone.
+#
+# Exports for the steps: HOST_INDEX (0: A, 1: B), HOST_NAME, PEER_IPV4.
+#
+# Step function a plan may call (records PASS/FAIL like ci/vm-run.sh's):
+#   pair_step LABEL PORT SERVER_HOST SERVER CLIENT [EXPECT_SERVER [EXPECT_CLIENT]]
+#       host SERVER_HOST runs `bash -c SERVER`; once PORT listens there (TCP
+#       or RDMA CM; 0: 3 s after it started) the other host runs
+#       `bash -c CLIENT`. Each
+#       host records its own side: it passes if it exits 0 and its output
+#       matches its EXPECT (an extended regular expression; empty: none).
+#       The server sees PAIR_CLIENT_DONE, a file that exists once the
+#       client has ended (for servers that serve until stopped).
+
+PEER_INDEX=$((1 - HOST_INDEX))
+NAMES=(A B)
+HOST_NAME=${NAMES[$HOST_INDEX]} PEER_NAME=${NAMES[$PEER_INDEX]}
+export HOST_INDEX HOST_NAME PEER_IPV4
+
+# The peer will not come: its script or its whole VM has ended.
+peer_gone() {
+    [ -e "$SYNC/gone.$PEER_INDEX" ] || [ -e "$SYNC/finished.$PEER_INDEX" ]
+}
+
+# wait_for FILE SECS: until FILE exists; fails after SECS or once the peer
+# is gone.
+wait_for() {
+    local f=$1 limit=$2 t0=$SECONDS
+    until [ -e "$f" ]; do
+        if peer_gone && [ ! -e "$f" ]; then
+            echo "two-hosts: host $PEER_NAME has ended; not waiting for ${f##*/}"
+            return 1
+        fi
+        if [ $((SECONDS - t0)) -ge "$limit" ]; then
+            echo "two-hosts: gave up waiting for ${f##*/} after $limit s"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# rendezvous NAME SECS: both hosts reach NAME (or this one gives up).
+rendezvous() {
+    : >"$SYNC/$1.$HOST_INDEX"
+    wait_for "$SYNC/$1.$PEER_INDEX" "$2"
+}
+
+# Meets the peer once both have rxe0 up, and checks the link carries
+# frames: the peer's address must resolve to its MAC (no ping in the guest;
+# a UDP datagram to the discard port makes the kernel ask).
+two_hosts_up() {
+    {
+        echo "HOST_INDEX=$HOST_INDEX"
+        echo "PEER_IPV4=$PEER_IPV4"
+    } >>"$OUT/rxe.env"
+    echo "two-hosts: this is host $HOST_NAME ($RXE_IPV4 on $RXE_NETDEV), peer $PEER_NAME is $PEER_IPV4;" \
+        "waiting up to $PEER_TIMEOUT s for its rxe0"
+    local t0=$SECONDS
+    rendezvous up "$PEER_TIMEOUT" || return 1
+    echo "two-hosts: host $PEER_NAME is up (waited $((SECONDS - t0)) s)"
+    t0=$SECONDS
+    until ip neigh show "$PEER_IPV4" dev "$RXE_NETDEV" | grep -q lladdr; do
+        if [ $((SECONDS - t0)) -ge 20 ]; then
+            echo "two-hosts: $PEER_IPV4 does not answer ARP on $RXE_NETDEV after 20 s: the link is down"
+            ip -br addr; ip neigh
+            return 1
+        fi
+        (echo x >"/dev/udp/$PEER_IPV4/9") 2>/dev/null
+        sleep 0.5
+    done
+    echo "two-hosts: link up: $(ip neigh show "$PEER_IPV4" dev "$RXE_NETDEV")"
+}
+
+# listening PORT: a TCP socket or an RDMA CM id (rping) listens on PORT.
+listening() {
+    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . ||
+        rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -Eq ":$1( |$)"
+}
+
+PAIR_N=0
+
+pair_step() {
+    local label=$1 port=$2 server_host=$3 server=$4 client=$5
+    local expect_server=${6:-} expect_client=${7:-}
+    PAIR_N=$((PAIR_N + 1))
+    local key=$SYNC/pair$PAIR_N role cmd expect rc
+    if [ "$server_host" = "$HOST_INDEX" ]; then
+        role=server cmd=$server expect=$expect_server
+    else
+        role=client cmd=$client expect=$expect_client
+    fi
+    # Output goes to a file first, then to the console with its role in
+    # front: whole, in order, and checkable against EXPECT.
+    local log=$OUT/pair$PAIR_N.$role.log
+    echo
+    echo "---- step: $label ($role on host $HOST_NAME)"
+    echo "\$ [$role] $cmd"
+    local t0=$SECONDS
+    if [ "$role" = server ]; then
+        PAIR_CLIENT_DONE=$key.client_done timeout -k 5 "$STEP_TIMEOUT" bash -c "$cmd" >"$log" 2>&1 &
+        local spid=$!
+        if [ "$port" -gt 0 ]; then
+            for _ in $(seq 1 150); do
+                listening "$port" && break
+                kill -0 "$spid" 2>/dev/null || break
+                sleep 0.2
+            done
+        else
+            sleep "${PAIR_START_DELAY:-3}"
+        fi
+        : >"$key.ready"
+        wait_for "$key.client_done" $((STEP_TIMEOUT + 30))
+        # The server should end on its own once its client has.
+        rc=""
+        for _ in $(seq 1 150); do
+            if ! kill -0 "$spid" 2>/dev/null; then wait "$spid"; rc=$?; break; fi
+            sleep 0.2
+        done
+        if [ -z "$rc" ]; then
+            echo "[server] still running 30 s after the client ended; killing it"
+            kill "$spid" 2>/dev/null; wait "$spid"; rc=124
+        fi
+    else
+        if wait_for "$key.ready" "$STEP_TIMEOUT"; then
+            timeout -k 5 "$STEP_TIMEOUT" bash -c "$cmd" >"$log" 2>&1
+            rc=$?
+        else
+            echo "[client] not run: the server on host $PEER_NAME never became ready"
+            : >"$log"
+            rc=125
+        fi
+        : >"$key.client_done"
+    fi
+    sed "s/^/[$role] /" "$log"
+    echo "$role exit $rc"
+    if [ "$rc" = 0 ] && [ -n "$expect" ] && ! grep -Eq -- "$expect" "$log"; then
+        echo "---- the $role's output does not match /$expect/"
+        rc=1
+    fi
+    record "$label" "$rc" $((SECONDS - t0))
+    # Stay in step: both hosts end step N before either starts N + 1.
+    : >"$key.done.$HOST_INDEX"
+    wait_for "$key.done.$PEER_INDEX" 60 || true
+    return 0
+}

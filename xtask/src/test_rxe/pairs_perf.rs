@@ -1,0 +1,149 @@
+//! The two-host tier's throughput steps: `perf` against itself (its own
+//! protocol, data verified) and against perftest (`-R`, perftest's rdma_cm
+//! protocol) in both directions, and `async_echo` serving many clients
+//! from the other host.
+
+use super::pairs::{Programs, A, B};
+use crate::rxe::{Plan, Side};
+
+/// perf's own protocol: RDMA writes per run and their size.
+const WRITE_ITERS: u32 = 300;
+const WRITE_SIZE: u32 = 4096;
+
+/// `-R` runs against perftest: test, its options (the same on both
+/// sides, as perftest wants), the message size its result row starts
+/// with, and what our server prints when it is done (the bandwidth tests'
+/// servers print the client's report; the others leave measuring to it).
+const CM_RUNS: [(&str, &str, u32, &str); 3] = [
+    ("write_bw", "-s 4096 -n 300", 4096, "the client's report"),
+    ("write_lat", "-s 64 -n 200", 64, "the client measures"),
+    ("atomic_bw", "-n 200", 8, "the client's report"),
+];
+
+/// async_echo: connections at once, messages each, message size.
+const ECHO_CLIENTS: u32 = 8;
+const ECHO_MESSAGES: u32 = 100;
+const ECHO_SIZE: u32 = 1000;
+
+/// perf write_bw ours against ours, then every [`CM_RUNS`] test with `-R`
+/// both ways: ours serving perftest's client, perftest serving ours. The
+/// client measures: its result row (size, iterations, numbers) must show.
+pub(super) fn perf_steps(p: &mut Plan, progs: &Programs) {
+    let ours = progs.ours("perf");
+    let (n, size) = (WRITE_ITERS, WRITE_SIZE);
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    let mut port = 18630;
+    p.pair_step(
+        "perf write_bw: ours (A) serves, ours (B) connects, data verified",
+        port,
+        Side {
+            host: A,
+            cmd: &format!("{ours} write_bw {dev} -p {port}"),
+            expect: "data verified",
+        },
+        Side {
+            host: B,
+            cmd: &format!("{ours} write_bw {dev} -s {size} -n {n} -p {port} \"$PEER_IPV4\""),
+            expect: "data verified",
+        },
+    );
+    for (test, opts, size, our_server_says) in CM_RUNS {
+        let n = opts.rsplit(' ').next().unwrap_or_default();
+        let row = format!("^ *{size} +{n} +[0-9.]+ +[0-9.]+");
+        let theirs = format!("ib_{test} -d \"$RXE_DEVICE\" -R {opts}");
+        let ours = format!("{ours} {test} -R {opts}");
+        for (server, client, how, server_says) in [
+            (
+                &ours,
+                &theirs,
+                "ours (A) serves, perftest (B) connects",
+                our_server_says,
+            ),
+            (&theirs, &ours, "perftest (A) serves, ours (B) connects", ""),
+        ] {
+            port += 1;
+            p.pair_step(
+                &format!("perf {test} -R: {how}"),
+                port,
+                Side {
+                    host: A,
+                    cmd: &format!("{server} -p {port}"),
+                    expect: server_says,
+                },
+                Side {
+                    host: B,
+                    cmd: &format!("{client} -p {port} \"$PEER_IPV4\""),
+                    expect: &row,
+                },
+            );
+        }
+    }
+}
+
+/// async_echo: the server on B serves [`ECHO_CLIENTS`] connections from
+/// one client process on A, which checks every echoed byte. The server's
+/// buffers are the messages' size (by default it registers 1 GiB: the OOM
+/// killer ends it in a 1 GiB guest). The server
+/// serves until stopped: it is stopped once the client has ended
+/// (`$PAIR_CLIENT_DONE`, see ci/two-hosts.sh), and must still be running
+/// then.
+pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
+    let ours = progs.ours("async_echo");
+    let port = 18640;
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    let (c, m, s) = (ECHO_CLIENTS, ECHO_MESSAGES, ECHO_SIZE);
+    let server = format!(
+        "{ours} server {dev} -p {port} -s {s} & s=$!; \
+         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
+    );
+    p.pair_step(
+        &format!("async_echo: ours (B) serves {c} connections from ours (A)"),
+        port,
+        Side {
+            host: B,
+            cmd: &server,
+            expect: "stopped after its client",
+        },
+        Side {
+            host: A,
+            cmd: &format!(
+                "{ours} client {dev} -p {port} --clients {c} --messages {m} -s {s} \"$PEER_IPV4\""
+            ),
+            expect: &format!("{} echoed and checked", c * m),
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_runs_both_ways_with_the_same_options() {
+        let progs = Programs::for_tests();
+        let mut p = Plan::new();
+        perf_steps(&mut p, &progs);
+        async_echo_step(&mut p, &progs);
+        let text = p.text();
+        let steps: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("pair_step "))
+            .collect();
+        assert_eq!(steps.len(), 1 + 2 * CM_RUNS.len() + 1, "{text}");
+        assert!(
+            steps[3].contains(
+                "18633 0 '/t/perf write_lat -R -s 64 -n 200 -p 18633' \
+             'ib_write_lat -d \"$RXE_DEVICE\" -R -s 64 -n 200 -p 18633 \"$PEER_IPV4\"' \
+             'the client measures' '^ *64 +200 +[0-9.]+ +[0-9.]+'"
+            ),
+            "{}",
+            steps[3]
+        );
+        assert!(steps[6].contains("'^ *8 +200 +"), "{}", steps[6]);
+        assert!(steps[7].starts_with(
+            "pair_step 'async_echo: ours (B) serves 8 connections from ours (A)' 18640 1 "
+        ));
+        assert!(steps[7].ends_with(" 'stopped after its client' '800 echoed and checked'"));
+    }
+}
