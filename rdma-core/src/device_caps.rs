@@ -35,10 +35,11 @@ impl OdpCaps {
             | sys::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_RECV.0;
         self.rc & need == need
     }
-    /// Whether receives through an SRQ may land in ODP memory.
-    pub fn rc_srq_recv(&self) -> bool {
-        let bit = sys::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SRQ_RECV.0;
-        self.rc & bit == bit
+    /// Whether RC sends, and receives through an SRQ, may use ODP memory.
+    pub fn rc_send_srq_recv(&self) -> bool {
+        let need = sys::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SEND.0
+            | sys::ibv_odp_transport_cap_bits::IBV_ODP_SUPPORT_SRQ_RECV.0;
+        self.rc & need == need
     }
 }
 
