@@ -17,7 +17,9 @@
 //! then sizes an allocation, which may fail with an error
 //! ([`pages::AllocError`], `rdma_safe::RegisteredBuffer::new`).
 //!
-//! Modules: command-line value parsers ([`cli`]), limits shared by the
+//! Modules: the flags every program shares, defined once ([`flags`]),
+//! optional device features a flag asks for, decided from the device's
+//! attributes ([`support`]), command-line value parsers ([`cli`]), limits shared by the
 //! command line and the decoders ([`limit`]), opening and checking a device
 //! before serving ([`device`]), TCP with deadlines ([`net`]), the
 //! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned

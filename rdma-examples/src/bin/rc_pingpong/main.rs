@@ -6,8 +6,15 @@
 //! rc_pingpong -d rxe0 -g 1 10.0.2.15       client: connect to the server
 //! ```
 //!
-//! Same options as the C program (`-p -d -i -s -m -r -n -l -e -g -c`), same
-//! TCP exchange and same output:
+//! Same options as the C program (`-p -d -i -s -m -r -n -l -e -g -o -O -P
+//! -t -c -j -N`), same TCP exchange and same output. `-N` posts the sends
+//! through the extended QP API (`ibv_wr_*`) of rdma-core directly
+//! ([`new_send`]: rdma-safe's engine has no extended QP). `-o -O -P -t -j`
+//! (on-demand paging, completion timestamps, device memory) are checked
+//! against the device's extended attributes and end the run with
+//! "`<flag>`: not supported by this device (…)" where it lacks them (rxe
+//! lacks all three), or with an error saying this program does not
+//! implement them where it has them. The exchange:
 //!
 //! 1. Both sides post their receives, then exchange addresses over TCP
 //!    (port 18515): the client sends `"LID:QPN:PSN:GID"` (`%04x:%06x:%06x:`
@@ -377,4 +384,65 @@ fn size_hint(e: TransportError, size: usize) -> BoxError {
         _ => return e.into(),
     };
     format!("{e} ({hint}: same -s on both sides?)").into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_every_flag_of_ibv_rc_pingpong() {
+        let o = Options::try_parse_from([
+            "rc_pingpong",
+            "-p",
+            "19000",
+            "-d",
+            "rxe0",
+            "-i",
+            "1",
+            "-s",
+            "100",
+            "-m",
+            "512",
+            "-r",
+            "8",
+            "-n",
+            "10",
+            "-l",
+            "1",
+            "-e",
+            "-g",
+            "1",
+            "-o",
+            "-O",
+            "-P",
+            "-t",
+            "-c",
+            "-j",
+            "-N",
+            "host",
+        ])
+        .unwrap();
+        assert_eq!((o.size, o.mtu), (100, Mtu::Mtu512));
+        assert!(o.odp && o.iodp && o.prefetch && o.ts && o.dm && o.new_send);
+        assert!(o.common.events && o.common.chk && o.common.is_client());
+        let long = Options::try_parse_from([
+            "rc_pingpong",
+            "--odp",
+            "--iodp",
+            "--prefetch",
+            "--ts",
+            "--dm",
+            "--new_send",
+        ])
+        .unwrap();
+        assert!(long.odp && long.iodp && long.prefetch && long.ts && long.dm && long.new_send);
+        let d = Options::try_parse_from(["rc_pingpong"]).unwrap();
+        assert_eq!(
+            (d.size, d.mtu, d.common.rx_depth),
+            (4096, Mtu::Mtu1024, 500)
+        );
+        assert!(!(d.odp || d.iodp || d.prefetch || d.ts || d.dm || d.new_send));
+        assert!(Options::try_parse_from(["rc_pingpong", "-m", "1000"]).is_err());
+    }
 }
