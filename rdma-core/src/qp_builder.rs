@@ -40,13 +40,13 @@ impl Default for QpCapabilities {
 /// Builder for a [`QueuePair`]; from [`QueuePair::builder`].
 #[derive(Debug)]
 pub struct QueuePairBuilder {
-    pd: ProtectionDomain,
-    qp_type: QpType,
-    send_cq: CompQueue,
-    recv_cq: CompQueue,
-    srq: Option<SharedReceiveQueue>,
-    caps: QpCapabilities,
-    sq_sig_all: bool,
+    pub(crate) pd: ProtectionDomain,
+    pub(crate) qp_type: QpType,
+    pub(crate) send_cq: CompQueue,
+    pub(crate) recv_cq: CompQueue,
+    pub(crate) srq: Option<SharedReceiveQueue>,
+    pub(crate) caps: QpCapabilities,
+    pub(crate) sq_sig_all: bool,
 }
 
 impl QueuePairBuilder {
@@ -98,21 +98,7 @@ impl QueuePairBuilder {
             send_cq: self.send_cq.as_ptr(),
             recv_cq: self.recv_cq.as_ptr(),
             srq: self.srq.as_ref().map_or(ptr::null_mut(), |s| s.as_ptr()),
-            cap: sys::ibv_qp_cap {
-                max_send_wr: self.caps.max_send_wr,
-                max_recv_wr: if self.srq.is_some() {
-                    0
-                } else {
-                    self.caps.max_recv_wr
-                },
-                max_send_sge: self.caps.max_send_sge,
-                max_recv_sge: if self.srq.is_some() {
-                    0
-                } else {
-                    self.caps.max_recv_sge
-                },
-                max_inline_data: self.caps.max_inline_data,
-            },
+            cap: self.raw_caps(),
             qp_type: self.qp_type.to_raw(),
             sq_sig_all: self.sq_sig_all.into(),
             ..Default::default()
@@ -122,8 +108,25 @@ impl QueuePairBuilder {
         let ptr = unsafe { sys::ibv_create_qp(self.pd.as_ptr(), &mut init) };
         // SAFETY: a non-null QP is ours to destroy.
         let raw = unsafe { Wrapper::from_created("ibv_create_qp", ptr) }?;
-        let c = init.cap;
-        Ok(QueuePair {
+        Ok(self.finish(raw, init.cap))
+    }
+
+    /// The capacities to ask for (no receive queue with an SRQ).
+    pub(crate) fn raw_caps(&self) -> sys::ibv_qp_cap {
+        let own_rq = self.srq.is_none();
+        sys::ibv_qp_cap {
+            max_send_wr: self.caps.max_send_wr,
+            max_recv_wr: if own_rq { self.caps.max_recv_wr } else { 0 },
+            max_send_sge: self.caps.max_send_sge,
+            max_recv_sge: if own_rq { self.caps.max_recv_sge } else { 0 },
+            max_inline_data: self.caps.max_inline_data,
+        }
+    }
+
+    /// The queue pair around `raw`, created from this builder and granted
+    /// `c`.
+    pub(crate) fn finish(self, raw: Wrapper<sys::ibv_qp>, c: sys::ibv_qp_cap) -> QueuePair {
+        QueuePair {
             raw,
             caps: QpCapabilities {
                 max_send_wr: c.max_send_wr,
@@ -137,7 +140,7 @@ impl QueuePairBuilder {
             send_cq: self.send_cq,
             recv_cq: self.recv_cq,
             srq: self.srq,
-        })
+        }
     }
 }
 

@@ -17,7 +17,9 @@
 //! then sizes an allocation, which may fail with an error
 //! ([`pages::AllocError`], `rdma_safe::RegisteredBuffer::new`).
 //!
-//! Modules: command-line value parsers ([`cli`]), limits shared by the
+//! Modules: the flags every program shares, defined once ([`flags`]),
+//! optional device features a flag asks for, decided from the device's
+//! attributes ([`support`]), command-line value parsers ([`cli`]), limits shared by the
 //! command line and the decoders ([`limit`]), opening and checking a device
 //! before serving ([`device`]), TCP with deadlines ([`net`]), the
 //! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned
@@ -31,6 +33,7 @@ use rdma_safe::ScopeError;
 pub mod cli;
 pub mod clock;
 pub mod device;
+pub mod flags;
 pub mod fuzz;
 pub mod limit;
 pub mod net;
@@ -39,6 +42,7 @@ pub mod pattern;
 pub mod pingpong;
 pub mod shared;
 pub mod stats;
+pub mod support;
 
 /// The unit tests' allocator: records the largest allocation, for the
 /// decoders' fuzz tests.
@@ -64,4 +68,12 @@ pub fn flatten_scope<T>(r: std::result::Result<T, ScopeError<BoxError>>) -> Resu
         Err(ScopeError::ClosureError(e)) => Err(e),
         Err(ScopeError::AutoPollError(e)) => Err(format!("at the end of the scope: {e}").into()),
     }
+}
+
+/// The page size `-c` validates by (as rdma-core's examples: the first
+/// byte of every page).
+pub fn page_size() -> usize {
+    // SAFETY: `sysconf` has no preconditions; it only reads a constant.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }

@@ -19,6 +19,7 @@
 //! posting.
 
 use crate::channel::DEFAULT_TIMEOUT;
+use crate::datagram_options::DatagramOptions;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{IbvError, Operation, TransportError, TransportResult};
 use crate::pd::ProtectionDomain;
@@ -132,6 +133,8 @@ pub struct DatagramEndpoint {
     port: u8,
     gid_index: u8,
     needs_grh: bool,
+    /// The SL of the address handles [`peer`](Self::peer) makes.
+    service_level: u8,
     address: DatagramAddress,
     mtu: Mtu,
     timeout: Duration,
@@ -159,6 +162,33 @@ impl DatagramEndpoint {
         port: u8,
         gid_index: Option<u32>,
     ) -> crate::Result<Self> {
+        let options = DatagramOptions::default().port(port).gid_index(gid_index);
+        Self::with_options(pd, qkey, &options)
+    }
+
+    /// As [`new`](Self::new) with `options`: port and GID index, the
+    /// service level of the peers' address handles, completion events.
+    ///
+    /// # Errors
+    /// As [`on_port`](Self::on_port); a service level above 15; creating
+    /// the completion channel failed.
+    pub fn with_options(
+        pd: &ProtectionDomain,
+        qkey: u32,
+        options: &DatagramOptions,
+    ) -> crate::Result<Self> {
+        let DatagramOptions {
+            port,
+            gid_index,
+            service_level,
+            completion_events,
+        } = *options;
+        if service_level > 15 {
+            return Err(IbvError::InvalidArgument(format!(
+                "service level {service_level} is not 0 to 15"
+            ))
+            .into());
+        }
         let ctx = pd.context();
         let port_attr = ctx.query_port(port)?;
         let gid = match gid_index {
@@ -176,7 +206,11 @@ impl DatagramEndpoint {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let cq = CompQueue::new(ctx, SEND_DEPTH + RECEIVE_SLOTS as u32, None, 0)?;
+        let channel = match completion_events {
+            true => Some(ctx.create_comp_channel()?),
+            false => None,
+        };
+        let cq = CompQueue::new(ctx, SEND_DEPTH + RECEIVE_SLOTS as u32, channel.as_ref(), 0)?;
         let qp = QueuePair::builder(pd.as_core(), QpType::Ud, &cq, &cq)
             .capabilities(caps)
             .build()?;
@@ -194,7 +228,7 @@ impl DatagramEndpoint {
         let send_slot =
             RemoteAccessBuffer::with_access(pd, mtu.bytes() as usize, AccessFlags::LOCAL_WRITE)?;
         let mut endpoint = DatagramEndpoint {
-            queue: WorkQueue::new(qp, cq, false, limits, DeviceWatch::of(ctx)),
+            queue: WorkQueue::new(qp, cq, completion_events, limits, DeviceWatch::of(ctx)),
             receive_slots,
             send_slot,
             posted: VecDeque::with_capacity(RECEIVE_SLOTS),
@@ -202,6 +236,7 @@ impl DatagramEndpoint {
             port,
             gid_index,
             needs_grh: port_attr.needs_grh(),
+            service_level,
             address,
             mtu,
             timeout: DEFAULT_TIMEOUT,
@@ -238,11 +273,12 @@ impl DatagramEndpoint {
     /// # Errors
     /// The error of `ibv_create_ah` (e.g. an unreachable GID).
     pub fn peer(&self, address: &DatagramAddress) -> crate::Result<DatagramPeer> {
-        let av = if self.needs_grh || !address.gid.is_zero() {
+        let mut av = if self.needs_grh || !address.gid.is_zero() {
             AddressVector::global(self.port, address.gid, self.gid_index)
         } else {
             AddressVector::local(self.port, address.lid)
         };
+        av.sl = self.service_level;
         let ah = AddressHandle::new(self.pd.as_core(), &av)?;
         Ok(DatagramPeer {
             ah,

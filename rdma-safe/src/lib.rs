@@ -96,6 +96,7 @@ mod atomic;
 mod channel;
 pub mod cm;
 pub mod datagram;
+mod datagram_options;
 mod endpoint;
 mod engine;
 mod error;
@@ -121,6 +122,7 @@ pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
 pub use cm::{CmOptions, Connector, Incoming, Listener};
 pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
+pub use datagram_options::DatagramOptions;
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
 pub use error::{
     Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,

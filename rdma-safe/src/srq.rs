@@ -101,6 +101,29 @@ impl SharedReceiveQueue {
     /// failing verb's error (`ibv_create_srq` refuses more slots than the
     /// device's `max_srq_wr`).
     pub fn new(pd: &ProtectionDomain, slots: u32, slot_size: usize) -> crate::Result<Self> {
+        Self::create(pd, slots, slot_size, false)
+    }
+
+    /// As [`new`](Self::new), with a completion queue that reports events:
+    /// [`receive`](Self::receive) then sleeps on them while nothing has
+    /// arrived instead of polling (`-e` of rdma-core's `ibv_srq_pingpong`).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); creating the completion channel failed.
+    pub fn with_completion_events(
+        pd: &ProtectionDomain,
+        slots: u32,
+        slot_size: usize,
+    ) -> crate::Result<Self> {
+        Self::create(pd, slots, slot_size, true)
+    }
+
+    fn create(
+        pd: &ProtectionDomain,
+        slots: u32,
+        slot_size: usize,
+        events: bool,
+    ) -> crate::Result<Self> {
         let slot_size = slot_size.next_multiple_of(8);
         let n = slots as usize;
         let total =
@@ -111,7 +134,11 @@ impl SharedReceiveQueue {
                     align: 8,
                 })?;
         let srq = rdma_core::SharedReceiveQueue::new(pd.as_core(), slots, 1)?;
-        let cq = CompQueue::new(pd.context(), slots, None, 0)?;
+        let channel = match events {
+            true => Some(pd.context().create_comp_channel()?),
+            false => None,
+        };
+        let cq = CompQueue::new(pd.context(), slots, channel.as_ref(), 0)?;
         let memory = RemoteAccessBuffer::with_access(pd, total, AccessFlags::LOCAL_WRITE)?;
         let mut queue = SharedReceiveQueue {
             shared: Arc::new(SrqShared {
@@ -228,10 +255,11 @@ impl SharedReceiveQueue {
                 .map_err(TransportError::Poll)?;
             self.completions.extend(got.iter().copied());
             if self.completions.is_empty() {
-                if start.elapsed() >= timeout {
+                let elapsed = start.elapsed();
+                if elapsed >= timeout {
                     return Ok(None);
                 }
-                std::thread::yield_now();
+                self.sleep_or_yield(timeout - elapsed)?;
             }
         };
         let slot = wc.wr_id() as usize;
@@ -257,6 +285,27 @@ impl SharedReceiveQueue {
             qp_num: wc.qp_num(),
             immediate: wc.imm_data(),
         }))
+    }
+
+    /// Without completion events, yields the thread. With them, arms the
+    /// completion queue, polls it once more (a completion that arrived
+    /// before arming raises no event) and sleeps until an event or for at
+    /// most `left` (and 50 ms).
+    fn sleep_or_yield(&mut self, left: Duration) -> TransportResult<()> {
+        let cq = &self.shared.cq;
+        if cq.channel().is_none() {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        cq.req_notify(false).map_err(TransportError::Poll)?;
+        let got = cq.poll(&mut self.wcs[..]).map_err(TransportError::Poll)?;
+        if got.is_empty() {
+            cq.wait_event(Some(left.min(Duration::from_millis(50))))
+                .map_err(TransportError::Poll)?;
+        } else {
+            self.completions.extend(got.iter().copied());
+        }
+        Ok(())
     }
 
     /// `ibv_modify_srq`—Arms the limit event: once fewer than `limit`

@@ -19,11 +19,12 @@
 
 use clap::{Parser, Subcommand};
 use rdma_examples::device::open_pd;
+use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, pattern, stats, Result};
 use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Receives each connection keeps posted.
 const RX_DEPTH: usize = 16;
@@ -75,20 +76,16 @@ enum Role {
 
 #[derive(Debug, Clone, clap::Args)]
 struct Options {
-    /// RDMA device (default: the first)
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    dev: Option<String>,
-    /// local GID index (default: the RoCE v2 IPv4 GID)
-    #[arg(short = 'x', long = "gid-idx", value_name = "GID_INDEX",
-          value_parser = cli::number::<u32>(Limit::new("-x/--gid-idx", 0, 255)))]
-    gid_index: Option<u32>,
+    #[command(flatten)]
+    device: DeviceFlags,
+    #[command(flatten)]
+    gid: GidIndex,
     /// TCP port (default 18520)
     #[arg(short = 'p', long = "port", value_name = "PORT", default_value = "18520", hide_default_value = true,
           value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
     port: u16,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
+    #[command(flatten)]
+    timeout: Timeout,
 }
 
 /// What one client run does.
@@ -144,8 +141,9 @@ fn connect(
         .completion_events(true)
         .send_depth(RX_DEPTH as u32)
         .recv_depth(RX_DEPTH as u32)
-        .timeout(o.timeout);
-    if let Some(i) = o.gid_index {
+        .port(o.device.ib_port)
+        .timeout(o.timeout.timeout);
+    if let Some(i) = o.gid.gid_index {
         builder = builder.gid_index(i);
     }
     let mut channel = builder.build()?;
@@ -154,7 +152,7 @@ fn connect(
 }
 
 async fn server(o: Options, size: usize) -> Result<()> {
-    let pd = open_pd(o.dev.as_deref())?;
+    let pd = open_pd(o.device.ib_dev.as_deref())?;
     // One pool for every connection: RX_DEPTH receive buffers each, plus
     // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
     // pinned: a small machine needs a smaller -s.
@@ -208,7 +206,7 @@ async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) 
 }
 
 async fn client(o: Options, load: Load, host: String) -> Result<()> {
-    let pd = open_pd(o.dev.as_deref())?;
+    let pd = open_pd(o.device.ib_dev.as_deref())?;
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..load.clients {
@@ -256,7 +254,7 @@ async fn one_client(
 ) -> Result<Vec<f64>> {
     let (o2, pd2) = (o.clone(), pd.clone());
     let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout)?;
+        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout.timeout)?;
         let channel = connect(&pd2, &o2, &mut stream)?;
         Ok((stream, channel))
     })

@@ -7,8 +7,8 @@
 //! srq_pingpong -d rxe0 -g 1 10.0.2.15       client: send first
 //! ```
 //!
-//! Options `-p -d -i -s -m -q -r -n -l -g` as the C program (and
-//! `--timeout`). The TCP exchange is the C program's: each side writes 256
+//! Options `-p -d -i -s -m -q -r -n -l -e -g -o -c` as the C program
+//! (and `--timeout`). The TCP exchange is the C program's: each side writes 256
 //! address messages of 52 bytes (`"LID:QPN:PSN:GID"`, one per possible
 //! queue pair; those past `-q` are all zero), the server connects after
 //! reading the client's and answers with its own, and the client ends with
@@ -23,14 +23,21 @@
 //! receives). The C program may post a few sends past `-n` (it counts
 //! completions, not posts); after its loop this side keeps its connections
 //! up for a moment and takes what still arrives, so those sends complete.
-//! Not supported: `-e` (completion events).
+//! `-e` sleeps on completion events (the receive queue's and the sends');
+//! `-c` also checks, as the C server, the first byte of every page of the
+//! last message and prints `invalid data in page N` (then exits 1); `-o`
+//! (on-demand paging) ends the run with "not supported by this device"
+//! where the device's ODP caps lack it, and with an error saying this
+//! program does not implement it where they have it.
 
 use clap::Parser;
 use rdma_core::Mtu;
+use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
-use rdma_examples::{cli, device, Result};
+use rdma_examples::support::{self, Feature};
+use rdma_examples::{cli, device, page_size, Result};
 use rdma_safe::{
     Channel, ConnectOptions, Endpoint, RegisteredBuffer, SendWorkRequest, SharedReceiveQueue,
 };
@@ -52,19 +59,8 @@ const LINGER: Duration = Duration::from_secs(2);
                       srq_pingpong [options] <host>   connect to server at <host>"
 )]
 struct Options {
-    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
-          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
-    port: u16,
-    #[arg(
-        help = "use IB device <dev> (default first device found)",
-        short = 'd',
-        long = "ib-dev",
-        value_name = "dev"
-    )]
-    ib_dev: Option<String>,
-    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
-          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
-    ib_port: u8,
+    #[command(flatten)]
+    common: PingpongFlags,
     /// size of message to exchange (default 4096)
     #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "4096",
           value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, 1 << 24)))]
@@ -77,28 +73,9 @@ struct Options {
     #[arg(short = 'q', long = "num-qp", value_name = "num", hide_default_value = true, default_value = "16",
           value_parser = cli::number::<usize>(Limit::new("-q/--num-qp", 1, MAX_QP as u64)))]
     num_qp: usize,
-    /// number of receives to post at a time (default 500)
-    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
-          value_parser = cli::number::<u32>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
-    rx_depth: u32,
-    /// number of exchanges (default 1000)
-    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
-          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
-    iters: usize,
-    /// service level value (default 0)
-    #[arg(short = 'l', long = "sl", value_name = "sl", hide_default_value = true, default_value = "0",
-          value_parser = cli::number::<u8>(Limit::new("-l/--sl", 0, 15)))]
-    sl: u8,
-    /// local port gid index (default: the port's RoCE v2 GID on RoCE)
-    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
-          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
-    gid_idx: Option<u32>,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
-    /// the server to connect to (none: be the server)
-    #[arg(value_name = "host")]
-    server: Option<String>,
+    /// use on demand paging (refused where the device lacks it)
+    #[arg(short = 'o', long = "odp")]
+    odp: bool,
 }
 
 fn mtu(text: &str) -> Result<Mtu, String> {
@@ -111,27 +88,36 @@ fn main() -> ExitCode {
 }
 
 fn run(o: &Options) -> Result<()> {
-    if o.num_qp > o.rx_depth as usize {
+    let c = &o.common;
+    if o.num_qp > c.rx_depth as usize {
         return Err(format!(
             "rx_depth {} is too small for {} QPs -- must have at least one receive per QP.",
-            o.rx_depth, o.num_qp
+            c.rx_depth, o.num_qp
         )
         .into());
     }
-    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
-    let mut srq = SharedReceiveQueue::new(&pd, o.rx_depth, o.size)?;
-    srq.set_refill_batch((o.rx_depth as usize / 4).max(1));
+    let pd = device::open_checked(c.ib_dev(), c.ib_port(), c.gid_idx())?;
+    if o.odp {
+        support::require(pd.context(), "-o/--odp", Feature::SrqOdp)?;
+    }
+    let mut srq = if c.events {
+        SharedReceiveQueue::with_completion_events(&pd, c.rx_depth, o.size)?
+    } else {
+        SharedReceiveQueue::new(&pd, c.rx_depth, o.size)?
+    };
+    srq.set_refill_batch((c.rx_depth as usize / 4).max(1));
     let mut channels = Vec::with_capacity(o.num_qp);
     for _ in 0..o.num_qp {
         let mut b = pd
             .channel_builder()
-            .port(o.ib_port)
+            .port(c.ib_port())
             .send_depth(1)
             .max_send_sge(1)
             .shared_receive_queue(&srq)
             .mtu(o.mtu)
-            .timeout(o.timeout);
-        if let Some(g) = o.gid_idx {
+            .timeout(c.timeout())
+            .completion_events(c.events);
+        if let Some(g) = c.gid_idx() {
             b = b.gid_index(g);
         }
         channels.push(b.build()?);
@@ -156,11 +142,11 @@ fn run(o: &Options) -> Result<()> {
 
     // The exchange: MAX_QP messages each way, then "done".
     let wire = |i: usize| mine.get(i).map_or([0u8; MSG_LEN], Dest::to_wire);
-    let remote = match &o.server {
+    let remote = match &c.server {
         Some(host) => {
             print_mine();
-            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
-            let mut link = Link::new(s, o.timeout)?;
+            let s = net::connect(host, c.port, net::CONNECT_RETRY, c.timeout())?;
+            let mut link = Link::new(s, c.timeout())?;
             for i in 0..MAX_QP {
                 link.write_all(&wire(i))?;
             }
@@ -169,14 +155,14 @@ fn run(o: &Options) -> Result<()> {
             remote
         }
         None => {
-            let listener = net::listen(o.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
+            let listener = net::listen(c.port)
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
             // Printed once listening, so a script that waits for it knows
             // the port is open.
             print_mine();
             let (s, _) = listener.accept()?;
             drop(listener);
-            let mut link = Link::new(s, o.timeout)?;
+            let mut link = Link::new(s, c.timeout())?;
             let remote = read_dests(&mut link, o.num_qp, "the client's addresses")?;
             connect_all(&mut channels, &remote, o)?;
             for i in 0..MAX_QP {
@@ -191,7 +177,7 @@ fn run(o: &Options) -> Result<()> {
     for d in &remote {
         println!("  remote address: {}", d.describe());
     }
-    if o.server.is_some() {
+    if c.is_client() {
         connect_all(&mut channels, &remote, o)?;
     }
 
@@ -199,15 +185,16 @@ fn run(o: &Options) -> Result<()> {
     let mut rx = vec![0u8; o.size];
     let (mut scnt, mut rcnt) = (0, 0);
     let start = Instant::now();
-    if o.server.is_some() {
-        for c in channels.iter_mut() {
-            c.send(SendWorkRequest::new(&[tx.gather(..)]))?;
+    let iters = c.iters;
+    if c.is_client() {
+        for ch in channels.iter_mut() {
+            ch.send(SendWorkRequest::new(&[tx.gather(..)]))?;
             scnt += 1;
         }
     }
-    while rcnt < o.iters || scnt < o.iters {
+    while rcnt < iters || scnt < iters {
         let got = srq
-            .receive(&mut rx, o.timeout)?
+            .receive(&mut rx, c.timeout())?
             .ok_or("no message arrived within the timeout")?;
         rcnt += 1;
         if got.len() != o.size || rx.iter().any(|&b| b != 0) {
@@ -222,7 +209,7 @@ fn run(o: &Options) -> Result<()> {
             .iter()
             .position(|c| c.qp_num() == got.qp_num())
             .ok_or_else(|| format!("Couldn't find QPN {:06x}", got.qp_num()))?;
-        if scnt < o.iters {
+        if scnt < iters {
             channels[i].send(SendWorkRequest::new(&[tx.gather(..)]))?;
             scnt += 1;
         }
@@ -231,18 +218,29 @@ fn run(o: &Options) -> Result<()> {
     // Take what the peer still sends past -n, so its sends complete.
     while srq.receive(&mut rx, LINGER)?.is_some() {}
 
-    let bytes = o.size as u64 * o.iters as u64 * 2;
+    let bytes = o.size as u64 * iters as u64 * 2;
     println!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
         usec / 1e6,
         bytes as f64 * 8.0 / usec
     );
     println!(
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        o.iters,
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
         usec / 1e6,
-        usec / o.iters as f64
+        usec / iters as f64
     );
+    // -c: the C server's check, page by page, of the buffer the last message
+    // landed in (every byte of every message was checked above already).
+    if c.chk && !c.is_client() {
+        let page = page_size();
+        let bad: Vec<_> = (0..o.size).step_by(page).filter(|&i| rx[i] != 0).collect();
+        for i in &bad {
+            println!("invalid data in page {}", i / page);
+        }
+        if !bad.is_empty() {
+            return Err("received buffer failed validation (-c)".into());
+        }
+    }
     Ok(())
 }
 
@@ -264,7 +262,7 @@ fn read_dests(link: &mut Link, n: usize, what: &str) -> Result<Vec<Dest>> {
 /// attributes (hop limit 1, one outstanding read, timeout 14, 7 retries).
 fn connect_all(channels: &mut [Channel], remote: &[Dest], o: &Options) -> Result<()> {
     let attrs = ConnectOptions {
-        service_level: o.sl,
+        service_level: o.common.sl,
         hop_limit: 1,
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
@@ -276,7 +274,7 @@ fn connect_all(channels: &mut [Channel], remote: &[Dest], o: &Options) -> Result
             &Endpoint {
                 qp_num: r.qpn,
                 psn: r.psn,
-                port: o.ib_port,
+                port: o.common.ib_port(),
                 lid: r.lid,
                 gid: r.gid,
                 gid_index: 0,
@@ -287,4 +285,48 @@ fn connect_all(channels: &mut [Channel], remote: &[Dest], o: &Options) -> Result
         .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn takes_every_flag_of_ibv_srq_pingpong() {
+        let o = Options::try_parse_from([
+            "srq_pingpong",
+            "-p",
+            "19000",
+            "-d",
+            "rxe0",
+            "-i",
+            "1",
+            "-s",
+            "100",
+            "-m",
+            "2048",
+            "-q",
+            "4",
+            "-r",
+            "8",
+            "-n",
+            "10",
+            "-l",
+            "1",
+            "-e",
+            "-g",
+            "1",
+            "-o",
+            "-c",
+            "host",
+        ])
+        .unwrap();
+        assert_eq!((o.size, o.mtu, o.num_qp), (100, Mtu::Mtu2048, 4));
+        assert!(o.odp && o.common.events && o.common.chk);
+        assert_eq!((o.common.rx_depth, o.common.sl), (8, 1));
+        let d = Options::try_parse_from(["srq_pingpong"]).unwrap();
+        assert_eq!((d.size, d.num_qp, d.mtu), (4096, 16, Mtu::Mtu1024));
+        assert!(Options::try_parse_from(["srq_pingpong", "-q", "257"]).is_err());
+    }
 }

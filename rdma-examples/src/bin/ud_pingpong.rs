@@ -6,7 +6,7 @@
 //! ud_pingpong -d rxe0 -g 1 -s 1000 10.0.2.15    client: send first
 //! ```
 //!
-//! Options `-p -d -i -s -r -n -g` as the C program (and `--timeout`) (`-s` defaults to 2048 as
+//! Options `-p -d -i -s -r -n -l -e -g -c` as the C program (and `--timeout`) (`-s` defaults to 2048 as
 //! there, and must fit the port's MTU: 1024 on rxe over a 1500-byte
 //! Ethernet). The TCP exchange is `ibv_rc_pingpong`'s (`"LID:QPN:PSN:GID"`
 //! in 52 bytes each way, then `"done"`); datagrams carry QKey `0x11111111`.
@@ -18,17 +18,21 @@
 //! posted before the address exchange (as the C program posts `-r`
 //! receives), the 40-byte GRH in front of every datagram is removed by the
 //! endpoint, and every datagram must be exactly `-s` bytes of the C
-//! program's fill byte `0x7b`. Not supported: `-e` (completion events),
-//! `-l` (service level) and `-c` (validation); clap refuses them.
+//! program's fill byte `0x7b` (with `-c`, zero at every page start, as the
+//! C client sends them; the server then also checks the last message page
+//! by page as the C server does, printing `invalid data in page N`, and
+//! exits 1 if one is). `-e` sleeps on completion events and `-l` sets the
+//! service level of the address handle ([`DatagramOptions`]).
 
 use clap::Parser;
+use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
-use rdma_examples::{cli, device, Result};
-use rdma_safe::{DatagramAddress, DatagramEndpoint, Gid};
+use rdma_examples::{cli, device, page_size, Result};
+use rdma_safe::{DatagramAddress, DatagramEndpoint, DatagramOptions, Gid};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The QKey both programs use.
 const QKEY: u32 = 0x1111_1111;
@@ -44,41 +48,12 @@ const FILL: u8 = 0x7b;
                       ud_pingpong [options] <host>   connect to server at <host>"
 )]
 struct Options {
-    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
-          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
-    port: u16,
-    #[arg(
-        help = "use IB device <dev> (default first device found)",
-        short = 'd',
-        long = "ib-dev",
-        value_name = "dev"
-    )]
-    ib_dev: Option<String>,
-    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
-          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
-    ib_port: u8,
+    #[command(flatten)]
+    common: PingpongFlags,
     /// size of message to exchange (default 2048; at most the port's MTU)
     #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "2048",
           value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, 1 << 20)))]
     size: usize,
-    /// accepted for compatibility: the endpoint keeps its own receive ring
-    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
-          value_parser = cli::number::<usize>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
-    rx_depth: usize,
-    /// number of exchanges (default 1000)
-    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
-          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
-    iters: usize,
-    /// local port gid index (default: the port's RoCE v2 GID)
-    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
-          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
-    gid_idx: Option<u32>,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
-    /// the server to connect to (none: be the server)
-    #[arg(value_name = "host")]
-    server: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -86,9 +61,15 @@ fn main() -> ExitCode {
 }
 
 fn run(o: &Options) -> Result<()> {
-    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
-    let mut endpoint = DatagramEndpoint::on_port(&pd, QKEY, o.ib_port, o.gid_idx)?;
-    endpoint.set_timeout(o.timeout);
+    let c = &o.common;
+    let pd = device::open_checked(c.ib_dev(), c.ib_port(), c.gid_idx())?;
+    let options = DatagramOptions::default()
+        .port(c.ib_port())
+        .gid_index(c.gid_idx())
+        .service_level(c.sl)
+        .completion_events(c.events);
+    let mut endpoint = DatagramEndpoint::with_options(&pd, QKEY, &options)?;
+    endpoint.set_timeout(c.timeout());
     if o.size > endpoint.max_message() {
         return Err(format!(
             "Requested size larger than port MTU ({})",
@@ -105,11 +86,11 @@ fn run(o: &Options) -> Result<()> {
     };
 
     // Address exchange; the receive ring is already posted.
-    let remote = match &o.server {
+    let remote = match &c.server {
         Some(host) => {
             println!("  local address:  {}", me.describe());
-            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
-            let mut link = Link::new(s, o.timeout)?;
+            let s = net::connect(host, c.port, net::CONNECT_RETRY, c.timeout())?;
+            let mut link = Link::new(s, c.timeout())?;
             link.write_all(&me.to_wire())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the server's address")
@@ -118,12 +99,12 @@ fn run(o: &Options) -> Result<()> {
             Dest::from_wire(&msg)?
         }
         None => {
-            let listener = net::listen(o.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
+            let listener = net::listen(c.port)
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
             println!("  local address:  {}", me.describe());
             let (s, _) = listener.accept()?;
             drop(listener);
-            let mut link = Link::new(s, o.timeout)?;
+            let mut link = Link::new(s, c.timeout())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the client's address")
                 .map_err(|e| format!("Couldn't read remote address: {e}"))?;
@@ -146,15 +127,19 @@ fn run(o: &Options) -> Result<()> {
         qkey: QKEY,
     })?;
 
-    let payload = vec![FILL; o.size];
+    // What every datagram carries: the C program's fill byte, and with -c
+    // a zero at the start of every page (what its client sends and its
+    // server echoes). Ours sends it in both roles.
+    let payload = expected_payload(o.size, c.chk, page_size());
     let mut buf = vec![0u8; o.size];
+    let iters = c.iters;
     let start = Instant::now();
     let mut sent = 0;
-    if o.server.is_some() {
+    if c.is_client() {
         endpoint.send_to(&peer, &payload)?;
         sent += 1;
     }
-    for received in 0..o.iters {
+    for received in 0..iters {
         let got = endpoint.receive(&mut buf)?;
         if got.len() != o.size {
             return Err(format!(
@@ -164,26 +149,121 @@ fn run(o: &Options) -> Result<()> {
             )
             .into());
         }
-        if let Some(i) = buf.iter().position(|&b| b != FILL) {
-            return Err(format!("datagram {received}: byte {i} is {:#04x}", buf[i]).into());
+        if let Some(i) = buf.iter().zip(&payload).position(|(a, b)| a != b) {
+            return Err(format!(
+                "datagram {received}: byte {i} is {:#04x}, expected {:#04x}{}",
+                buf[i],
+                payload[i],
+                if c.chk { "" } else { " (-c on one side only?)" }
+            )
+            .into());
         }
-        if sent < o.iters {
+        if sent < iters {
             endpoint.send_to(&peer, &payload)?;
             sent += 1;
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = o.size as u64 * o.iters as u64 * 2;
+    let bytes = o.size as u64 * iters as u64 * 2;
     println!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
         usec / 1e6,
         bytes as f64 * 8.0 / usec
     );
     println!(
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        o.iters,
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
         usec / 1e6,
-        usec / o.iters as f64
+        usec / iters as f64
     );
+    // -c: the C server's check of the last message, page by page (every
+    // byte of every datagram was checked above already).
+    if c.chk && !c.is_client() {
+        let bad = invalid_pages(&buf, page_size());
+        for p in &bad {
+            println!("invalid data in page {p}");
+        }
+        if !bad.is_empty() {
+            return Err("received buffer failed validation (-c)".into());
+        }
+    }
     Ok(())
+}
+
+/// `size` bytes of the C program's fill byte, with a zero at every page
+/// start when `chk` (-c).
+fn expected_payload(size: usize, chk: bool, page: usize) -> Vec<u8> {
+    let mut p = vec![FILL; size];
+    if chk {
+        for i in (0..size).step_by(page) {
+            p[i] = 0;
+        }
+    }
+    p
+}
+
+/// The pages of `buf` whose first byte is not the zero -c puts there.
+fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
+    (0..buf.len())
+        .step_by(page)
+        .filter(|&i| buf[i] != 0)
+        .map(|i| i / page)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn takes_every_flag_of_ibv_ud_pingpong() {
+        let o = Options::try_parse_from([
+            "ud_pingpong",
+            "-p",
+            "19000",
+            "-d",
+            "rxe0",
+            "-i",
+            "1",
+            "-s",
+            "1000",
+            "-r",
+            "100",
+            "-n",
+            "10",
+            "-l",
+            "2",
+            "-e",
+            "-g",
+            "1",
+            "-c",
+            "10.0.2.15",
+        ])
+        .unwrap();
+        assert_eq!(o.size, 1000);
+        let c = &o.common;
+        assert!(c.events && c.chk && c.is_client());
+        assert_eq!(
+            (c.sl, c.rx_depth, c.iters, c.gid_idx()),
+            (2, 100, 10, Some(1))
+        );
+        assert_eq!(Options::try_parse_from(["ud_pingpong"]).unwrap().size, 2048);
+    }
+
+    #[test]
+    fn chk_zeroes_page_starts_and_finds_bad_pages() {
+        let p = expected_payload(9000, true, 4096);
+        assert_eq!((p[0], p[4096], p[8192]), (0, 0, 0));
+        assert!(p
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| (b == 0) == (i % 4096 == 0)));
+        assert!(expected_payload(100, false, 4096)
+            .iter()
+            .all(|&b| b == FILL));
+        assert!(invalid_pages(&p, 4096).is_empty());
+        let mut q = p.clone();
+        q[4096] = FILL;
+        assert_eq!(invalid_pages(&q, 4096), vec![1]);
+    }
 }

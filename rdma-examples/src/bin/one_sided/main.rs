@@ -41,6 +41,7 @@ mod protocol;
 use clap::Parser;
 use evpl::{rdma_read, rdma_write, Completions};
 use protocol::{CHUNK, DEPTH, IOVS, ROUNDS, SIZE};
+use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::shared::SharedBuffer;
@@ -51,7 +52,7 @@ use rdma_safe::{
 };
 use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The unit tests' allocator: records the largest allocation, for the
 /// decoders' fuzz tests.
@@ -66,20 +67,10 @@ static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
                       one_sided [options] <host>   client: RDMA-write and read back the server's buffer"
 )]
 struct Options {
-    #[arg(
-        help = "use RDMA device <dev> (default first device found)",
-        short = 'd',
-        long = "ib-dev",
-        value_name = "dev"
-    )]
-    ib_dev: Option<String>,
-    #[arg(help = "use port <port> of the device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
-          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
-    ib_port: u8,
-    /// local GID index (default: the port's RoCE v2 IPv4 GID)
-    #[arg(short = 'x', long = "gid-index", value_name = "index",
-          value_parser = cli::number::<u32>(Limit::new("-x/--gid-index", 0, 255)))]
-    gid_index: Option<u32>,
+    #[command(flatten)]
+    device: DeviceFlags,
+    #[command(flatten)]
+    gid: GidIndex,
     /// TCP port to listen on/connect to (default 18517)
     #[arg(short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18517",
           value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
@@ -104,9 +95,8 @@ struct Options {
     #[arg(short = 'n', long = "rounds", value_name = "n", hide_default_value = true, default_value = "3",
           value_parser = cli::number::<usize>(ROUNDS))]
     rounds: usize,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
+    #[command(flatten)]
+    timeout: Timeout,
     /// the server to connect to (none: be the server)
     #[arg(value_name = "host")]
     host: Option<String>,
@@ -131,13 +121,13 @@ fn connect(
 ) -> Result<Channel> {
     let mut b = pd
         .channel_builder()
-        .port(o.ib_port)
+        .port(o.device.ib_port)
         .send_depth(depth)
         .recv_depth(1)
         .max_send_sge(iovs)
         .max_recv_sge(1)
-        .timeout(o.timeout);
-    if let Some(g) = o.gid_index {
+        .timeout(o.timeout.timeout);
+    if let Some(g) = o.gid.gid_index {
         b = b.gid_index(g);
     }
     let mut channel = b.build()?;
@@ -157,7 +147,11 @@ fn round_seed(round: usize) -> u64 {
 fn server(o: &Options) -> Result<()> {
     let size = o.size;
     // Everything that can fail on our side fails before a client is awaited.
-    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
+    let pd = device::open_checked(
+        o.device.ib_dev.as_deref(),
+        o.device.ib_port,
+        o.gid.gid_index,
+    )?;
     let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)")?;
     // SAFETY: no peer knows the buffer yet.
     pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
@@ -175,7 +169,7 @@ fn server(o: &Options) -> Result<()> {
     );
     let (stream, peer) = listener.accept()?;
     drop(listener);
-    let mut link = Link::new(stream, o.timeout)?;
+    let mut link = Link::new(stream, o.timeout.timeout)?;
     let channel = connect(o, &pd, &mut link, 1, 1)?;
     link.write_all(&region.remote().to_bytes())?;
     println!(
@@ -256,9 +250,13 @@ fn client(o: &Options, host: &str) -> Result<()> {
         return Err(format!("--chunk {chunk} is smaller than --iovs {iovs}").into());
     }
 
-    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
-    let stream = net::connect(host, port, net::CONNECT_RETRY, o.timeout)?;
-    let mut link = Link::new(stream, o.timeout)?;
+    let pd = device::open_checked(
+        o.device.ib_dev.as_deref(),
+        o.device.ib_port,
+        o.gid.gid_index,
+    )?;
+    let stream = net::connect(host, port, net::CONNECT_RETRY, o.timeout.timeout)?;
+    let mut link = Link::new(stream, o.timeout.timeout)?;
     let mut channel = connect(o, &pd, &mut link, depth as u32, iovs as u32)?;
     let mut rb = [0u8; REMOTE_REGION_ENCODED_LEN];
     link.read_exact(&mut rb, "the server's region")?;

@@ -5,6 +5,7 @@ use crate::protocol::{AtomicKind, Params, Test, INLINE, ITERS, MAX_ALL, RX_DEPTH
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rdma_examples::cli;
+use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_safe::{Mtu, ATOMIC_SIZE};
 use std::time::Duration;
@@ -23,20 +24,10 @@ struct Args {
     /// write_bw|read_bw|send_bw|write_lat|read_lat|send_lat|atomic_bw|atomic_lat
     #[arg(long = "test", value_name = "test")]
     test: Option<String>,
-    #[arg(
-        help = "use RDMA device <dev> (default first device found)",
-        short = 'd',
-        long = "ib-dev",
-        value_name = "dev"
-    )]
-    ib_dev: Option<String>,
-    #[arg(help = "use port <port> of the device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
-          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
-    ib_port: u8,
-    /// local GID index (default: the port's RoCE v2 IPv4 GID)
-    #[arg(short = 'x', long = "gid-index", value_name = "index",
-          value_parser = cli::number::<u32>(Limit::new("-x/--gid-index", 0, 255)))]
-    gid_index: Option<u32>,
+    #[command(flatten)]
+    device: DeviceFlags,
+    #[command(flatten)]
+    gid: GidIndex,
     /// message size (default 65536 for bandwidth, 2 for latency tests)
     #[arg(short = 's', long = "size", value_name = "bytes",
           value_parser = cli::number::<usize>(SIZE))]
@@ -91,9 +82,8 @@ struct Args {
     /// same -s/-n/-t options, as with perftest)
     #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
     rdma_cm: bool,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
+    #[command(flatten)]
+    timeout: Timeout,
     /// the test (unless --test is given), then the server to connect to
     #[arg(value_name = "test|host")]
     positionals: Vec<String>,
@@ -200,16 +190,16 @@ impl Options {
                 atomic: a.atomic_type.unwrap_or_default(),
             },
             server,
-            ib_dev: a.ib_dev,
-            ib_port: a.ib_port,
-            gid_index: a.gid_index,
+            ib_dev: a.device.ib_dev,
+            ib_port: a.device.ib_port,
+            gid_index: a.gid.gid_index,
             mtu: a.mtu,
             rdma_cm: a.rdma_cm,
             port: a.port,
             json: a.json,
             asynchronous: a.asynchronous,
             verbose: a.verbose,
-            timeout: a.timeout,
+            timeout: a.timeout.timeout,
         })
     }
 }

@@ -6,8 +6,15 @@
 //! rc_pingpong -d rxe0 -g 1 10.0.2.15       client: connect to the server
 //! ```
 //!
-//! Same options as the C program (`-p -d -i -s -m -r -n -l -e -g -c`), same
-//! TCP exchange and same output:
+//! Same options as the C program (`-p -d -i -s -m -r -n -l -e -g -o -O -P
+//! -t -c -j -N`), same TCP exchange and same output. `-N` posts the sends
+//! through the extended QP API (`ibv_wr_*`) of rdma-core directly
+//! ([`new_send`]: rdma-safe's engine has no extended QP). `-o -O -P -t -j`
+//! (on-demand paging, completion timestamps, device memory) are checked
+//! against the device's extended attributes and end the run with
+//! "`<flag>`: not supported by this device (…)" where it lacks them (rxe
+//! lacks all three), or with an error saying this program does not
+//! implement them where it has them. The exchange:
 //!
 //! 1. Both sides post their receives, then exchange addresses over TCP
 //!    (port 18515): the client sends `"LID:QPN:PSN:GID"` (`%04x:%06x:%06x:`
@@ -33,17 +40,21 @@
 
 use clap::Parser;
 use rdma_core::{LinkLayer, Mtu, WcStatus};
+use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
-use rdma_examples::{cli, device, flatten_scope, BoxError, Result};
+use rdma_examples::support::{self, Feature};
+use rdma_examples::{cli, device, flatten_scope, page_size, BoxError, Result};
 use rdma_safe::{
     ConnectOptions, Endpoint, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
     TransportError,
 };
 use std::collections::VecDeque;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+mod new_send;
 
 /// Largest `-s`: two buffers of it are allocated and registered.
 const SIZE: Limit = Limit::new("-s/--size", 0, 1 << 30);
@@ -57,19 +68,8 @@ const SIZE: Limit = Limit::new("-s/--size", 0, 1 << 30);
                       rc_pingpong [options] <host>   connect to server at <host>"
 )]
 struct Options {
-    #[arg(help = "listen on/connect to port <port> (default 18515)", short = 'p', long = "port", value_name = "port", hide_default_value = true, default_value = "18515",
-          value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
-    port: u16,
-    #[arg(
-        help = "use IB device <dev> (default first device found)",
-        short = 'd',
-        long = "ib-dev",
-        value_name = "dev"
-    )]
-    ib_dev: Option<String>,
-    #[arg(help = "use port <port> of IB device (default 1)", short = 'i', long = "ib-port", value_name = "port", hide_default_value = true, default_value = "1",
-          value_parser = cli::number::<u8>(Limit::new("-i/--ib-port", 1, 255)))]
-    ib_port: u8,
+    #[command(flatten)]
+    common: PingpongFlags,
     /// size of message to exchange (default 4096)
     #[arg(short = 's', long = "size", value_name = "size", hide_default_value = true, default_value = "4096",
           value_parser = cli::number::<usize>(SIZE))]
@@ -78,34 +78,24 @@ struct Options {
     #[arg(short = 'm', long = "mtu", value_name = "size", hide_default_value = true, default_value = "1024",
           value_parser = mtu)]
     mtu: Mtu,
-    /// number of receives to post at a time (default 500)
-    #[arg(short = 'r', long = "rx-depth", value_name = "dep", hide_default_value = true, default_value = "500",
-          value_parser = cli::number::<usize>(Limit::new("-r/--rx-depth", 1, 1 << 20)))]
-    rx_depth: usize,
-    /// number of exchanges (default 1000)
-    #[arg(short = 'n', long = "iters", value_name = "iters", hide_default_value = true, default_value = "1000",
-          value_parser = cli::number::<usize>(Limit::new("-n/--iters", 1, u32::MAX as u64)))]
-    iters: usize,
-    /// service level value (default 0)
-    #[arg(short = 'l', long = "sl", value_name = "sl", hide_default_value = true, default_value = "0",
-          value_parser = cli::number::<u8>(Limit::new("-l/--sl", 0, 15)))]
-    sl: u8,
-    /// sleep on CQ events (default poll)
-    #[arg(short = 'e', long = "events")]
-    events: bool,
-    /// local port gid index (default: RoCE v2 GID on RoCE, none on IB)
-    #[arg(short = 'g', long = "gid-idx", value_name = "gid index",
-          value_parser = cli::number::<u32>(Limit::new("-g/--gid-idx", 0, 255)))]
-    gid_idx: Option<u32>,
-    /// validate received buffer
-    #[arg(short = 'c', long = "chk")]
-    chk: bool,
-    #[arg(long = "timeout", value_name = "seconds", hide_default_value = true, default_value = "30",
-          value_parser = cli::timeout, help = cli::TIMEOUT_HELP)]
-    timeout: Duration,
-    /// the server to connect to (none: be the server)
-    #[arg(value_name = "host")]
-    server: Option<String>,
+    /// use on demand paging (refused where the device lacks it)
+    #[arg(short = 'o', long = "odp")]
+    odp: bool,
+    /// use implicit on demand paging (refused where the device lacks it)
+    #[arg(short = 'O', long = "iodp")]
+    iodp: bool,
+    /// prefetch an ODP MR (with -o or -O)
+    #[arg(short = 'P', long = "prefetch")]
+    prefetch: bool,
+    /// get CQE with timestamp (refused where the device lacks it)
+    #[arg(short = 't', long = "ts")]
+    ts: bool,
+    /// use device memory (refused where the device lacks it)
+    #[arg(short = 'j', long = "dm")]
+    dm: bool,
+    /// use new post send WR API (ibv_wr_*, through rdma-core's extended QP)
+    #[arg(short = 'N', long = "new_send", alias = "new-send")]
+    new_send: bool,
 }
 
 fn mtu(text: &str) -> Result<Mtu, String> {
@@ -117,25 +107,52 @@ fn main() -> ExitCode {
     cli::finish("rc_pingpong", run(&Options::parse()))
 }
 
+/// The optional features `-o -O -P -t -j` ask for, checked against the
+/// device before anything else is set up.
+fn check_features(o: &Options, ctx: &rdma_core::Context) -> Result<()> {
+    if o.prefetch && !(o.odp || o.iodp) {
+        return Err("-P/--prefetch: valid only with on-demand paging (-o or -O)".into());
+    }
+    if o.iodp {
+        support::require(ctx, "-O/--iodp", Feature::ImplicitOdp)?;
+    } else if o.odp {
+        support::require(ctx, "-o/--odp", Feature::Odp)?;
+    }
+    if o.ts {
+        support::require(ctx, "-t/--ts", Feature::CompletionTimestamps)?;
+    }
+    if o.dm {
+        let bytes = o.size as u64;
+        support::require(ctx, "-j/--dm", Feature::DeviceMemory { bytes })?;
+    }
+    Ok(())
+}
+
 fn run(o: &Options) -> Result<()> {
-    let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_idx)?;
-    let port_attr = pd.context().query_port(o.ib_port)?;
+    let c = &o.common;
+    let pd = device::open_checked(c.ib_dev(), c.ib_port(), c.gid_idx())?;
+    check_features(o, pd.context())?;
+    if o.new_send {
+        return new_send::run(o, &pd);
+    }
+    let port_attr = pd.context().query_port(c.ib_port())?;
     let roce = port_attr.link_layer() == LinkLayer::Ethernet;
+    let rx_depth = c.rx_depth as usize;
 
     // The C program's queue pair: one send, rx_depth receives, one SGE each,
     // a CQ of rx_depth + 1 entries shared by both queues.
     let mut builder = pd
         .channel_builder()
-        .port(o.ib_port)
+        .port(c.ib_port())
         .send_depth(1)
-        .recv_depth(o.rx_depth as u32)
+        .recv_depth(c.rx_depth)
         .max_send_sge(1)
         .max_recv_sge(1)
-        .cq_size(o.rx_depth as u32 + 1)
+        .cq_size(c.rx_depth + 1)
         .mtu(o.mtu)
-        .timeout(o.timeout)
-        .completion_events(o.events);
-    if let Some(g) = o.gid_idx {
+        .timeout(c.timeout())
+        .completion_events(c.events);
+    if let Some(g) = c.gid_idx() {
         builder = builder.gid_index(g);
     }
     let mut channel = builder.build()?;
@@ -149,7 +166,7 @@ fn run(o: &Options) -> Result<()> {
         psn: local.psn,
         // Like the C program: a GID only with -g (on InfiniBand), since the
         // peer then addresses us through a GRH with its own -g index.
-        gid: if o.gid_idx.is_some() || roce {
+        gid: if c.gid_idx().is_some() || roce {
             local.gid
         } else {
             Gid::default()
@@ -165,48 +182,14 @@ fn run(o: &Options) -> Result<()> {
     let (mr, buf) = buf.split_mut();
     let (rx, tx) = buf.split_at_mut(slot);
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
-    tx.fill(0x7b);
-    let page = page_size();
-    // -c: the C client zeroes the first byte of every page, and the C
-    // programs send back what they received, so the zeroes travel both ways.
-    // Our side sends a constant buffer: zero those bytes in either role.
-    if o.chk {
-        for i in (0..o.size).step_by(page) {
-            tx[i] = 0;
-        }
-    }
+    fill_payload(tx, c.chk);
 
-    // Address exchange. The server listens before printing, so a script
-    // that waits for the first line knows the port is open.
-    let (mut link, remote) = match &o.server {
-        Some(host) => {
-            println!("  local address:  {}", me.describe());
-            let s = net::connect(host, o.port, net::CONNECT_RETRY, o.timeout)?;
-            let mut link = Link::new(s, o.timeout)?;
-            link.write_all(&me.to_wire())?;
-            let mut msg = [0u8; MSG_LEN];
-            link.read_exact(&mut msg, "the server's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            link.write_all(DONE)?;
-            (None, Dest::from_wire(&msg)?)
-        }
-        None => {
-            let listener = net::listen(o.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", o.port))?;
-            println!("  local address:  {}", me.describe());
-            let (s, _) = listener.accept()?;
-            drop(listener);
-            let mut link = Link::new(s, o.timeout)?;
-            let mut msg = [0u8; MSG_LEN];
-            link.read_exact(&mut msg, "the client's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            (Some(link), Dest::from_wire(&msg)?)
-        }
-    };
+    // Address exchange. The server answers once its receives are posted.
+    let (mut link, remote) = exchange(c, &me)?;
     // The C program's connection attributes: SL from -l, hop limit 1, one
     // outstanding RDMA read each way, timeout 14, 7 retries, RNR timer 12.
     let attrs = ConnectOptions {
-        service_level: o.sl,
+        service_level: c.sl,
         hop_limit: 1,
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
@@ -218,7 +201,7 @@ fn run(o: &Options) -> Result<()> {
             &Endpoint {
                 qp_num: remote.qpn,
                 psn: remote.psn,
-                port: o.ib_port,
+                port: c.ib_port(),
                 lid: remote.lid,
                 gid: remote.gid,
                 gid_index: 0, // the peer's index; not needed to reach it
@@ -228,8 +211,8 @@ fn run(o: &Options) -> Result<()> {
         )
         .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
 
-    let is_client = o.server.is_some();
-    let (iters, size, rx_depth) = (o.iters, o.size, o.rx_depth);
+    let is_client = c.is_client();
+    let (iters, size) = (c.iters, o.size);
     let elapsed = flatten_scope(channel.scope(|s| -> Result<_, BoxError> {
         // A failed check ends the run at once: the receives still posted are
         // flushed instead of waited for.
@@ -287,6 +270,15 @@ fn run(o: &Options) -> Result<()> {
         Ok(start.elapsed())
     }))?;
 
+    report(size, iters, elapsed);
+    if c.chk && !is_client {
+        check_pages(rx)?;
+    }
+    Ok(())
+}
+
+/// Prints the C program's two summary lines.
+fn report(size: usize, iters: usize, elapsed: std::time::Duration) {
     let usec = elapsed.as_secs_f64() * 1e6;
     let bytes = size as u64 * iters as u64 * 2;
     println!(
@@ -299,20 +291,69 @@ fn run(o: &Options) -> Result<()> {
         usec / 1e6,
         usec / iters as f64
     );
+}
 
-    if o.chk && !is_client {
-        let mut bad = false;
-        for i in (0..size).step_by(page) {
-            if rx[i] != 0 {
-                println!("invalid data in page {}", i / page);
-                bad = true;
-            }
-        }
-        if bad {
-            return Err("received buffer failed validation (-c)".into());
+/// The payload this side sends: the C program's fill byte and, with `-c`,
+/// a zero at every page start. (The C client zeroes those bytes and the C
+/// programs send back what they received, so the zeroes travel both ways;
+/// our side sends a constant buffer, so it zeroes them in either role.)
+fn fill_payload(tx: &mut [u8], chk: bool) {
+    tx.fill(0x7b);
+    if chk {
+        for i in (0..tx.len()).step_by(page_size()) {
+            tx[i] = 0;
         }
     }
+}
+
+/// `-c` on the server: the first byte of every page of the last message
+/// must be zero; `invalid data in page N` for each that is not.
+fn check_pages(rx: &[u8]) -> Result<()> {
+    let page = page_size();
+    let mut bad = false;
+    for i in (0..rx.len()).step_by(page) {
+        if rx[i] != 0 {
+            println!("invalid data in page {}", i / page);
+            bad = true;
+        }
+    }
+    if bad {
+        return Err("received buffer failed validation (-c)".into());
+    }
     Ok(())
+}
+
+/// The first half of the address exchange. The client sends its address,
+/// reads the server's and says "done": `(None, server)`. The server listens
+/// (before printing, so a script that waits for the first line knows the
+/// port is open) and reads the client's address: `(Some(link), client)`;
+/// it answers with [`finish_server_exchange`] once its receives are posted.
+fn exchange(c: &PingpongFlags, me: &Dest) -> Result<(Option<Link>, Dest)> {
+    match &c.server {
+        Some(host) => {
+            println!("  local address:  {}", me.describe());
+            let s = net::connect(host, c.port, net::CONNECT_RETRY, c.timeout())?;
+            let mut link = Link::new(s, c.timeout())?;
+            link.write_all(&me.to_wire())?;
+            let mut msg = [0u8; MSG_LEN];
+            link.read_exact(&mut msg, "the server's address")
+                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            link.write_all(DONE)?;
+            Ok((None, Dest::from_wire(&msg)?))
+        }
+        None => {
+            let listener = net::listen(c.port)
+                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
+            println!("  local address:  {}", me.describe());
+            let (s, _) = listener.accept()?;
+            drop(listener);
+            let mut link = Link::new(s, c.timeout())?;
+            let mut msg = [0u8; MSG_LEN];
+            link.read_exact(&mut msg, "the client's address")
+                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            Ok((Some(link), Dest::from_wire(&msg)?))
+        }
+    }
 }
 
 /// The server's half after connecting: send our address, read "done".
@@ -345,10 +386,63 @@ fn size_hint(e: TransportError, size: usize) -> BoxError {
     format!("{e} ({hint}: same -s on both sides?)").into()
 }
 
-/// The page size `-c` validates by (as the C program: the first byte of
-/// every page).
-fn page_size() -> usize {
-    // SAFETY: `sysconf` has no preconditions; it only reads a constant.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_every_flag_of_ibv_rc_pingpong() {
+        let o = Options::try_parse_from([
+            "rc_pingpong",
+            "-p",
+            "19000",
+            "-d",
+            "rxe0",
+            "-i",
+            "1",
+            "-s",
+            "100",
+            "-m",
+            "512",
+            "-r",
+            "8",
+            "-n",
+            "10",
+            "-l",
+            "1",
+            "-e",
+            "-g",
+            "1",
+            "-o",
+            "-O",
+            "-P",
+            "-t",
+            "-c",
+            "-j",
+            "-N",
+            "host",
+        ])
+        .unwrap();
+        assert_eq!((o.size, o.mtu), (100, Mtu::Mtu512));
+        assert!(o.odp && o.iodp && o.prefetch && o.ts && o.dm && o.new_send);
+        assert!(o.common.events && o.common.chk && o.common.is_client());
+        let long = Options::try_parse_from([
+            "rc_pingpong",
+            "--odp",
+            "--iodp",
+            "--prefetch",
+            "--ts",
+            "--dm",
+            "--new_send",
+        ])
+        .unwrap();
+        assert!(long.odp && long.iodp && long.prefetch && long.ts && long.dm && long.new_send);
+        let d = Options::try_parse_from(["rc_pingpong"]).unwrap();
+        assert_eq!(
+            (d.size, d.mtu, d.common.rx_depth),
+            (4096, Mtu::Mtu1024, 500)
+        );
+        assert!(!(d.odp || d.iodp || d.prefetch || d.ts || d.dm || d.new_send));
+        assert!(Options::try_parse_from(["rc_pingpong", "-m", "1000"]).is_err());
+    }
 }
