@@ -15,6 +15,31 @@ fn env_or(vars: &[&str], default: &str) -> String {
 }
 
 /// Waits for `child` up to `limit`; kills it after that (`None`).
+/// Reads `pipe` until a line containing `needle` (or `limit`, or its end),
+/// then keeps collecting it in the background; the handle gives the text.
+fn wait_for_line(
+    pipe: std::process::ChildStderr,
+    needle: &str,
+    limit: Duration,
+) -> std::thread::JoinHandle<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let needle = needle.to_owned();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            if line.contains(&needle) {
+                let _ = tx.send(());
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let _ = rx.recv_timeout(limit);
+    reader
+}
+
 fn wait_bounded(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let start = Instant::now();
     loop {
@@ -38,13 +63,23 @@ fn many_clients_get_every_byte_back() {
     let gid = env_or(&["RXE_GID_INDEX"], "1");
     let port = "18531";
     let common = ["-d", dev.as_str(), "-x", gid.as_str(), "-p", port];
+    // Buffers of the messages' size: registering the default 1 GiB pool
+    // takes many seconds on a loaded emulated machine.
     let mut server = Command::new(exe)
         .arg("server")
         .args(common)
+        .args(["-s", "1000"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start the server");
+    // Start the clients once the server listens (their connect retries
+    // are bounded; a slow start must not fail them).
+    let server_log = wait_for_line(
+        server.stderr.take().expect("server stderr"),
+        "serving on TCP port",
+        TIMEOUT,
+    );
     let client = Command::new(exe)
         .arg("client")
         .args(common)
@@ -66,6 +101,7 @@ fn many_clients_get_every_byte_back() {
     let output = client.wait_with_output().expect("client output");
     let _ = server.kill();
     let _ = server.wait();
+    let server_text = server_log.join().unwrap_or_default();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -73,7 +109,7 @@ fn many_clients_get_every_byte_back() {
     );
     assert!(
         status.is_some_and(|s| s.success()),
-        "client {status:?}:\n{text}"
+        "client {status:?}:\n{text}\nserver:\n{server_text}"
     );
     assert!(text.contains("3200 echoed and checked"), "{text}");
     assert!(text.contains("msgs/s"), "{text}");
