@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{assert_bytes, pair_with, pattern, pd, seed, shared_mr};
-use rdma_safe::{BufferPool, PoolError, RemoteMemoryRegion, SharedChannel};
+use common::{assert_bytes, assert_idle, pair_with, pattern, pd, seed, shared_mr};
+use rdma_safe::{BufferPool, PoolError, RemoteMemoryRegion};
 use std::time::Duration;
 
 const NEEDS_DEVICE: &str = "needs an RDMA device: run `cargo xtask test-rxe`";
@@ -15,16 +15,6 @@ fn bytes_of(pool: &BufferPool, data: &[u8]) -> rdma_safe::PoolBytes {
     let mut buf = pool.try_alloc().expect("a free buffer");
     buf.fill_from(data);
     buf.freeze()
-}
-
-#[track_caller]
-fn assert_idle(ch: &SharedChannel, what: &str) {
-    let (_, in_flight, _, slots) = ch.counters();
-    assert_eq!(
-        (in_flight, slots),
-        (0, 0),
-        "{what}: work left in the engine"
-    );
 }
 
 #[test]

@@ -13,10 +13,10 @@
 
 mod common;
 
-use common::{assert_bytes, pattern, pd, registered, seed};
+use common::{assert_bytes, assert_idle, pattern, pd, registered, seed};
 use rdma_safe::{
     BufferPool, Channel, OwnedRequest, PoolBuf, QpState, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteAccessBuffer, SendWorkRequest, SharedChannel, SharedReceiveQueue, TransportError,
+    RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue, TransportError,
 };
 use std::future::Future;
 use std::pin::pin;
@@ -52,16 +52,6 @@ fn assert_not_ready<T: std::fmt::Debug>(r: Result<T, TransportError>, what: &str
         }) => {}
         other => panic!("{what}: expected NotReady in INIT, got {other:?}"),
     }
-}
-
-#[track_caller]
-fn assert_idle(ch: &SharedChannel, what: &str) {
-    let (_, in_flight, _, slots) = ch.counters();
-    assert_eq!(
-        (in_flight, slots),
-        (0, 0),
-        "{what}: work left in the engine"
-    );
 }
 
 #[test]

@@ -146,14 +146,7 @@ impl WorkQueue {
         e: PostError,
     ) -> (TransportError, Held) {
         if nothing_queued(&e) {
-            let source = e.into();
-            return (
-                TransportError::Post {
-                    operation: op,
-                    source,
-                },
-                held,
-            );
+            return (post_error(op, e), held);
         }
         self.settle_uncertain(st, op, len, sq, held, e)
     }
@@ -173,14 +166,7 @@ impl WorkQueue {
         st.track_attached(op, len, sq, Attached { held, notify });
         self.settle_tracked(st, op, id..id + 1, &e);
         let held = st.slots.remove(id).map_or(Held::None, |s| s.att.held);
-        let source = e.into();
-        (
-            TransportError::Post {
-                operation: op,
-                source,
-            },
-            held,
-        )
+        (post_error(op, e), held)
     }
 
     /// The requests of `ids`, tracked, may or may not be on the queue after
@@ -202,5 +188,13 @@ impl WorkQueue {
             st,
             &format!("posting a {op} failed ({e}) without saying what reached the queue"),
         );
+    }
+}
+
+/// The error of a failed post of `op`.
+fn post_error(op: Operation, e: PostError) -> TransportError {
+    TransportError::Post {
+        operation: op,
+        source: e.into(),
     }
 }

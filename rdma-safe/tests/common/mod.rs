@@ -267,3 +267,14 @@ pub fn assert_whole(ch: &rdma_safe::SharedChannel, pool: &rdma_safe::BufferPool,
     );
     assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
 }
+
+/// Nothing in flight or unclaimed on `ch`.
+#[track_caller]
+pub fn assert_idle(ch: &rdma_safe::SharedChannel, what: &str) {
+    let (_, in_flight, _, slots) = ch.counters();
+    assert_eq!(
+        (in_flight, slots),
+        (0, 0),
+        "{what}: work left in the engine"
+    );
+}
