@@ -90,6 +90,40 @@
 //!
 //! The same program is `rdma-safe/examples/loopback.rs`, which
 //! `cargo xtask test-rxe` runs on a soft-RoCE device.
+//!
+//! # Adding a verb
+//!
+//! For contributors: the files a new operation touches, in order, as the
+//! atomics were added. Required steps first.
+//!
+//! 1. **The work request** (`rdma-core`): a constructor on
+//!    `rdma_core::SendRequest` (`rdma-core/src/wr/send.rs`) for the
+//!    opcode; for a verb that exists only in the extended QP API
+//!    (`ibv_wr_*`, e.g. RDMA flush or atomic write), a method on
+//!    `rdma_core::WrBatch` (`rdma-core/src/qp_ex.rs`) that first checks the
+//!    device's `send_ops_flags`, with a device test in
+//!    `rdma-core/tests/`.
+//! 2. **Its name**: a variant of [`Operation`] (`error.rs`), which every
+//!    error of the verb carries.
+//! 3. **Its typed request**: a type holding the borrowed elements and the
+//!    remote side (`atomic.rs`, `work.rs`), whose lifetimes tie the memory
+//!    to the operation.
+//! 4. **Validation and the request**, in one engine file
+//!    (`engine/atomic.rs`): refuse a malformed request before the verb
+//!    (with a message naming the rule), build the `SendRequest`, and post
+//!    through `WorkQueue::post_sends` / `post_sends_and_wait`. Those give
+//!    the verb admission (usable channel, queue pair state, queue room),
+//!    tracking, the bounded wait, and the settling of a failed post for
+//!    free — never call the verb directly.
+//! 5. **Device tests** (`rdma-safe/tests/<verb>.rs`): every byte checked,
+//!    a malformed request refused before posting, and a peer error
+//!    reported with its status; on a device without the verb, a test
+//!    pinning the "not supported by this device" error.
+//!
+//! Optional, each on its own: the blocking form (a method in
+//! `channel/<verb>.rs`), the scoped form ([`PollingScope`]'s `post_*` in
+//! `scope.rs`), the owned form (a variant of [`OwnedRequest`] and of the
+//! engine's `OwnedKind`), and a `perf` test in `rdma-examples`.
 
 mod aligned;
 mod atomic;
