@@ -115,3 +115,77 @@ fn many_clients_get_every_byte_back() {
     assert!(text.contains("msgs/s"), "{text}");
     println!("{text}");
 }
+
+/// One misbehaving client costs the server that connection only: garbage
+/// instead of an endpoint, a connection closed at once, and one that stays
+/// silent, then good clients, every message of theirs echoed and checked.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_bad_client_costs_the_server_only_its_own_connection() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let exe = env!("CARGO_BIN_EXE_async_echo");
+    let dev = env_or(&["RDMA_TEST_DEVICE", "RXE_DEVICE"], "rxe0");
+    let gid = env_or(&["RXE_GID_INDEX"], "1");
+    let port = "18533";
+    let common = ["-d", dev.as_str(), "-x", gid.as_str(), "-p", port];
+    let mut server = Command::new(exe)
+        .arg("server")
+        .args(common)
+        .args(["-s", "1000", "--timeout", "5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let server_log = wait_for_line(
+        server.stderr.take().expect("server stderr"),
+        "serving on TCP port",
+        TIMEOUT,
+    );
+    let addr = format!("127.0.0.1:{port}");
+    // Garbage where the endpoint should be.
+    let mut garbage = TcpStream::connect(&addr).expect("connect");
+    garbage.write_all(&[0xAB; 200]).expect("write garbage");
+    // Closed at once.
+    drop(TcpStream::connect(&addr).expect("connect"));
+    // Silent, and kept open while the good clients run.
+    let silent = TcpStream::connect(&addr).expect("connect");
+    let mut client = Command::new(exe)
+        .arg("client")
+        .args(common)
+        .args([
+            "--clients",
+            "4",
+            "--messages",
+            "50",
+            "-s",
+            "1000",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    let status = wait_bounded(&mut client, TIMEOUT);
+    let output = client.wait_with_output().expect("client output");
+    let alive = server.try_wait().expect("server status").is_none();
+    drop((garbage, silent));
+    let _ = server.kill();
+    let _ = server.wait();
+    let server_text = server_log.join().unwrap_or_default();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(alive, "the server died:\n{server_text}");
+    assert!(
+        status.is_some_and(|s| s.success()) && text.contains("200 echoed and checked"),
+        "client {status:?}:\n{text}\nserver:\n{server_text}"
+    );
+    assert!(
+        server_text.contains("connection ended"),
+        "the bad clients' connections ended with a message:\n{server_text}"
+    );
+    println!("{text}\nserver:\n{server_text}");
+}

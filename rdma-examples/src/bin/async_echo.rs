@@ -129,6 +129,21 @@ fn main() -> ExitCode {
     cli::finish("async_echo", outcome)
 }
 
+/// The builder of every connection's channel.
+fn channel_builder<'a>(pd: &'a ProtectionDomain, o: &Options) -> rdma_safe::ChannelBuilder<'a> {
+    let builder = pd
+        .channel_builder()
+        .completion_events(true)
+        .send_depth(RX_DEPTH as u32)
+        .recv_depth(RX_DEPTH as u32)
+        .port(o.device.ib_port)
+        .timeout(o.timeout.timeout);
+    match o.gid.gid_index {
+        Some(i) => builder.gid_index(i),
+        None => builder,
+    }
+}
+
 /// A channel for one connection, connected over `stream` (blocking: run on
 /// a blocking thread).
 fn connect(
@@ -136,23 +151,16 @@ fn connect(
     o: &Options,
     stream: &mut std::net::TcpStream,
 ) -> Result<Channel> {
-    let mut builder = pd
-        .channel_builder()
-        .completion_events(true)
-        .send_depth(RX_DEPTH as u32)
-        .recv_depth(RX_DEPTH as u32)
-        .port(o.device.ib_port)
-        .timeout(o.timeout.timeout);
-    if let Some(i) = o.gid.gid_index {
-        builder = builder.gid_index(i);
-    }
-    let mut channel = builder.build()?;
+    let mut channel = channel_builder(pd, o).build()?;
     channel.handshake(stream)?;
     Ok(channel)
 }
 
 async fn server(o: Options, size: usize) -> Result<()> {
     let pd = open_pd(o.device.ib_dev.as_deref())?;
+    // The device options (port, GID index) are checked by building one
+    // channel now: a bad one fails at start-up, not at the first client.
+    drop(channel_builder(&pd, &o).build()?);
     // One pool for every connection: RX_DEPTH receive buffers each, plus
     // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
     // pinned: a small machine needs a smaller -s.
@@ -160,18 +168,35 @@ async fn server(o: Options, size: usize) -> Result<()> {
     let listener = net::listen(o.port)?;
     eprintln!("async_echo: serving on TCP port {}", o.port);
     loop {
-        let (accepted, pd2, o2) = (listener.try_clone()?, pd.clone(), o.clone());
-        let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let (mut stream, peer) = accepted.accept()?;
-            eprintln!("async_echo: client {peer}");
-            let channel = connect(&pd2, &o2, &mut stream)?;
-            Ok((stream, channel))
-        })
-        .await??;
-        let pool = pool.clone();
+        // The loop waits only for the next TCP connection. Each client's
+        // handshake and echoes run on a task of its own, and every failure
+        // ends that connection only: a client that sends garbage, stays
+        // silent (the handshake is bounded by the timeout) or leaves costs
+        // the server nothing else.
+        let accepted = listener.try_clone()?;
+        let (stream, peer) = match tokio::task::spawn_blocking(move || accepted.accept()).await? {
+            Ok(conn) => conn,
+            Err(e) => {
+                eprintln!("async_echo: accepting a connection failed: {e}");
+                continue;
+            }
+        };
+        eprintln!("async_echo: client {peer}");
+        let (pd, o, pool) = (pd.clone(), o.clone(), pool.clone());
         tokio::spawn(async move {
-            if let Err(e) = serve(stream, channel, pool).await {
-                eprintln!("async_echo: connection ended: {e}");
+            let handshake = tokio::task::spawn_blocking(move || -> Result<_> {
+                let mut stream = stream;
+                let channel = connect(&pd, &o, &mut stream)?;
+                Ok((stream, channel))
+            })
+            .await;
+            let outcome = match handshake {
+                Ok(Ok((stream, channel))) => serve(stream, channel, pool).await,
+                Ok(Err(e)) => Err(e),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = outcome {
+                eprintln!("async_echo: client {peer}: connection ended: {e}");
             }
         });
     }
