@@ -10,11 +10,12 @@ use rdma_safe::{Context, ProtectionDomain};
 /// # Errors
 /// No such device, no device at all, or the verbs failing.
 pub fn open_pd(name: Option<&str>) -> Result<ProtectionDomain> {
-    let ctx = match name {
-        Some(n) => Context::open(n)?,
-        None => Context::open_first()?,
-    };
-    Ok(ProtectionDomain::new(&ctx)?)
+    match name {
+        // On the connection manager's context where there is one, so the
+        // domain serves CM connections too.
+        Some(n) => Ok(ProtectionDomain::open(n)?),
+        None => Ok(ProtectionDomain::new(&Context::open_first()?)?),
+    }
 }
 
 /// Opens the device as [`open_pd`] does and checks that `port` exists and

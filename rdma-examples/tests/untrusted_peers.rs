@@ -147,12 +147,17 @@ fn bad_flags_are_usage_errors() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn servers_check_device_and_gid_before_listening() {
     let dev = device();
-    for (program, gid_flag) in [(PERF, "-x"), (ONE_SIDED, "-x"), (OURS, "-g")] {
-        let test = if program == PERF {
-            vec!["write_bw"]
-        } else {
-            vec![]
-        };
+    let async_echo = env!("CARGO_BIN_EXE_async_echo");
+    for (program, gid_flag, test) in [
+        (PERF, "-x", &["write_bw"][..]),
+        // rdma_cm mode: the connection manager picks the device by address,
+        // so -d, -i and -x are checked apart, before listening.
+        (PERF, "-x", &["write_bw", "-R"][..]),
+        (ONE_SIDED, "-x", &[][..]),
+        (OURS, "-g", &[][..]),
+        (async_echo, "-x", &["server", "-s", "1000"][..]),
+    ] {
+        let test = test.to_vec();
         let p = spawn(
             "server",
             program,

@@ -18,7 +18,7 @@
 //! channel's timeout.
 
 use clap::{Parser, Subcommand};
-use rdma_examples::device::open_pd;
+use rdma_examples::device::{open_checked, open_pd};
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, pattern, stats, Result};
@@ -157,10 +157,13 @@ fn connect(
 }
 
 async fn server(o: Options, size: usize) -> Result<()> {
-    let pd = open_pd(o.device.ib_dev.as_deref())?;
-    // The device options (port, GID index) are checked by building one
-    // channel now: a bad one fails at start-up, not at the first client.
-    drop(channel_builder(&pd, &o).build()?);
+    // The device options (device, port, GID index) are checked now: a bad
+    // one fails at start-up, not at the first client.
+    let pd = open_checked(
+        o.device.ib_dev.as_deref(),
+        o.device.ib_port,
+        o.gid.gid_index,
+    )?;
     // One pool for every connection: RX_DEPTH receive buffers each, plus
     // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
     // pinned: a small machine needs a smaller -s.

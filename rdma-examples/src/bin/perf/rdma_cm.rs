@@ -77,6 +77,10 @@ pub(crate) fn run(o: &Options) -> Result<()> {
             eprintln!("perf -R: {what}");
         }
     };
+    // The device options are checked before anything listens or connects
+    // (the connection manager picks the device by address and would
+    // otherwise ignore a wrong -d, -i or -x until a client came).
+    rdma_examples::device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
     let started = Instant::now();
     // The server's one listener, for both connections (see the module's
     // documentation, step 2).
