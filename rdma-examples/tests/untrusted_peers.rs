@@ -136,6 +136,18 @@ fn bad_flags_are_usage_errors() {
         (OURS, &["--timeout", "0"], "--timeout: 0 is out of range"),
         (ONE_SIDED, &["--iovs", "17"], "--iovs: 17 is out of range"),
         (ONE_SIDED, &["--size", "183G"], "--size"),
+        (
+            env!("CARGO_BIN_EXE_async_echo"),
+            &[
+                "client",
+                "--clients",
+                "4096",
+                "--messages",
+                "100000000",
+                "127.0.0.1",
+            ],
+            "round trips exceed",
+        ),
     ] {
         fails_with(spawn("bad flag", program, &args(argv)), 2, needle);
     }

@@ -96,8 +96,30 @@ struct Load {
     size: usize,
 }
 
+/// The most round trips one client run measures (their samples are kept in
+/// memory: 8 bytes each).
+const MAX_ROUND_TRIPS: usize = 10_000_000;
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Role::Client {
+        clients, messages, ..
+    } = &args.role
+    {
+        // Each flag is within its limit; their product sizes the samples.
+        if clients.saturating_mul(*messages) > MAX_ROUND_TRIPS {
+            use clap::CommandFactory;
+            Args::command()
+                .error(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "--clients {clients} x --messages {messages} round trips exceed the \
+                         {MAX_ROUND_TRIPS} one run measures (their samples are kept in memory)"
+                    ),
+                )
+                .exit();
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
