@@ -202,8 +202,9 @@ link_cut() {
     out=$(mktemp)
     "$@" >"$out" 2>&1 &
     pid=$!
-    until grep -q 'remote address' "$out" || ! kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    until grep -q 'remote address' "$out" || ! running "$pid"; do sleep 0.1; done
     sleep 0.5
+    running "$pid" || echo "faults: the program ended before the cut"
     if [ "$mode" = down ]; then
         ip link set dev "$RXE_NETDEV" down
     else
@@ -212,17 +213,24 @@ link_cut() {
     t0=$EPOCHREALTIME
     # By the clock: under TCG a `sleep 0.1` round takes far longer.
     end=$((${t0/./} + secs * 1000000))
-    while [ "${EPOCHREALTIME/./}" -lt "$end" ] && kill -0 "$pid" 2>/dev/null; do
+    while [ "${EPOCHREALTIME/./}" -lt "$end" ] && running "$pid"; do
         sleep 0.1
     done
+    local dropped
+    dropped=$(tc -s qdisc show dev "$RXE_NETDEV" | awk '/dropped/ { sub(/,/, "", $7); print $7; exit }')
     faults_clear
-    echo "faults: link cut ($mode) for $(faults_time "$t0") s"
+    echo "faults: link cut ($mode) for $(faults_time "$t0") s${dropped:+, $dropped frames dropped}"
     wait "$pid"
     rc=$?
     cat "$out"
     rm -f "$out"
     echo "faults: exit $rc, $(faults_time "$t0") s after the cut"
     return "$rc"
+}
+
+# running PID: the process runs (not ended, not a zombie waiting for wait).
+running() {
+    [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"
 }
 
 # fails_within SECS CMD...: CMD must fail (non-zero exit) within SECS s.
@@ -237,4 +245,4 @@ fails_within() {
     [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
 }
 
-export -f faults_time faults_clear netem link_cut fails_within
+export -f faults_time faults_clear netem link_cut running fails_within
