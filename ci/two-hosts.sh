@@ -149,8 +149,100 @@ pair_step() {
         rc=1
     fi
     record "$label" "$rc" $((SECONDS - t0))
+    # A fault step leaves no qdisc and no NIC down behind, even if killed.
+    faults_clear
     # Stay in step: both hosts end step N before either starts N + 1.
     : >"$key.done.$HOST_INDEX"
     wait_for "$key.done.$PEER_INDEX" 60 || true
     return 0
 }
+
+# --- faults on the link (test-rxe's hostile-network steps) -----------------
+# Helpers a pair step's command may call (exported: steps run `bash -c`).
+# Each prints what it did and the time it took, and leaves the link clean.
+
+# faults_time START: seconds since START (an $EPOCHREALTIME), two decimals.
+faults_time() {
+    awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
+}
+
+# faults_clear: no qdisc on the link NIC, the NIC up (after every pair step).
+faults_clear() {
+    tc qdisc del dev "$RXE_NETDEV" root 2>/dev/null
+    ip link set dev "$RXE_NETDEV" up 2>/dev/null
+    return 0
+}
+
+# netem 'NETEM ARGS' CMD...: runs CMD with `tc qdisc add ... root netem
+# NETEM ARGS` on this host's link NIC (its egress), removed afterwards.
+netem() {
+    local spec=$1 t0 rc
+    shift
+    modprobe sch_netem 2>/dev/null
+    # shellcheck disable=SC2086 # the netem arguments are words
+    tc qdisc replace dev "$RXE_NETDEV" root netem $spec || return 1
+    echo "faults: $(tc qdisc show dev "$RXE_NETDEV" | head -1)"
+    t0=$EPOCHREALTIME
+    "$@"
+    rc=$?
+    tc qdisc del dev "$RXE_NETDEV" root
+    echo "faults: exit $rc after $(faults_time "$t0") s under netem $spec"
+    return "$rc"
+}
+
+# link_cut MODE SECS CMD...: runs CMD; once it prints `remote address` (the
+# pingpongs do as their transfer starts) and half a second more, cuts this
+# host's link for SECS seconds or until CMD ends: MODE `blackhole` drops
+# every frame it sends (netem loss 100%: a dead path), `down` is `ip link
+# set down` (rxe then fails sends at once with a local QP error).
+link_cut() {
+    local mode=$1 secs=$2 out pid t0 end rc
+    shift 2
+    [ "$mode" = down ] || modprobe sch_netem 2>/dev/null
+    out=$(mktemp)
+    "$@" >"$out" 2>&1 &
+    pid=$!
+    until grep -q 'remote address' "$out" || ! running "$pid"; do sleep 0.1; done
+    sleep 0.5
+    running "$pid" || echo "faults: the program ended before the cut"
+    if [ "$mode" = down ]; then
+        ip link set dev "$RXE_NETDEV" down
+    else
+        tc qdisc replace dev "$RXE_NETDEV" root netem loss 100%
+    fi
+    t0=$EPOCHREALTIME
+    # By the clock: under TCG a `sleep 0.1` round takes far longer.
+    end=$((${t0/./} + secs * 1000000))
+    while [ "${EPOCHREALTIME/./}" -lt "$end" ] && running "$pid"; do
+        sleep 0.1
+    done
+    local dropped
+    dropped=$(tc -s qdisc show dev "$RXE_NETDEV" | awk '/dropped/ { sub(/,/, "", $7); print $7; exit }')
+    faults_clear
+    echo "faults: link cut ($mode) for $(faults_time "$t0") s${dropped:+, $dropped frames dropped}"
+    wait "$pid"
+    rc=$?
+    cat "$out"
+    rm -f "$out"
+    echo "faults: exit $rc, $(faults_time "$t0") s after the cut"
+    return "$rc"
+}
+
+# running PID: the process runs (not ended, not a zombie waiting for wait).
+running() {
+    [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"
+}
+
+# fails_within SECS CMD...: CMD must fail (non-zero exit) within SECS s.
+fails_within() {
+    local bound=$1 t0 rc took
+    shift
+    t0=$EPOCHREALTIME
+    "$@"
+    rc=$?
+    took=$(faults_time "$t0")
+    echo "faults: exit $rc after $took s (must fail within $bound s)"
+    [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
+}
+
+export -f faults_time faults_clear netem link_cut running fails_within

@@ -12,6 +12,7 @@
 //!    example programs against rdma-core's, server and client on different
 //!    hosts.
 
+mod faults;
 mod pairs;
 mod pairs_perf;
 mod two_hosts;

@@ -6,11 +6,12 @@
 //! 0 and print what shows the data went through — the pingpongs their
 //! `N iters in` line (rc_pingpong with `-c` also checks the pages it
 //! received), rping the last ping's data on both sides (`-v`; the client
-//! also compares it, `-V`). perf and async_echo are in [`pairs_perf`].
+//! also compares it, `-V`). perf and async_echo are in [`pairs_perf`], the
+//! hostile-network cases in [`faults`].
 
 use std::path::{Path, PathBuf};
 
-use super::pairs_perf;
+use super::{faults, pairs_perf};
 use crate::artifacts::Artifact;
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
@@ -195,6 +196,7 @@ pub(crate) fn plan(progs: &Programs) -> Plan {
     }
     pairs_perf::perf_steps(&mut p, progs);
     pairs_perf::async_echo_step(&mut p, progs);
+    faults::fault_steps(&mut p, progs);
     p
 }
 
@@ -210,7 +212,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 12 + 8, "{text}");
+        assert_eq!(steps.len(), 12 + 8 + 17, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),
