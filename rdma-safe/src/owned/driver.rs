@@ -4,7 +4,9 @@
 //! whose completions arrived.
 //!
 //! Futures never touch the reactor: they register their waker with their
-//! slot (or the send-queue room list) and return `Pending`. Because the
+//! slot (or the send-queue room list), arm the completion queue (so that
+//! the completion they wait for raises an event even when the driver's own
+//! arming was spent on another), look once more, and return `Pending`. Because the
 //! driver is a task of its own, spawned on the runtime, no future — which
 //! may be forgotten or dropped — carries the channel's registration, and
 //! no wake-up has to be broadcast to keep it alive. The driver holds the

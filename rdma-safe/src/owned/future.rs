@@ -128,6 +128,13 @@ pub(super) fn wait(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
     let queue = chan.queue();
     if let Some(driver) = &chan.driver {
         driver.ensure_running(&chan.queue, chan.timeout);
+        // Arm the CQ before sleeping, and look once more (a completion that
+        // arrived before the arming raises no event): the completion this
+        // task waits for then raises one, which wakes the driver, whatever
+        // the driver's own last arming was spent on.
+        if queue.arm().is_err() || matches!(queue.reap_now(), Ok(n) if n > 0) {
+            return Poll::Ready(());
+        }
         return Poll::Pending;
     }
     // No reactor: poll here a few times before going back to the runtime
