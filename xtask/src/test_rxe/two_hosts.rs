@@ -1,5 +1,5 @@
 //! test-rxe's two-host tier: boots two hosts (two VMs joined by a link,
-//! see [`crate::rxe`]) and runs the [`pairs`](super::pairs) plan on both.
+//! see [`crate::rxe`]) and runs the [`pairs`] plan on both.
 //!
 //! The programs are the `rdma-examples` binaries cargo built for the
 //! one-host tier (found in its artifacts, not rebuilt).
