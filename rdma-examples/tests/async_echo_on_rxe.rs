@@ -15,6 +15,33 @@ fn env_or(vars: &[&str], default: &str) -> String {
 }
 
 /// Waits for `child` up to `limit`; kills it after that (`None`).
+/// Starts `async_echo server` with `common` and `extra` flags and returns
+/// once it listens (or after [`TIMEOUT`]), with the reader of its stderr.
+/// Its buffers are the messages' size: registering the default 1 GiB pool
+/// takes many seconds on a loaded emulated machine, and the clients'
+/// connect retries are bounded.
+fn start_server(
+    exe: &str,
+    common: &[&str],
+    extra: &[&str],
+) -> (Child, std::thread::JoinHandle<String>) {
+    let mut server = Command::new(exe)
+        .arg("server")
+        .args(common)
+        .args(["-s", "1000"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let log = wait_for_line(
+        server.stderr.take().expect("server stderr"),
+        "serving on TCP port",
+        TIMEOUT,
+    );
+    (server, log)
+}
+
 /// Reads `pipe` until a line containing `needle` (or `limit`, or its end),
 /// then keeps collecting it in the background; the handle gives the text.
 fn wait_for_line(
@@ -63,23 +90,7 @@ fn many_clients_get_every_byte_back() {
     let gid = env_or(&["RXE_GID_INDEX"], "1");
     let port = "18531";
     let common = ["-d", dev.as_str(), "-x", gid.as_str(), "-p", port];
-    // Buffers of the messages' size: registering the default 1 GiB pool
-    // takes many seconds on a loaded emulated machine.
-    let mut server = Command::new(exe)
-        .arg("server")
-        .args(common)
-        .args(["-s", "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    // Start the clients once the server listens (their connect retries
-    // are bounded; a slow start must not fail them).
-    let server_log = wait_for_line(
-        server.stderr.take().expect("server stderr"),
-        "serving on TCP port",
-        TIMEOUT,
-    );
+    let (mut server, server_log) = start_server(exe, &common, &[]);
     let client = Command::new(exe)
         .arg("client")
         .args(common)
@@ -129,19 +140,7 @@ fn a_bad_client_costs_the_server_only_its_own_connection() {
     let gid = env_or(&["RXE_GID_INDEX"], "1");
     let port = "18533";
     let common = ["-d", dev.as_str(), "-x", gid.as_str(), "-p", port];
-    let mut server = Command::new(exe)
-        .arg("server")
-        .args(common)
-        .args(["-s", "1000", "--timeout", "5"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the server");
-    let server_log = wait_for_line(
-        server.stderr.take().expect("server stderr"),
-        "serving on TCP port",
-        TIMEOUT,
-    );
+    let (mut server, server_log) = start_server(exe, &common, &["--timeout", "5"]);
     let addr = format!("127.0.0.1:{port}");
     // Garbage where the endpoint should be.
     let mut garbage = TcpStream::connect(&addr).expect("connect");

@@ -289,10 +289,10 @@ impl WorkQueue {
         let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
         self.post(Operation::Receive, len, 0, |id| {
             req[0].set_wr_id(id);
-            // SAFETY: every SGE comes from a `ScatterElement`, a live
-            // `&mut [u8]` that stays exclusively borrowed until this
-            // request's completion is claimed (see `post_sends`), or until
-            // a failed post is settled (see `post_failed`).
+            // Every SGE comes from a `ScatterElement`, a live `&mut [u8]`
+            // exclusively borrowed until this request's completion is
+            // claimed (see `post_sends`) or a failed post is settled.
+            // SAFETY: by the reasoning just above.
             unsafe { self.qp.post_recv_list(&mut req) }
         })
     }
