@@ -266,6 +266,25 @@ impl CmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<()> {
+        self.start_resolve_addr(src, dst, timeout)?;
+        Self::addr_resolved(self.expect("rdma_resolve_addr", timeout)?)
+    }
+
+    /// The first half of [`resolve_addr`](Self::resolve_addr): calls
+    /// `rdma_resolve_addr` (the kernel gives up after `timeout`) without
+    /// waiting; the outcome arrives as the next event on
+    /// [`channel`](Self::channel), to be handed to
+    /// [`addr_resolved`](Self::addr_resolved). For callers that wait for
+    /// events their own way (an async runtime).
+    ///
+    /// # Errors
+    /// The errno of `rdma_resolve_addr`.
+    pub fn start_resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
         let mut src = src.map(RawAddr::new);
         let mut dst_raw = RawAddr::new(dst);
         let ms = timeout_ms(timeout);
@@ -277,8 +296,17 @@ impl CmId {
                 dst_raw.as_mut_ptr(),
                 ms,
             )
-        })?;
-        match self.expect("rdma_resolve_addr", timeout)? {
+        })
+    }
+
+    /// The second half of [`resolve_addr`](Self::resolve_addr): what the
+    /// event that followed [`start_resolve_addr`](Self::start_resolve_addr)
+    /// means.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_ADDR_RESOLVED`.
+    pub fn addr_resolved(event: CmEvent) -> Result<()> {
+        match event {
             CmEvent::AddrResolved => Ok(()),
             other => Err(Error::cm("rdma_resolve_addr", &other)),
         }
@@ -291,11 +319,28 @@ impl CmId {
     /// [`Error::Cm`] with `RDMA_CM_EVENT_ROUTE_ERROR`, [`Error::Timeout`], or
     /// a verb's errno.
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
+        self.start_resolve_route(timeout)?;
+        Self::route_resolved(self.expect("rdma_resolve_route", timeout)?)
+    }
+
+    /// The first half of [`resolve_route`](Self::resolve_route), without
+    /// waiting (see [`start_resolve_addr`](Self::start_resolve_addr)).
+    ///
+    /// # Errors
+    /// The errno of `rdma_resolve_route`.
+    pub fn start_resolve_route(&self, timeout: Duration) -> Result<()> {
         // SAFETY: the identifier is alive.
         check_rc("rdma_resolve_route", unsafe {
             sys::rdma_resolve_route(self.as_ptr(), timeout_ms(timeout))
-        })?;
-        match self.expect("rdma_resolve_route", timeout)? {
+        })
+    }
+
+    /// The second half of [`resolve_route`](Self::resolve_route).
+    ///
+    /// # Errors
+    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_ROUTE_RESOLVED`.
+    pub fn route_resolved(event: CmEvent) -> Result<()> {
+        match event {
             CmEvent::RouteResolved => Ok(()),
             other => Err(Error::cm("rdma_resolve_route", &other)),
         }
@@ -320,16 +365,53 @@ impl CmId {
         params: &ConnectParams<'_>,
         timeout: Duration,
     ) -> Result<ConnParams> {
+        self.start_connect(qp, access, params)?;
+        self.connected(
+            qp,
+            params.min_rnr_timer,
+            self.expect("rdma_connect", timeout)?,
+        )
+    }
+
+    /// The first half of [`connect`](Self::connect): `qp` to INIT and
+    /// `rdma_connect`, without waiting for the answer, which arrives as the
+    /// next event on [`channel`](Self::channel) (see
+    /// [`start_resolve_addr`](Self::start_resolve_addr)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes, or a verb's errno.
+    pub fn start_connect(
+        &self,
+        qp: &QueuePair,
+        access: AccessFlags,
+        params: &ConnectParams<'_>,
+    ) -> Result<()> {
         let mut raw = params.to_raw(qp.qp_num(), MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
         qp.to_init(self.port_num(), access)?;
         // SAFETY: the identifier is alive; `raw` and its private data are
         // valid for the call (the kernel copies them).
         check_rc("rdma_connect", unsafe {
             sys::rdma_connect(self.as_ptr(), &mut raw)
-        })?;
-        match self.expect("rdma_connect", timeout)? {
+        })
+    }
+
+    /// The second half of [`connect`](Self::connect): on the peer's answer
+    /// (`event`), `qp` to RTR (its RNR NAK timer `min_rnr_timer`) and RTS,
+    /// and `rdma_establish`; a connection `qp` cannot take is rejected.
+    ///
+    /// # Errors
+    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_CONNECT_RESPONSE`, or a
+    /// verb's errno.
+    pub fn connected(
+        &self,
+        qp: &QueuePair,
+        min_rnr_timer: u8,
+        event: CmEvent,
+    ) -> Result<ConnParams> {
+        match event {
             CmEvent::ConnectResponse(theirs) => {
-                let ready = self.make_ready(qp, params.min_rnr_timer);
+                let ready = self.make_ready(qp, min_rnr_timer);
                 if let Err(err) = ready {
                     // SAFETY: the identifier is alive; no private data.
                     unsafe { sys::rdma_reject(self.as_ptr(), ptr::null(), 0) };
@@ -362,14 +444,40 @@ impl CmId {
         params: &ConnectParams<'_>,
         timeout: Duration,
     ) -> Result<()> {
+        self.start_accept(qp, access, params)?;
+        Self::established(self.expect("rdma_accept", timeout)?)
+    }
+
+    /// The first half of [`accept`](Self::accept): `qp` to INIT, RTR and
+    /// RTS, and `rdma_accept`, without waiting for the connection to be
+    /// established (the next event on [`channel`](Self::channel), see
+    /// [`start_resolve_addr`](Self::start_resolve_addr)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes, or a verb's errno.
+    pub fn start_accept(
+        &self,
+        qp: &QueuePair,
+        access: AccessFlags,
+        params: &ConnectParams<'_>,
+    ) -> Result<()> {
         let mut raw = params.to_raw(qp.qp_num(), MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         qp.to_init(self.port_num(), access)?;
         self.make_ready(qp, params.min_rnr_timer)?;
         // SAFETY: the identifier is alive; `raw` is valid for the call.
         check_rc("rdma_accept", unsafe {
             sys::rdma_accept(self.as_ptr(), &mut raw)
-        })?;
-        match self.expect("rdma_accept", timeout)? {
+        })
+    }
+
+    /// The second half of [`accept`](Self::accept).
+    ///
+    /// # Errors
+    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_ESTABLISHED` (the
+    /// requester gave up, …).
+    pub fn established(event: CmEvent) -> Result<()> {
+        match event {
             CmEvent::Established(_) => Ok(()),
             other => Err(Error::cm("rdma_accept", &other)),
         }

@@ -12,9 +12,9 @@ use std::net::ToSocketAddrs;
 /// device is known and memory can be registered in [`pd`](Self::pd)
 /// (e.g. to send its region as private data) before [`connect`](Self::connect).
 pub struct Connector {
-    id: CmId,
-    pd: ProtectionDomain,
-    opts: CmOptions,
+    pub(super) id: CmId,
+    pub(super) pd: ProtectionDomain,
+    pub(super) opts: CmOptions,
 }
 
 impl Connector {
@@ -73,17 +73,7 @@ impl Connector {
                 Err(err) => last = Some(err),
             }
         }
-        let last = last.expect("resolve returns at least one address");
-        if loopback {
-            // `rdma_resolve_route failed: No such device` says nothing of
-            // the usual cause.
-            return Err(Error::Verbs(rdma_core::Error::InvalidArgument(format!(
-                "no RDMA device reaches a loopback address ({last}): connect to the address \
-                 of an RDMA device's network interface (see `rdma link`), or add an rxe \
-                 device on lo (`rdma link add rxe_lo type rxe netdev lo`)"
-            ))));
-        }
-        Err(Error::Verbs(last))
+        Err(unreachable(last, loopback))
     }
 
     /// The protection domain the channel will use, on the device the CM
@@ -105,22 +95,51 @@ impl Connector {
     /// unreachable, [`IbvError::Timeout`](rdma_core::Error::Timeout) after
     /// `opts.timeout`, or a verb's error.
     pub fn connect(self, private_data: &[u8]) -> Result<Channel> {
-        let queue = CmQueue::new(&self.pd, self.opts.caps, self.opts.completion_events)?;
-        let theirs = self.id.connect(
-            &queue.qp,
-            access(),
-            &self.opts.params(private_data),
-            self.opts.timeout,
-        )?;
+        let queue = self.queue()?;
+        let params = self.opts.params(private_data);
+        let theirs = self
+            .id
+            .connect(&queue.qp, access(), &params, self.opts.timeout)?;
+        self.into_channel(queue, theirs.private_data)
+    }
+
+    /// The queue pair the connection will use.
+    pub(super) fn queue(&self) -> Result<CmQueue> {
+        Ok(CmQueue::new(
+            &self.pd,
+            self.opts.caps,
+            self.opts.completion_events,
+        )?)
+    }
+
+    /// The channel over `queue`, once connected; `private_data` is what
+    /// the peer sent with its accept.
+    pub(super) fn into_channel(self, queue: CmQueue, private_data: Vec<u8>) -> Result<Channel> {
         Ok(Channel::from_cm(
             self.id,
             &self.pd,
             queue,
             self.opts.completion_events,
             self.opts.timeout,
-            theirs.private_data,
+            private_data,
         )?)
     }
+}
+
+/// The error of resolving, when no address of the name led to a device:
+/// the last attempt's, or for loopback addresses, what usually causes it.
+pub(super) fn unreachable(last: Option<rdma_core::Error>, loopback: bool) -> Error {
+    let last = last.expect("resolve returns at least one address");
+    if loopback {
+        // `rdma_resolve_route failed: No such device` says nothing of
+        // the usual cause.
+        return Error::Verbs(rdma_core::Error::InvalidArgument(format!(
+            "no RDMA device reaches a loopback address ({last}): connect to the address \
+             of an RDMA device's network interface (see `rdma link`), or add an rxe \
+             device on lo (`rdma link add rxe_lo type rxe netdev lo`)"
+        )));
+    }
+    Error::Verbs(last)
 }
 
 impl fmt::Debug for Connector {

@@ -5,7 +5,7 @@ use super::{access, domains, resolve, CmOptions};
 use crate::channel::{Channel, CmQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
-use rdma_core::{CmId, ConnParams, ConnectRequest};
+use rdma_core::{CmId, ConnParams, ConnectParams, ConnectRequest};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -13,8 +13,12 @@ use std::time::Duration;
 /// Listens for connections made through the RDMA connection manager
 /// (`rdma_listen`). `Sync`: several threads may accept at once.
 pub struct Listener {
-    id: CmId,
-    opts: CmOptions,
+    /// The event channel's registration with an async runtime, made by the
+    /// first async call (declared first: dropped before the identifier).
+    #[cfg(feature = "tokio")]
+    pub(super) events: std::sync::OnceLock<super::asynchronous::AsyncEvents>,
+    pub(super) id: CmId,
+    pub(super) opts: CmOptions,
     /// The caller's domain ([`bind_in`](Self::bind_in)), for every
     /// connection; `None`: the domain shared per device.
     pd: Option<ProtectionDomain>,
@@ -70,6 +74,8 @@ impl Listener {
         id.bind_addr(addr)?;
         id.listen(opts.backlog)?;
         Ok(Listener {
+            #[cfg(feature = "tokio")]
+            events: std::sync::OnceLock::new(),
             id,
             opts: *opts,
             pd,
@@ -117,18 +123,27 @@ impl Listener {
     /// on its device, or the refusal of a request on a device the
     /// listener's domain does not serve.
     pub fn incoming_within(&self, timeout: Duration) -> Result<Option<Incoming>> {
-        let Some(ConnectRequest { id, params }) = self.id.get_request(timeout)? else {
-            return Ok(None);
-        };
+        match self.id.get_request(timeout)? {
+            Some(request) => self.incoming_from(request).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The request, with the domain it will use.
+    ///
+    /// # Errors
+    /// As [`incoming_within`](Self::incoming_within).
+    pub(super) fn incoming_from(&self, request: ConnectRequest) -> Result<Incoming> {
+        let ConnectRequest { id, params } = request;
         // A request this listener's domain cannot serve is rejected (by
         // dropping it) and reported; the listener goes on.
         let pd = domains::domain_for(&id.context()?, self.pd.as_ref())?;
-        Ok(Some(Incoming {
+        Ok(Incoming {
             id,
             params,
             pd,
             opts: self.opts,
-        }))
+        })
     }
 }
 
@@ -148,10 +163,10 @@ impl fmt::Debug for Listener {
 /// A connect request, not yet answered: accept it (with private data of
 /// one's own) or reject it. Dropping it rejects it.
 pub struct Incoming {
-    id: CmId,
+    pub(super) id: CmId,
     params: ConnParams,
     pd: ProtectionDomain,
-    opts: CmOptions,
+    pub(super) opts: CmOptions,
 }
 
 impl Incoming {
@@ -184,7 +199,24 @@ impl Incoming {
     /// the requester gave up, [`IbvError::Timeout`](rdma_core::Error::Timeout),
     /// or a verb's error.
     pub fn accept(self, private_data: &[u8]) -> Result<Channel> {
-        let queue = CmQueue::new(&self.pd, self.opts.caps, self.opts.completion_events)?;
+        let queue = self.queue()?;
+        let params = self.params(private_data);
+        self.id
+            .accept(&queue.qp, access(), &params, self.opts.timeout)?;
+        self.into_channel(queue)
+    }
+
+    /// The queue pair the connection will use.
+    pub(super) fn queue(&self) -> Result<CmQueue> {
+        Ok(CmQueue::new(
+            &self.pd,
+            self.opts.caps,
+            self.opts.completion_events,
+        )?)
+    }
+
+    /// What this side grants and asks for in its accept.
+    pub(super) fn params<'a>(&self, private_data: &'a [u8]) -> ConnectParams<'a> {
         let mut params = self.opts.params(private_data);
         // Grant no more reads than the requester can issue, and issue no
         // more than it grants.
@@ -192,8 +224,11 @@ impl Incoming {
             .responder_resources
             .min(self.params.responder_resources);
         params.initiator_depth = params.initiator_depth.min(self.params.initiator_depth);
-        self.id
-            .accept(&queue.qp, access(), &params, self.opts.timeout)?;
+        params
+    }
+
+    /// The channel over `queue`, once the connection is established.
+    pub(super) fn into_channel(self, queue: CmQueue) -> Result<Channel> {
         Ok(Channel::from_cm(
             self.id,
             &self.pd,

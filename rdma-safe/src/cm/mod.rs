@@ -11,6 +11,12 @@
 //!   data (e.g. an encoded [`RemoteMemoryRegion`](crate::RemoteMemoryRegion));
 //!   [`Connector`] splits resolving from connecting, to register memory on
 //!   the chosen device first.
+//! * With the `tokio` feature, each has a future form that blocks no
+//!   thread: `Listener::accept_async`, `Listener::incoming_async` and
+//!   `Listener::incoming_async_within`, `Incoming::accept_async`,
+//!   `Connector::resolve_async`, `Connector::connect_async` and
+//!   `Channel::connect_to_async` — an async service needs neither a
+//!   thread bridge nor `spawn_blocking`.
 //!
 //! A CM-made channel has a protection domain of its own on the device the CM
 //! chose ([`Channel::pd`]): register the memory it uses there. Everything
@@ -19,6 +25,8 @@
 //! once and blocking operations fail with
 //! [`TransportError::PeerDisconnected`](crate::TransportError::PeerDisconnected).
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod connector;
 mod domains;
 mod listener;
@@ -48,7 +56,10 @@ pub struct CmOptions {
     /// RDMA reads the peer may have outstanding here, and this side at the
     /// peer (default 16 each; an accept grants at most what was asked for).
     pub rd_atomic: u8,
-    /// Transport retries (default 7; rxe treats 7 as unlimited).
+    /// Transport retries (default 6: with the CM's ACK timeout a dead path
+    /// fails work with `WcStatus::RetryExceeded` in about half a second;
+    /// rxe takes 7 as "retry forever", leaving the channel's timeout to
+    /// notice it).
     pub retry_count: u8,
     /// Receiver-not-ready retries (default 7, unlimited; the timeout still
     /// bounds every wait).
@@ -69,7 +80,7 @@ impl Default for CmOptions {
             timeout: DEFAULT_TIMEOUT,
             completion_events: false,
             rd_atomic: 16,
-            retry_count: 7,
+            retry_count: 6,
             rnr_retry_count: 7,
             min_rnr_timer: 12,
             backlog: 64,

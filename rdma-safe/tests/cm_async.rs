@@ -1,0 +1,274 @@
+//! Connecting and accepting as futures, on the device: a tokio service
+//! accepts 64 CM clients into one protection domain and serves them from
+//! one buffer pool (every reply checked byte for byte) while a client that
+//! drops its connection mid-request costs only its own; the failures of
+//! the async calls are the blocking calls', each bounded.
+
+mod common;
+
+use common::{assert_bytes, pattern, seed};
+use rdma_safe::{
+    BufferPool, Channel, CmOptions, Connector, Error, IbvError, Listener, PoolBuf,
+    ProtectionDomain, SharedChannel,
+};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Bound on a whole test: a hang fails instead of blocking test-rxe.
+const TEST_BOUND: Duration = Duration::from_secs(240);
+const CLIENTS: usize = 64;
+const REQUESTS: usize = 4;
+const LEN: usize = 256;
+
+fn device_ip() -> String {
+    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
+}
+
+fn opts() -> CmOptions {
+    CmOptions::default()
+        .timeout(Duration::from_secs(30))
+        .completion_events(true)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Request `k` of client `client`: who sent it in the first bytes, then a
+/// pattern of its own.
+fn request(client: usize, k: usize) -> Vec<u8> {
+    let mut m = pattern(seed("cm-async", client * 1000 + k), LEN);
+    m[..4].copy_from_slice(&(client as u32).to_le_bytes());
+    m[4..8].copy_from_slice(&(k as u32).to_le_bytes());
+    m
+}
+
+fn filled(mut buf: PoolBuf, data: &[u8]) -> rdma_safe::PoolBytes {
+    buf.fill_from(data);
+    buf.freeze()
+}
+
+/// Serves one connection: echoes every request until the peer goes away.
+/// Returns how many it echoed and how the connection ended.
+async fn echo(channel: Channel, pool: BufferPool) -> (usize, Option<String>) {
+    let shared = channel.shared().with_tokio().expect("register with tokio");
+    let mut echoed = 0;
+    loop {
+        let (got, req) = shared.receive_async(pool.alloc().await).await;
+        let n = match got {
+            Ok(s) => s.bytes(),
+            Err(err) => return (echoed, Some(err.to_string())),
+        };
+        let reply = filled(pool.alloc().await, &req[..n]);
+        drop(req);
+        let (sent, _) = shared.send_async(reply).await;
+        if let Err(err) = sent {
+            return (echoed, Some(err.to_string()));
+        }
+        echoed += 1;
+    }
+}
+
+/// One well-behaved client: `REQUESTS` requests, each reply checked.
+async fn client(pd: ProtectionDomain, addr: SocketAddr, pool: BufferPool, id: usize) -> Channel {
+    let channel = Connector::resolve_in_async(&pd, addr, &opts())
+        .await
+        .expect("resolve the server")
+        .connect_async(&(id as u32).to_le_bytes())
+        .await
+        .expect("connect");
+    let shared: SharedChannel = channel.shared().with_tokio().expect("register with tokio");
+    for k in 0..REQUESTS {
+        let want = request(id, k);
+        // The reply's receive is posted before the request leaves.
+        let reply = shared.receive_async(pool.alloc().await);
+        let (sent, _) = shared.send_async(filled(pool.alloc().await, &want)).await;
+        sent.expect("the request");
+        let (got, buf) = reply.await;
+        assert_eq!(got.expect("the reply").bytes(), LEN);
+        assert_bytes(&buf[..LEN], &want, "the echoed request");
+    }
+    channel
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_tokio_service_accepts_64_clients_on_one_domain_and_one_pool() {
+    let rt = runtime();
+    let pd = ProtectionDomain::open(&common::device_name()).expect("pd");
+    // Server and clients each hold at most two buffers per connection.
+    let pool = BufferPool::new(&pd, LEN, 4 * (CLIENTS + 1) + 8).expect("one pool");
+    rt.block_on(async {
+        tokio::time::timeout(TEST_BOUND, async {
+            let listener = Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts())
+                .expect("listen in pd");
+            let addr = listener.local_addr().expect("bound");
+            let server = {
+                let (pool, pd) = (pool.clone(), pd.clone());
+                tokio::spawn(async move {
+                    let mut served = tokio::task::JoinSet::new();
+                    for _ in 0..CLIENTS + 1 {
+                        let incoming = listener.incoming_async().await.expect("a request");
+                        assert!(
+                            std::ptr::eq(incoming.pd().context().as_ptr(), pd.context().as_ptr()),
+                            "accepted into the listener's domain"
+                        );
+                        let pool = pool.clone();
+                        served.spawn(async move {
+                            let channel = incoming.accept_async(&[]).await.expect("accept");
+                            echo(channel, pool).await
+                        });
+                    }
+                    served.join_all().await
+                })
+            };
+            // A client that sends one request and is gone before the reply:
+            // its connection ends on the server, nothing else does.
+            let rude = {
+                let (pd, pool) = (pd.clone(), pool.clone());
+                tokio::spawn(async move {
+                    let channel = Connector::resolve_in_async(&pd, addr, &opts())
+                        .await
+                        .expect("resolve")
+                        .connect_async(b"rude")
+                        .await
+                        .expect("connect");
+                    let shared = channel.shared().with_tokio().expect("tokio");
+                    let (sent, _) = shared
+                        .send_async(filled(pool.alloc().await, &request(999, 0)))
+                        .await;
+                    sent.expect("the rude request");
+                    drop(shared);
+                    drop(channel);
+                })
+            };
+            let mut clients = tokio::task::JoinSet::new();
+            for id in 0..CLIENTS {
+                clients.spawn(client(pd.clone(), addr, pool.clone(), id));
+            }
+            let channels = clients.join_all().await;
+            rude.await.expect("the rude client");
+            drop(channels);
+            let served = server.await.expect("the server");
+            let full = served.iter().filter(|(n, _)| *n == REQUESTS).count();
+            assert_eq!(full, CLIENTS, "every good client served: {served:?}");
+            let cut = served.iter().filter(|(n, _)| *n < REQUESTS).count();
+            assert_eq!(cut, 1, "only the rude client's connection cut short");
+            for (_, end) in &served {
+                let end = end.as_deref().expect("every connection ends with its peer");
+                assert!(
+                    end.contains("disconnect") || end.contains("flush"),
+                    "a connection ends when its peer goes: {end}"
+                );
+            }
+        })
+        .await
+        .expect("the service and its 65 clients within the bound");
+    });
+    assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn async_connect_and_accept_fail_as_the_blocking_calls_do_within_their_bounds() {
+    let rt = runtime();
+    rt.block_on(async {
+        let short = opts().timeout(Duration::from_secs(5));
+        let listener = Listener::bind_with(format!("{}:0", device_ip()), &short).expect("listen");
+        let addr = listener.local_addr().expect("bound");
+
+        // No request within 50 ms: None, soon after.
+        let start = Instant::now();
+        let none = listener
+            .incoming_async_within(Duration::from_millis(50))
+            .await
+            .expect("waiting is no error");
+        assert!(none.is_none());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+
+        // The bounded form names what it waited for.
+        let err = listener
+            .incoming_async()
+            .await
+            .expect_err("nobody connects");
+        assert!(
+            matches!(err, Error::Verbs(IbvError::Timeout { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("connect request"), "{err}");
+
+        // Nobody listens on a port just freed: a CM reject, bounded.
+        drop(listener);
+        let start = Instant::now();
+        let err = Channel::connect_to_async(addr, &[], &short)
+            .await
+            .expect_err("nobody listens");
+        eprintln!("no listener: {err} after {:?}", start.elapsed());
+        assert!(
+            matches!(
+                &err,
+                Error::Verbs(IbvError::Cm { .. }) | Error::Verbs(IbvError::Timeout { .. })
+            ),
+            "{err:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(60));
+
+        // A loopback address: the same advice as the blocking call.
+        let err = Channel::connect_to_async("127.0.0.1:7471", &[], &short)
+            .await
+            .expect_err("no RDMA device on lo");
+        assert!(err.to_string().contains("loopback"), "{err}");
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_cancelled_connect_leaves_the_listener_serving() {
+    let rt = runtime();
+    let pd = ProtectionDomain::open(&common::device_name()).expect("pd");
+    let pool = BufferPool::new(&pd, LEN, 8).expect("pool");
+    rt.block_on(async {
+        tokio::time::timeout(TEST_BOUND, async {
+            let listener =
+                Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts()).expect("listen");
+            let addr = listener.local_addr().expect("bound");
+            // Connects abandoned at once and after a few ms: whatever stage
+            // they reached is undone when they are dropped.
+            let options = opts();
+            for wait_ms in [0, 1, 5] {
+                let attempt = Channel::connect_to_async(addr, b"gone", &options);
+                let _ = tokio::time::timeout(Duration::from_millis(wait_ms), attempt).await;
+            }
+            let server = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    // Requests of abandoned connects may still be queued:
+                    // skip those whose accept fails.
+                    loop {
+                        let incoming = listener.incoming_async().await.expect("a request");
+                        if incoming.private_data().starts_with(b"gone") {
+                            let _ = incoming.reject(&[]);
+                            continue;
+                        }
+                        let channel = incoming.accept_async(&[]).await.expect("accept");
+                        return echo(channel, pool).await;
+                    }
+                })
+            };
+            let channel = client(pd.clone(), addr, pool.clone(), 7).await;
+            drop(channel);
+            let (echoed, _) = server.await.expect("server");
+            assert_eq!(echoed, REQUESTS);
+        })
+        .await
+        .expect("within the bound");
+    });
+}
