@@ -5,16 +5,19 @@ use crate::Result;
 use rdma_safe::{Context, ProtectionDomain};
 
 /// Opens the device called `name`, or the first device if `None`, and
-/// allocates a protection domain on it.
+/// allocates a protection domain on it — on the connection manager's
+/// context for that device where there is one, so that the domain serves
+/// CM connections too.
 ///
 /// # Errors
 /// No such device, no device at all, or the verbs failing.
 pub fn open_pd(name: Option<&str>) -> Result<ProtectionDomain> {
     match name {
-        // On the connection manager's context where there is one, so the
-        // domain serves CM connections too.
         Some(n) => Ok(ProtectionDomain::open(n)?),
-        None => Ok(ProtectionDomain::new(&Context::open_first()?)?),
+        None => {
+            let name = Context::open_first()?.name().to_owned();
+            Ok(ProtectionDomain::open(&name)?)
+        }
     }
 }
 

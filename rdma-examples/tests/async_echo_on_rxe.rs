@@ -1,6 +1,7 @@
 //! `async_echo` on a real device: one server process, one client process
 //! running many connections at once, every echoed byte checked by the
-//! client (which exits 0 only then).
+//! client (which exits 0 only then); over TCP endpoint exchange and over
+//! the RDMA connection manager (`--cm`).
 
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ fn start_server(
         .expect("start the server");
     let log = wait_for_line(
         server.stderr.take().expect("server stderr"),
-        "serving on TCP port",
+        "async_echo: serving on",
         TIMEOUT,
     );
     (server, log)
@@ -187,4 +188,65 @@ fn a_bad_client_costs_the_server_only_its_own_connection() {
         "the bad clients' connections ended with a message:\n{server_text}"
     );
     println!("{text}\nserver:\n{server_text}");
+}
+
+/// The CM server: 64 clients connected through the RDMA CM into the
+/// server's one domain and pool, every byte checked; a client killed
+/// mid-run costs the server that connection only, and a client after it
+/// is served as well.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn cm_clients_share_one_pool_and_a_killed_one_costs_only_itself() {
+    let exe = env!("CARGO_BIN_EXE_async_echo");
+    let dev = env_or(&["RDMA_TEST_DEVICE", "RXE_DEVICE"], "rxe0");
+    let ip = env_or(&["RXE_IPV4"], "10.0.2.15");
+    let port = "18535";
+    let common = ["-d", dev.as_str(), "-p", port, "--cm"];
+    let (mut server, server_log) = start_server(exe, &common, &["--timeout", "20"]);
+    let run = |clients: &str, messages: &str| {
+        Command::new(exe)
+            .arg("client")
+            .args(common)
+            .args(["--clients", clients, "--messages", messages, "-s", "1000"])
+            .arg(&ip)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a client")
+    };
+    // A long run, killed once its connection carries messages.
+    let mut doomed = run("1", "5000000");
+    let mut many = run("64", "20");
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = doomed.kill();
+    let _ = doomed.wait();
+    let status = wait_bounded(&mut many, TIMEOUT);
+    let output = many.wait_with_output().expect("client output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut after = run("2", "50");
+    let after_status = wait_bounded(&mut after, TIMEOUT);
+    let after_out = after.wait_with_output().expect("client output");
+    let after_text = String::from_utf8_lossy(&after_out.stdout).into_owned();
+    let alive = server.try_wait().expect("server status").is_none();
+    let _ = server.kill();
+    let _ = server.wait();
+    let server_text = server_log.join().unwrap_or_default();
+    assert!(alive, "the server died:\n{server_text}");
+    assert!(
+        status.is_some_and(|s| s.success()) && text.contains("1280 echoed and checked"),
+        "64 CM clients {status:?}:\n{text}\nserver:\n{server_text}"
+    );
+    assert!(
+        after_status.is_some_and(|s| s.success()) && after_text.contains("100 echoed and checked"),
+        "a client after the kill {after_status:?}:\n{after_text}\nserver:\n{server_text}"
+    );
+    assert!(
+        server_text.contains("serving on RDMA CM port"),
+        "the server said how it listens:\n{server_text}"
+    );
+    println!("{text}{after_text}\nserver:\n{server_text}");
 }

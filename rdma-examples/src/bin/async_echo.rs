@@ -16,15 +16,25 @@
 //! stays open as the connection's liveness signal: when it closes, the
 //! server shuts the channel down at once instead of waiting for the
 //! channel's timeout.
+//!
+//! With `--cm` (both sides) connections are made through the RDMA
+//! connection manager instead, as futures end to end: the server awaits
+//! `Listener::incoming_async_within` and `Incoming::accept_async`, the
+//! client `Connector::resolve_in_async` and `connect_async`, all clients
+//! share the one protection domain and pool of the device, and a client
+//! that leaves is seen through the CM's disconnect. No thread is blocked
+//! and no `spawn_blocking` is needed.
 
 use clap::{Parser, Subcommand};
 use rdma_examples::device::{open_checked, open_pd};
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, pattern, stats, Result};
-use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
+use rdma_safe::{
+    BufferPool, Channel, CmOptions, Connector, Listener, ProtectionDomain, SharedChannel,
+};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Receives each connection keeps posted.
 const RX_DEPTH: usize = 16;
@@ -80,10 +90,14 @@ struct Options {
     device: DeviceFlags,
     #[command(flatten)]
     gid: GidIndex,
-    /// TCP port (default 18520)
+    /// TCP port, or the RDMA CM's port with --cm (default 18520)
     #[arg(short = 'p', long = "port", value_name = "PORT", default_value = "18520", hide_default_value = true,
           value_parser = cli::number::<u16>(Limit::new("-p/--port", 1, 65535)))]
     port: u16,
+    /// connect through the RDMA connection manager (both sides); -x is
+    /// then not used: the CM picks the GID
+    #[arg(long = "cm")]
+    cm: bool,
     #[command(flatten)]
     timeout: Timeout,
 }
@@ -190,6 +204,9 @@ async fn server(o: Options, size: usize) -> Result<()> {
     // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
     // pinned: a small machine needs a smaller -s.
     let pool = BufferPool::new(&pd, size, 64 * RX_DEPTH)?;
+    if o.cm {
+        return serve_cm(pd, o, pool).await;
+    }
     let listener = net::listen(o.port)?;
     eprintln!("async_echo: serving on TCP port {}", o.port);
     loop {
@@ -227,11 +244,94 @@ async fn server(o: Options, size: usize) -> Result<()> {
     }
 }
 
+/// The options of every CM connection.
+fn cm_options(o: &Options) -> CmOptions {
+    CmOptions::default()
+        .completion_events(true)
+        .timeout(o.timeout.timeout)
+}
+
+/// The server over the RDMA CM: every connection in `pd`, served from
+/// `pool`; a request that fails costs only itself.
+async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<()> {
+    let listener = Listener::bind_in(&pd, ("0.0.0.0", o.port), &cm_options(&o))?;
+    eprintln!("async_echo: serving on RDMA CM port {}", o.port);
+    loop {
+        let incoming = match listener
+            .incoming_async_within(Duration::from_secs(3600))
+            .await
+        {
+            Ok(Some(incoming)) => incoming,
+            Ok(None) => continue,
+            Err(e) => {
+                // A request on a device the domain does not serve, or one
+                // that vanished: refused, and the listener goes on.
+                eprintln!("async_echo: a connect request failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let peer = incoming.peer_addr();
+        eprintln!("async_echo: client {peer:?}");
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let outcome = async {
+                let channel = incoming.accept_async(&[]).await?;
+                let shared = channel.shared().with_tokio()?;
+                let echoed = echo_all(&shared, pool).await?;
+                eprintln!("async_echo: connection closed after {echoed} messages");
+                Ok::<_, rdma_examples::BoxError>(())
+            };
+            if let Err(e) = outcome.await {
+                eprintln!("async_echo: client {peer:?}: connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// A CM connection to `host`, in `pd`. A server that is not listening yet
+/// (the CM's reject) is tried again for [`net::CONNECT_RETRY`], as the TCP
+/// path retries a refused connection; any other failure is final.
+async fn connect_cm(pd: &ProtectionDomain, o: &Options, host: &str) -> Result<Channel> {
+    let start = Instant::now();
+    loop {
+        let attempt = async {
+            Connector::resolve_in_async(pd, (host, o.port), &cm_options(o))
+                .await?
+                .connect_async(&[])
+                .await
+        };
+        match attempt.await {
+            Ok(channel) => return Ok(channel),
+            Err(rdma_safe::Error::Verbs(rdma_safe::IbvError::Cm { event, .. }))
+                if event == "RDMA_CM_EVENT_REJECTED" && start.elapsed() < net::CONNECT_RETRY =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Echoes every message that arrives on `shared` until its receive stream
+/// ends (the peer left) or fails; returns how many it echoed.
+async fn echo_all(shared: &SharedChannel, pool: BufferPool) -> Result<u64> {
+    let mut messages = shared.receive_stream(pool, RX_DEPTH);
+    let mut echoed = 0u64;
+    while let Some(item) = messages.next().await {
+        let Ok((_, buf)) = item else { break };
+        // The received buffer goes back out as is: no copy.
+        let (sent, _) = shared.send_async(buf.freeze()).await;
+        sent?;
+        echoed += 1;
+    }
+    Ok(echoed)
+}
+
 /// Echoes every message of one connection until it fails or its TCP
 /// stream closes.
 async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) -> Result<()> {
     let shared = channel.shared().with_tokio()?;
-    let mut messages = shared.receive_stream(pool, RX_DEPTH);
     stream.set_nonblocking(true)?;
     let mut control = tokio::net::TcpStream::from_std(stream)?;
     let watcher = {
@@ -242,15 +342,9 @@ async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) 
             shared.shutdown();
         })
     };
-    let mut echoed = 0u64;
-    while let Some(item) = messages.next().await {
-        let Ok((_, buf)) = item else { break };
-        // The received buffer goes back out as is: no copy.
-        let (sent, _) = shared.send_async(buf.freeze()).await;
-        sent?;
-        echoed += 1;
-    }
+    let echoed = echo_all(&shared, pool).await;
     watcher.abort();
+    let echoed = echoed?;
     eprintln!("async_echo: connection closed after {echoed} messages");
     Ok(())
 }
@@ -302,13 +396,18 @@ async fn one_client(
     load: Load,
     host: String,
 ) -> Result<Vec<f64>> {
-    let (o2, pd2) = (o.clone(), pd.clone());
-    let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout.timeout)?;
-        let channel = connect(&pd2, &o2, &mut stream)?;
-        Ok((stream, channel))
-    })
-    .await??;
+    let (stream, channel) = if o.cm {
+        (None, connect_cm(&pd, &o, &host).await?)
+    } else {
+        let (o2, pd2) = (o.clone(), pd.clone());
+        let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout.timeout)?;
+            let channel = connect(&pd2, &o2, &mut stream)?;
+            Ok((stream, channel))
+        })
+        .await??;
+        (Some(stream), channel)
+    };
     let shared: SharedChannel = channel.shared().with_tokio()?;
     let tx_pool = BufferPool::new(&pd, load.size, 2)?;
     let rx_pool = BufferPool::new(&pd, load.size, RX_DEPTH)?;
@@ -335,6 +434,9 @@ async fn one_client(
         pattern::check(&echo, seed, 0).map_err(|e| format!("client {c}: echo {i}: {e}"))?;
     }
     drop(echoes);
-    drop(stream); // tells the server this connection is done
+    // Tells the server this connection is done (with --cm, dropping the
+    // channel disconnects).
+    drop(stream);
+    drop(channel);
     Ok(rtts)
 }

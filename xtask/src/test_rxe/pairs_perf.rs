@@ -81,7 +81,9 @@ pub(super) fn perf_steps(p: &mut Plan, progs: &Programs) {
 }
 
 /// async_echo: the server on B serves [`ECHO_CLIENTS`] connections from
-/// one client process on A, which checks every echoed byte. The server's
+/// one client process on A, which checks every echoed byte — connected
+/// over TCP (endpoint exchange), then through the RDMA CM (`--cm`, every
+/// connection in the server's one domain and pool). The server's
 /// buffers are the messages' size (by default it registers 1 GiB: the OOM
 /// killer ends it in a 1 GiB guest). The server
 /// serves until stopped: it is stopped once the client has ended
@@ -89,30 +91,36 @@ pub(super) fn perf_steps(p: &mut Plan, progs: &Programs) {
 /// then.
 pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
     let ours = progs.ours("async_echo");
-    let port = 18640;
-    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     let (c, m, s) = (ECHO_CLIENTS, ECHO_MESSAGES, ECHO_SIZE);
-    let server = format!(
-        "{ours} server {dev} -p {port} -s {s} & s=$!; \
-         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
-    );
-    p.pair_step(
-        &format!("async_echo: ours (B) serves {c} connections from ours (A)"),
-        port,
-        Side {
-            host: B,
-            cmd: &server,
-            expect: "stopped after its client",
-        },
-        Side {
-            host: A,
-            cmd: &format!(
-                "{ours} client {dev} -p {port} --clients {c} --messages {m} -s {s} \"$PEER_IPV4\""
-            ),
-            expect: &format!("{} echoed and checked", c * m),
-        },
-    );
+    // The step waits for the port to listen (a TCP socket, or the CM's
+    // id); the --cm client also retries while the server is not listening.
+    for (port, flags, how, wait) in [
+        (18640, "-x \"$RXE_GID_INDEX\"", "", 18640),
+        (18641, "--cm", ", RDMA CM", 18641),
+    ] {
+        let dev = format!("-d \"$RXE_DEVICE\" {flags}");
+        let server = format!(
+            "{ours} server {dev} -p {port} -s {s} & s=$!; \
+             until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+             kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
+        );
+        p.pair_step(
+            &format!("async_echo: ours (B) serves {c} connections from ours (A){how}"),
+            wait,
+            Side {
+                host: B,
+                cmd: &server,
+                expect: "stopped after its client",
+            },
+            Side {
+                host: A,
+                cmd: &format!(
+                    "{ours} client {dev} -p {port} --clients {c} --messages {m} -s {s} \"$PEER_IPV4\""
+                ),
+                expect: &format!("{} echoed and checked", c * m),
+            },
+        );
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +138,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 1 + 2 * CM_RUNS.len() + 1, "{text}");
+        assert_eq!(steps.len(), 1 + 2 * CM_RUNS.len() + 2, "{text}");
         assert!(
             steps[3].contains(
                 "18633 0 '/t/perf write_lat -R -s 64 -n 200 -p 18633' \
@@ -145,5 +153,9 @@ mod tests {
             "pair_step 'async_echo: ours (B) serves 8 connections from ours (A)' 18640 1 "
         ));
         assert!(steps[7].ends_with(" 'stopped after its client' '800 echoed and checked'"));
+        assert!(steps[8].starts_with(
+            "pair_step 'async_echo: ours (B) serves 8 connections from ours (A), RDMA CM' 18641 1 "
+        ));
+        assert!(steps[8].contains("--cm"), "{}", steps[8]);
     }
 }
