@@ -225,24 +225,25 @@ fn too_much_private_data_is_refused_clearly() {
     );
     assert!(err.to_string().contains("at most 56"), "{err}");
 
-    // An accept carries at most 196 bytes; the refused accept leaves the
+    // An accept carries at most 192 bytes of ours (the transport's 196
+    // less the path-MTU trailer); the refused accept leaves the
     // request pending until it is dropped (which rejects it).
     let server = thread::spawn(move || {
         let incoming = listener.incoming().expect("a request");
         // `accept` consumes the request; too much data is refused before
         // anything reaches the wire, and dropping the request rejects it.
         let err = incoming
-            .accept(&[2u8; 197])
-            .expect_err("197 bytes do not fit an accept");
+            .accept(&[2u8; 193])
+            .expect_err("193 bytes do not fit an accept");
         err.to_string()
     });
     let client = Channel::connect_to_with(addr, b"x", &opts(Duration::from_secs(10)));
     let server_err = server.join().unwrap();
     eprintln!(
-        "accept with 197 bytes: {server_err}; client: {:?}",
+        "accept with 193 bytes: {server_err}; client: {:?}",
         client.as_ref().err()
     );
-    assert!(server_err.contains("at most 196"), "{server_err}");
+    assert!(server_err.contains("at most 192"), "{server_err}");
     assert!(client.is_err(), "the client must not be connected");
 }
 

@@ -3,10 +3,9 @@
 //! accept, disconnect), each bounded in time.
 
 use super::addr::{self, RawAddr};
-use super::event::{CmEvent, ConnParams, ConnectRequest};
+use super::event::{CmEvent, ConnectRequest};
 use super::EventChannel;
 use crate::error::{check_rc, Error, Result};
-use crate::mr::AccessFlags;
 use crate::qp::{QpState, QueuePair};
 use crate::wrapper::{Deleter, Wrapper};
 use crate::Context;
@@ -47,70 +46,6 @@ struct Inner {
 unsafe impl Send for Inner {}
 // SAFETY: as above.
 unsafe impl Sync for Inner {}
-
-/// What this side asks for or grants when connecting or accepting
-/// (`struct rdma_conn_param`; the QP number is filled in by
-/// [`CmId::connect`] and [`CmId::accept`]).
-#[derive(Clone, Copy, Debug)]
-pub struct ConnectParams<'a> {
-    /// Private data for the peer (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes
-    /// in a connect, [`MAX_ACCEPT_PRIVATE_DATA`] in an accept).
-    pub private_data: &'a [u8],
-    /// RDMA reads the peer may have outstanding on our QP.
-    pub responder_resources: u8,
-    /// RDMA reads our QP may have outstanding at the peer.
-    pub initiator_depth: u8,
-    /// Transport retries (at most 7; rxe treats 7 as unlimited).
-    pub retry_count: u8,
-    /// Receiver-not-ready retries (7: unlimited).
-    pub rnr_retry_count: u8,
-    /// How long a peer whose message found no receive posted here waits
-    /// before sending it again (the RNR NAK timer, IB encoding: 12 is
-    /// 0.64 ms). The CM's own value is 0, which encodes the longest wait,
-    /// 655 ms: too long for the first message a peer sends right after the
-    /// connection is established, before a receive could be posted on the
-    /// accepted QP.
-    pub min_rnr_timer: u8,
-}
-
-impl Default for ConnectParams<'_> {
-    fn default() -> Self {
-        ConnectParams {
-            private_data: &[],
-            responder_resources: 1,
-            initiator_depth: 1,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            min_rnr_timer: 12,
-        }
-    }
-}
-
-impl ConnectParams<'_> {
-    fn to_raw(self, qp_num: u32, max: usize, step: &'static str) -> Result<sys::rdma_conn_param> {
-        if self.private_data.len() > max {
-            return Err(Error::InvalidArgument(format!(
-                "{step}: {} bytes of private data do not fit: the transport carries at most {max}",
-                self.private_data.len()
-            )));
-        }
-        Ok(sys::rdma_conn_param {
-            private_data: if self.private_data.is_empty() {
-                ptr::null()
-            } else {
-                self.private_data.as_ptr().cast()
-            },
-            private_data_len: self.private_data.len() as u8,
-            responder_resources: self.responder_resources,
-            initiator_depth: self.initiator_depth,
-            flow_control: 1,
-            retry_count: self.retry_count.min(7),
-            rnr_retry_count: self.rnr_retry_count.min(7),
-            srq: 0,
-            qp_num,
-        })
-    }
-}
 
 /// A connection identifier (`struct rdma_cm_id`, port space RDMA_PS_TCP),
 /// with an [`EventChannel`] of its own. Destroyed on drop, which also
@@ -346,143 +281,6 @@ impl CmId {
         }
     }
 
-    /// `rdma_connect` (active side)—Moves `qp` (created on this identifier's
-    /// [`context`](Self::context), in RESET) to INIT granting remote
-    /// `access`, asks the peer to connect, and on its answer moves `qp` to
-    /// RTR and RTS with the negotiated attributes and completes the
-    /// connection (`rdma_establish`). Waits up to `timeout`. Returns what
-    /// the peer sent with its accept.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for private data over
-    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes, [`Error::Cm`] when the peer
-    /// rejects (nobody listening included) or is unreachable,
-    /// [`Error::Timeout`], or a verb's errno.
-    pub fn connect(
-        &self,
-        qp: &QueuePair,
-        access: AccessFlags,
-        params: &ConnectParams<'_>,
-        timeout: Duration,
-    ) -> Result<ConnParams> {
-        self.start_connect(qp, access, params)?;
-        self.connected(
-            qp,
-            params.min_rnr_timer,
-            self.expect("rdma_connect", timeout)?,
-        )
-    }
-
-    /// The first half of [`connect`](Self::connect): `qp` to INIT and
-    /// `rdma_connect`, without waiting for the answer, which arrives as the
-    /// next event on [`channel`](Self::channel) (see
-    /// [`start_resolve_addr`](Self::start_resolve_addr)).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for private data over
-    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes, or a verb's errno.
-    pub fn start_connect(
-        &self,
-        qp: &QueuePair,
-        access: AccessFlags,
-        params: &ConnectParams<'_>,
-    ) -> Result<()> {
-        let mut raw = params.to_raw(qp.qp_num(), MAX_CONNECT_PRIVATE_DATA, "rdma_connect")?;
-        qp.to_init(self.port_num(), access)?;
-        // SAFETY: the identifier is alive; `raw` and its private data are
-        // valid for the call (the kernel copies them).
-        check_rc("rdma_connect", unsafe {
-            sys::rdma_connect(self.as_ptr(), &mut raw)
-        })
-    }
-
-    /// The second half of [`connect`](Self::connect): on the peer's answer
-    /// (`event`), `qp` to RTR (its RNR NAK timer `min_rnr_timer`) and RTS,
-    /// and `rdma_establish`; a connection `qp` cannot take is rejected.
-    ///
-    /// # Errors
-    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_CONNECT_RESPONSE`, or a
-    /// verb's errno.
-    pub fn connected(
-        &self,
-        qp: &QueuePair,
-        min_rnr_timer: u8,
-        event: CmEvent,
-    ) -> Result<ConnParams> {
-        match event {
-            CmEvent::ConnectResponse(theirs) => {
-                let ready = self.make_ready(qp, min_rnr_timer);
-                if let Err(err) = ready {
-                    // SAFETY: the identifier is alive; no private data.
-                    unsafe { sys::rdma_reject(self.as_ptr(), ptr::null(), 0) };
-                    return Err(err);
-                }
-                // SAFETY: the identifier is alive and has no librdmacm QP.
-                check_rc("rdma_establish", unsafe {
-                    sys::rdma_establish(self.as_ptr())
-                })?;
-                Ok(theirs)
-            }
-            other => Err(Error::cm("rdma_connect", &other)),
-        }
-    }
-
-    /// `rdma_accept` (passive side, on a connect request's identifier)—Moves
-    /// `qp` (created on [`context`](Self::context), in RESET) to INIT with
-    /// remote `access`, then RTR and RTS with the attributes of the
-    /// request, accepts, and waits up to `timeout` for the connection to be
-    /// established.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for private data over
-    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes, [`Error::Cm`] if the peer gives up
-    /// first, [`Error::Timeout`], or a verb's errno.
-    pub fn accept(
-        &self,
-        qp: &QueuePair,
-        access: AccessFlags,
-        params: &ConnectParams<'_>,
-        timeout: Duration,
-    ) -> Result<()> {
-        self.start_accept(qp, access, params)?;
-        Self::established(self.expect("rdma_accept", timeout)?)
-    }
-
-    /// The first half of [`accept`](Self::accept): `qp` to INIT, RTR and
-    /// RTS, and `rdma_accept`, without waiting for the connection to be
-    /// established (the next event on [`channel`](Self::channel), see
-    /// [`start_resolve_addr`](Self::start_resolve_addr)).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for private data over
-    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes, or a verb's errno.
-    pub fn start_accept(
-        &self,
-        qp: &QueuePair,
-        access: AccessFlags,
-        params: &ConnectParams<'_>,
-    ) -> Result<()> {
-        let mut raw = params.to_raw(qp.qp_num(), MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
-        qp.to_init(self.port_num(), access)?;
-        self.make_ready(qp, params.min_rnr_timer)?;
-        // SAFETY: the identifier is alive; `raw` is valid for the call.
-        check_rc("rdma_accept", unsafe {
-            sys::rdma_accept(self.as_ptr(), &mut raw)
-        })
-    }
-
-    /// The second half of [`accept`](Self::accept).
-    ///
-    /// # Errors
-    /// [`Error::Cm`] for any event but `RDMA_CM_EVENT_ESTABLISHED` (the
-    /// requester gave up, …).
-    pub fn established(event: CmEvent) -> Result<()> {
-        match event {
-            CmEvent::Established(_) => Ok(()),
-            other => Err(Error::cm("rdma_accept", &other)),
-        }
-    }
-
     /// `rdma_reject`—Refuses a connect request, with private data for the
     /// peer.
     ///
@@ -537,18 +335,9 @@ impl CmId {
         self.modify_qp_with(qp, state, |_| {})
     }
 
-    /// INIT → RTR → RTS with the negotiated attributes, the RNR NAK timer
-    /// replaced by `min_rnr_timer`.
-    fn make_ready(&self, qp: &QueuePair, min_rnr_timer: u8) -> Result<()> {
-        self.modify_qp_with(qp, QpState::ReadyToReceive, |attr| {
-            attr.min_rnr_timer = min_rnr_timer.min(31);
-        })?;
-        self.modify_qp(qp, QpState::ReadyToSend)
-    }
-
     /// [`modify_qp`](Self::modify_qp), letting `adjust` change the
     /// negotiated attributes before they are applied.
-    fn modify_qp_with(
+    pub(super) fn modify_qp_with(
         &self,
         qp: &QueuePair,
         state: QpState,
@@ -580,7 +369,7 @@ impl CmId {
     }
 
     /// The next event within `timeout`, or [`Error::Timeout`] naming `step`.
-    fn expect(&self, step: &'static str, timeout: Duration) -> Result<CmEvent> {
+    pub(super) fn expect(&self, step: &'static str, timeout: Duration) -> Result<CmEvent> {
         self.get_event(timeout)?
             .ok_or(Error::Timeout { step, timeout })
     }
@@ -605,27 +394,6 @@ impl fmt::Debug for CmId {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn oversized_private_data_is_refused_before_any_verb() {
-        let data = [7u8; MAX_CONNECT_PRIVATE_DATA + 1];
-        let params = ConnectParams {
-            private_data: &data,
-            ..Default::default()
-        };
-        let err = params
-            .to_raw(1, MAX_CONNECT_PRIVATE_DATA, "rdma_connect")
-            .unwrap_err();
-        assert!(err.to_string().contains("at most 56"), "{err}");
-        let fits = ConnectParams {
-            private_data: &data[..MAX_CONNECT_PRIVATE_DATA],
-            ..Default::default()
-        };
-        let raw = fits
-            .to_raw(9, MAX_CONNECT_PRIVATE_DATA, "rdma_connect")
-            .unwrap();
-        assert_eq!((raw.private_data_len, raw.qp_num), (56, 9));
-    }
 
     #[test]
     fn reject_reasons_read_as_text() {

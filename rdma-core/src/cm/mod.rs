@@ -6,13 +6,13 @@
 //! accepting, waiting for a request) takes a timeout.
 
 mod addr;
+mod connect;
 mod devices;
 mod event;
 mod event_channel;
 mod id;
 
+pub use connect::ConnectParams;
 pub use event::{CmEvent, ConnParams, ConnectRequest};
 pub use event_channel::EventChannel;
-pub use id::{
-    CmId, ConnectParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
-};
+pub use id::{CmId, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};

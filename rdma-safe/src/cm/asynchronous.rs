@@ -189,8 +189,9 @@ impl Incoming {
     /// As [`accept`](Self::accept), and outside a tokio runtime.
     pub async fn accept_async(self, private_data: &[u8]) -> Result<Channel> {
         let events = AsyncEvents::new(self.id.channel())?;
+        let data = self.accept_data(private_data)?;
         let queue = self.queue()?;
-        let params = self.params(private_data);
+        let params = self.params(&data);
         self.id.start_accept(&queue.qp, access(), &params)?;
         let event = events
             .expect(&self.id, "rdma_accept", self.opts.timeout)
@@ -246,10 +247,14 @@ impl Connector {
             let events = AsyncEvents::new(id.channel())?;
             let attempt = async {
                 id.start_resolve_addr(None, dst, opts.timeout)?;
-                let event = events.expect(&id, "rdma_resolve_addr", opts.timeout).await?;
+                let event = events
+                    .expect(&id, "rdma_resolve_addr", opts.timeout)
+                    .await?;
                 CmId::addr_resolved(event)?;
                 id.start_resolve_route(opts.timeout)?;
-                let event = events.expect(&id, "rdma_resolve_route", opts.timeout).await?;
+                let event = events
+                    .expect(&id, "rdma_resolve_route", opts.timeout)
+                    .await?;
                 CmId::route_resolved(event)?;
                 Ok(id.context()?)
             };
@@ -282,14 +287,13 @@ impl Connector {
     pub async fn connect_async(self, private_data: &[u8]) -> Result<Channel> {
         let events = AsyncEvents::new(self.id.channel())?;
         let queue = self.queue()?;
-        let params = self.opts.params(private_data);
+        let mut params = self.opts.params(private_data);
         self.id.start_connect(&queue.qp, access(), &params)?;
         let event = events
             .expect(&self.id, "rdma_connect", self.opts.timeout)
             .await?;
-        let theirs = self.id.connected(&queue.qp, params.min_rnr_timer, event)?;
         drop(events);
-        self.into_channel(queue, theirs.private_data)
+        self.finish_connect(queue, &mut params, event)
     }
 }
 

@@ -4,7 +4,7 @@ use super::{access, domains, resolve, CmOptions};
 use crate::channel::{Channel, CmQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
-use rdma_core::CmId;
+use rdma_core::{CmEvent, CmId, ConnectParams};
 use std::fmt;
 use std::net::ToSocketAddrs;
 
@@ -96,10 +96,33 @@ impl Connector {
     /// `opts.timeout`, or a verb's error.
     pub fn connect(self, private_data: &[u8]) -> Result<Channel> {
         let queue = self.queue()?;
-        let params = self.opts.params(private_data);
-        let theirs = self
+        let mut params = self.opts.params(private_data);
+        self.id.start_connect(&queue.qp, access(), &params)?;
+        let timeout = self.opts.timeout;
+        let event = self
             .id
-            .connect(&queue.qp, access(), &params, self.opts.timeout)?;
+            .get_event(timeout)?
+            .ok_or(rdma_core::Error::Timeout {
+                step: "rdma_connect",
+                timeout,
+            })?;
+        self.finish_connect(queue, &mut params, event)
+    }
+
+    /// The connection once the peer answered (`event`): the path MTU
+    /// bounded by what the peer's accept says it can take (see
+    /// [`mtu_trailer`](super::mtu_trailer)), the queue pair made ready,
+    /// the channel built.
+    pub(super) fn finish_connect(
+        self,
+        queue: CmQueue,
+        params: &mut ConnectParams<'_>,
+        mut event: CmEvent,
+    ) -> Result<Channel> {
+        if let CmEvent::ConnectResponse(theirs) = &mut event {
+            params.max_path_mtu = super::mtu_trailer::take(&mut theirs.private_data);
+        }
+        let theirs = self.id.connected(&queue.qp, params, event)?;
         self.into_channel(queue, theirs.private_data)
     }
 

@@ -5,7 +5,7 @@ use super::{access, domains, resolve, CmOptions};
 use crate::channel::{Channel, CmQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
-use rdma_core::{CmId, ConnParams, ConnectParams, ConnectRequest};
+use rdma_core::{CmId, ConnParams, ConnectParams, ConnectRequest, MAX_ACCEPT_PRIVATE_DATA};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
@@ -189,8 +189,9 @@ impl Incoming {
     }
 
     /// Accepts, sending `private_data` (at most
-    /// [`MAX_ACCEPT_PRIVATE_DATA`](rdma_core::MAX_ACCEPT_PRIVATE_DATA)
-    /// bytes), and waits (up to the options' timeout) until the connection
+    /// [`MAX_ACCEPT_DATA`](super::MAX_ACCEPT_DATA) bytes: the last 4 of the
+    /// transport's 196 carry this port's MTU, see the [module](super)
+    /// docs), and waits (up to the options' timeout) until the connection
     /// is established.
     ///
     /// # Errors
@@ -199,11 +200,22 @@ impl Incoming {
     /// the requester gave up, [`IbvError::Timeout`](rdma_core::Error::Timeout),
     /// or a verb's error.
     pub fn accept(self, private_data: &[u8]) -> Result<Channel> {
+        let data = self.accept_data(private_data)?;
         let queue = self.queue()?;
-        let params = self.params(private_data);
+        let params = self.params(&data);
         self.id
             .accept(&queue.qp, access(), &params, self.opts.timeout)?;
         self.into_channel(queue)
+    }
+
+    /// What the accept carries: `user`'s bytes and this port's MTU (see
+    /// [`mtu_trailer`](super::mtu_trailer)).
+    ///
+    /// # Errors
+    /// More than [`MAX_ACCEPT_DATA`](super::MAX_ACCEPT_DATA) bytes, or the
+    /// port cannot be queried.
+    pub(super) fn accept_data(&self, user: &[u8]) -> Result<[u8; MAX_ACCEPT_PRIVATE_DATA]> {
+        super::mtu_trailer::accept_data(user, self.id.active_mtu()?)
     }
 
     /// The queue pair the connection will use.

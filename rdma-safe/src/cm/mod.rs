@@ -18,6 +18,12 @@
 //!   `Channel::connect_to_async` — an async service needs neither a
 //!   thread bridge nor `spawn_blocking`.
 //!
+//! Each side bounds the path MTU by its own port's, and the accept tells
+//! the connecting side the accepting port's MTU (in the last 4 of the 196
+//! bytes an accept carries, so user data gets [`MAX_ACCEPT_DATA`]): two
+//! hosts with different MTUs agree on the smaller one, where the CM alone
+//! would take the connecting side's.
+//!
 //! A CM-made channel has a protection domain of its own on the device the CM
 //! chose ([`Channel::pd`]): register the memory it uses there. Everything
 //! else — blocking operations, scopes, batches, timeouts — is the same as
@@ -56,10 +62,14 @@ pub struct CmOptions {
     /// RDMA reads the peer may have outstanding here, and this side at the
     /// peer (default 16 each; an accept grants at most what was asked for).
     pub rd_atomic: u8,
-    /// Transport retries (default 6: with the CM's ACK timeout a dead path
-    /// fails work with `WcStatus::RetryExceeded` in about half a second;
-    /// rxe takes 7 as "retry forever", leaving the channel's timeout to
-    /// notice it).
+    /// Local ACK timeout exponent: 4.096 µs · 2^n (default 14 ≈ 67 ms, as
+    /// for [`ConnectOptions`](crate::ConnectOptions); the CM's own would
+    /// be about a second on RoCE).
+    pub ack_timeout: u8,
+    /// Transport retries (default 6: with the default ACK timeout a dead
+    /// path fails work with `WcStatus::RetryExceeded` after 4.096 µs ·
+    /// 2^14 · 7 ≈ 0.47 s; rxe takes 7 as "retry forever", leaving the
+    /// channel's timeout to notice it).
     pub retry_count: u8,
     /// Receiver-not-ready retries (default 7, unlimited; the timeout still
     /// bounds every wait).
@@ -80,6 +90,7 @@ impl Default for CmOptions {
             timeout: DEFAULT_TIMEOUT,
             completion_events: false,
             rd_atomic: 16,
+            ack_timeout: 14,
             retry_count: 6,
             rnr_retry_count: 7,
             min_rnr_timer: 12,
@@ -115,6 +126,85 @@ impl CmOptions {
             retry_count: self.retry_count,
             rnr_retry_count: self.rnr_retry_count,
             min_rnr_timer: self.min_rnr_timer,
+            ack_timeout: Some(self.ack_timeout),
+            max_path_mtu: None,
+        }
+    }
+}
+
+/// The user's share of an accept's private data: the transport carries
+/// [`MAX_ACCEPT_PRIVATE_DATA`](rdma_core::MAX_ACCEPT_PRIVATE_DATA) bytes,
+/// and the last four carry the accepting port's MTU (see the [module](self) docs).
+pub const MAX_ACCEPT_DATA: usize = rdma_core::MAX_ACCEPT_PRIVATE_DATA - 4;
+
+/// Path MTU agreement. On RoCE the CM takes the path MTU from the active
+/// side's interface alone: a client on a 4096-byte link connecting to a
+/// server on a 1500-byte one would send frames the server's link cannot
+/// carry. So each side bounds its queue pair's path MTU by its own port's
+/// active MTU, and the accepting side appends its MTU to the accept's
+/// private data — `b"MTU"` and its size in units of 256 bytes, in the last four of
+/// its 196 bytes — which the connecting side takes as a further bound and
+/// removes before the channel shows the private data. A peer that sends no
+/// such trailer (a C program) bounds nothing; one that does not look for it
+/// sees four bytes after the padding.
+mod mtu_trailer {
+    use super::MAX_ACCEPT_DATA;
+    use crate::error::{Error, Result};
+    use rdma_core::{Mtu, MAX_ACCEPT_PRIVATE_DATA};
+
+    const TAG: &[u8; 3] = b"MTU";
+
+    /// `user` (at most [`MAX_ACCEPT_DATA`] bytes), padded, with `mtu` in
+    /// the trailer.
+    pub(super) fn accept_data(user: &[u8], mtu: Mtu) -> Result<[u8; MAX_ACCEPT_PRIVATE_DATA]> {
+        if user.len() > MAX_ACCEPT_DATA {
+            return Err(Error::Verbs(rdma_core::Error::InvalidArgument(format!(
+                "rdma_accept: {} bytes of private data do not fit: at most {MAX_ACCEPT_DATA} \
+                 (the transport carries {MAX_ACCEPT_PRIVATE_DATA}, the last 4 the path MTU)",
+                user.len()
+            ))));
+        }
+        let mut data = [0u8; MAX_ACCEPT_PRIVATE_DATA];
+        data[..user.len()].copy_from_slice(user);
+        data[MAX_ACCEPT_DATA..MAX_ACCEPT_DATA + 3].copy_from_slice(TAG);
+        data[MAX_ACCEPT_PRIVATE_DATA - 1] = (mtu.bytes() / 256) as u8;
+        Ok(data)
+    }
+
+    /// The MTU an accept's private data carries, if it does; the trailer
+    /// is zeroed (it is the transport's, not the peer's data).
+    pub(super) fn take(data: &mut [u8]) -> Option<Mtu> {
+        let trailer = data.get_mut(MAX_ACCEPT_DATA..MAX_ACCEPT_PRIVATE_DATA)?;
+        if &trailer[..3] != TAG {
+            return None;
+        }
+        let mtu = Mtu::from_bytes(u32::from(trailer[3]) * 256);
+        trailer.fill(0);
+        mtu
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_trailer_round_trips_and_is_removed() {
+            let mut data = accept_data(b"hello", Mtu::Mtu1024).expect("fits").to_vec();
+            assert_eq!(&data[..5], b"hello");
+            assert_eq!(take(&mut data), Some(Mtu::Mtu1024));
+            assert!(data[5..].iter().all(|&b| b == 0), "only padding is left");
+            // No trailer: nothing taken, nothing changed.
+            let mut plain = vec![7u8; MAX_ACCEPT_PRIVATE_DATA];
+            assert_eq!(take(&mut plain), None);
+            assert!(plain.iter().all(|&b| b == 7));
+            assert_eq!(take(&mut [0u8; 56]), None, "a connect request's data");
+        }
+
+        #[test]
+        fn too_much_user_data_names_the_limit() {
+            let err = accept_data(&[1; MAX_ACCEPT_DATA + 1], Mtu::Mtu4096).expect_err("too long");
+            assert!(err.to_string().contains("at most 192"), "{err}");
+            assert!(accept_data(&[1; MAX_ACCEPT_DATA], Mtu::Mtu4096).is_ok());
         }
     }
 }

@@ -14,7 +14,12 @@
 //! against the device's extended attributes and end the run with
 //! "`<flag>`: not supported by this device (…)" where it lacks them (rxe
 //! lacks all three), or with an error saying this program does not
-//! implement them where it has them. The exchange:
+//! implement them where it has them. Two flags of our own set the RC
+//! retry budget: `--retry-count N` (transport retries, default 7 as in the
+//! C program, which rxe takes as "forever") and `--ack-timeout N` (4.096 µs
+//! · 2^N, default 14); with `--retry-count 6` a dead path fails the send
+//! with "transport retry counter exceeded" in about half a second. The
+//! exchange:
 //!
 //! 1. Both sides post their receives, then exchange addresses over TCP
 //!    (port 18515): the client sends `"LID:QPN:PSN:GID"` (`%04x:%06x:%06x:`
@@ -96,6 +101,15 @@ struct Options {
     /// use new post send WR API (ibv_wr_*, through rdma-core's extended QP)
     #[arg(short = 'N', long = "new_send", alias = "new-send")]
     new_send: bool,
+    /// transport retries before a send fails with "retry counter exceeded"
+    /// (not a C flag; default 7, the C program's: rxe retries forever then)
+    #[arg(long = "retry-count", value_name = "n", hide_default_value = true, default_value = "7",
+          value_parser = cli::number::<u8>(Limit::new("--retry-count", 0, 7)))]
+    retry_count: u8,
+    /// local ACK timeout exponent, 4.096 us * 2^n (not a C flag; default 14)
+    #[arg(long = "ack-timeout", value_name = "n", hide_default_value = true, default_value = "14",
+          value_parser = cli::number::<u8>(Limit::new("--ack-timeout", 1, 31)))]
+    ack_timeout: u8,
 }
 
 fn mtu(text: &str) -> Result<Mtu, String> {
@@ -187,9 +201,13 @@ fn run(o: &Options) -> Result<()> {
     // Address exchange. The server answers once its receives are posted.
     let (mut link, remote) = exchange(c, &me)?;
     // The C program's connection attributes: SL from -l, hop limit 1, one
-    // outstanding RDMA read each way, timeout 14, 7 retries, RNR timer 12.
+    // outstanding RDMA read each way, timeout 14, 7 retries (both changed
+    // by our --ack-timeout and --retry-count), RNR timer 12.
     let attrs = ConnectOptions {
         service_level: c.sl,
+        timeout: o.ack_timeout,
+        retry_count: o.retry_count,
+        rnr_retry: 7,
         hop_limit: 1,
         max_rd_atomic: 1,
         max_dest_rd_atomic: 1,
