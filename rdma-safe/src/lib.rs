@@ -64,6 +64,22 @@
 //!   returns. A timed-out call therefore never returns while the NIC may
 //!   still touch borrowed memory, and never waits forever.
 //!
+//! # Which memory for which job
+//!
+//! | the job | use | why |
+//! |---|---|---|
+//! | buffers for your own sends, receives, reads and writes (blocking or scoped) | [`RegisteredBuffer`] | owns or borrows its memory; elements borrow it for each operation |
+//! | a table or region peers read (or write, or update atomically) at any time | [`RemoteAccessBuffer`] | no `unsafe`: Rust reaches it only through atomic copies, so a peer's access never races a Rust borrow; send [`RemoteAccessBuffer::remote`] with the CM's accept or over a stream |
+//! | lending one of your slices to a peer for a while | [`Channel::lend`] | a memory window the callee revokes before the borrow ends: the peer's key stops working first |
+//! | memory you manage yourself, exposed to peers | `unsafe` [`MemoryRegion::register_shared_mr`] | you promise not to touch or free it while peers may (the only unchecked way) |
+//! | async services, callbacks, many requests in flight | [`BufferPool`] + [`SharedChannel`] | each operation owns its buffer and gives it back with the completion: dropping a future is harmless |
+//! | one memory for many connections | [`ProtectionDomain::open`] + `Listener::bind_in` / `Channel::connect_in` (or their `*_async` forms) | every CM connection in your domain: one table, one pool |
+//!
+//! Replies matched to requests over one channel need one task that owns
+//! the receive stream and hands each reply to the request waiting for it
+//! (a router): `rdma-safe/examples/cm_service.rs` shows one, next to
+//! `kv_reader.rs`, a blocking one-sided table reader.
+//!
 //! # Example: loopback transfer
 //!
 //! ```no_run

@@ -272,3 +272,73 @@ fn a_cancelled_connect_leaves_the_listener_serving() {
         .expect("within the bound");
     });
 }
+
+/// A broken connection fails the futures waiting on it at once, not after
+/// their 30 s timeout: the peer's disconnect, and a shutdown from another
+/// task. (The bound asserted is generous for a loaded machine; the
+/// measured times are printed.)
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_broken_connection_fails_waiting_futures_at_once() {
+    let rt = runtime();
+    let pd = ProtectionDomain::open(&common::device_name()).expect("pd");
+    let pool = BufferPool::new(&pd, LEN, 16).expect("pool");
+    rt.block_on(async {
+        tokio::time::timeout(TEST_BOUND, async {
+            let listener =
+                Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts()).expect("listen");
+            let addr = listener.local_addr().expect("bound");
+            for case in ["the peer disconnects", "another task shuts it down"] {
+                let accept = async {
+                    listener
+                        .incoming_async()
+                        .await
+                        .expect("a request")
+                        .accept_async(&[])
+                        .await
+                        .expect("accept")
+                };
+                let connect = async {
+                    Connector::resolve_in_async(&pd, addr, &opts())
+                        .await
+                        .expect("resolve")
+                        .connect_async(&[])
+                        .await
+                        .expect("connect")
+                };
+                let (server, client) = tokio::join!(accept, connect);
+                let shared = server.shared().with_tokio().expect("tokio");
+                // Receives waiting on the server: nothing will come.
+                let mut waiting = tokio::task::JoinSet::new();
+                for _ in 0..4 {
+                    let (shared, buf) = (shared.clone(), pool.alloc().await);
+                    waiting.spawn(async move {
+                        let (got, _) = shared.receive_async(buf).await;
+                        got
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let start = Instant::now();
+                match case {
+                    "the peer disconnects" => drop(client),
+                    _ => {
+                        shared.shutdown();
+                        drop(client);
+                    }
+                }
+                for got in waiting.join_all().await {
+                    let err = got.expect_err("nothing was sent");
+                    eprintln!("{case}: {err}");
+                }
+                let took = start.elapsed();
+                eprintln!("{case}: every waiting future failed after {took:?}");
+                assert!(took < Duration::from_secs(5), "{case}: {took:?}");
+                drop(shared);
+                drop(server);
+            }
+            assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+        })
+        .await
+        .expect("within the bound");
+    });
+}

@@ -1,17 +1,32 @@
 //! The example programs, run on the device: their sources are compiled into
 //! this test (so `cargo xtask test-rxe` runs them like any device test) and
-//! their entry points called with the test device.
+//! their entry points called with the test device. `kv_reader` and
+//! `cm_service` are a newcomer's two programs (a blocking one-sided table
+//! reader, a tokio service over the CM): neither needs a thread bridge,
+//! `spawn_blocking` or a second protection domain.
 
 mod common;
 
 // The examples' entry points are `pub` for their own `main`; inside this
 // test crate nothing re-exports them.
 #[allow(unreachable_pub)]
+#[path = "../examples/cm_service.rs"]
+mod cm_service;
+#[allow(unreachable_pub)]
+#[path = "../examples/kv_reader.rs"]
+mod kv_reader;
+#[allow(unreachable_pub)]
 #[path = "../examples/loopback.rs"]
 mod loopback;
 #[allow(unreachable_pub)]
 #[path = "../examples/tcp_write.rs"]
 mod tcp_write;
+
+/// The IPv4 address of the test device's net device (`RXE_IPV4`, set by
+/// `cargo xtask test-rxe`; 10.0.2.15 in its VM).
+fn device_ip() -> String {
+    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
+}
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
@@ -23,4 +38,16 @@ fn loopback_example_runs() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn tcp_write_example_runs() {
     tcp_write::both(&common::device_name()).expect("the tcp_write example");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn kv_reader_example_runs() {
+    kv_reader::both(&common::device_name(), &device_ip()).expect("the kv_reader example");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn cm_service_example_runs() {
+    cm_service::both(&common::device_name(), &device_ip()).expect("the cm_service example");
 }
