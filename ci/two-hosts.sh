@@ -166,11 +166,28 @@ faults_time() {
     awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
 }
 
-# faults_clear: no qdisc on the link NIC, the NIC up (after every pair step).
+# faults_clear: no qdisc on the link NIC, the NIC up at MTU 1500 (after
+# every pair step).
 faults_clear() {
     tc qdisc del dev "$RXE_NETDEV" root 2>/dev/null
+    ip link set dev "$RXE_NETDEV" mtu 1500 2>/dev/null
     ip link set dev "$RXE_NETDEV" up 2>/dev/null
     return 0
+}
+
+# with_mtu MTU CMD...: runs CMD with this host's link NIC at MTU (rxe0's
+# active MTU follows it: 1500 gives 1024, 4200 gives 4096), then back to
+# 1500.
+with_mtu() {
+    local mtu=$1 rc
+    shift
+    ip link set dev "$RXE_NETDEV" mtu "$mtu" || return 1
+    sleep 1
+    echo "faults: $RXE_NETDEV mtu $mtu; rxe0 $(ibv_devinfo -d "$RXE_DEVICE" | grep -m1 active_mtu | tr -s ' \t' ' ')"
+    "$@"
+    rc=$?
+    ip link set dev "$RXE_NETDEV" mtu 1500
+    return "$rc"
 }
 
 # netem 'NETEM ARGS' CMD...: runs CMD with `tc qdisc add ... root netem
@@ -191,7 +208,8 @@ netem() {
 }
 
 # link_cut MODE SECS CMD...: runs CMD; once it prints `remote address` (the
-# pingpongs do as their transfer starts) and half a second more, cuts this
+# pingpongs do as their transfer starts; CUT_AFTER, an extended regular
+# expression, names another line) and half a second more, cuts this
 # host's link for SECS seconds or until CMD ends: MODE `blackhole` drops
 # every frame it sends (netem loss 100%: a dead path), `down` is `ip link
 # set down` (rxe then fails sends at once with a local QP error).
@@ -202,7 +220,7 @@ link_cut() {
     out=$(mktemp)
     "$@" >"$out" 2>&1 &
     pid=$!
-    until grep -q 'remote address' "$out" || ! running "$pid"; do sleep 0.1; done
+    until grep -Eq "${CUT_AFTER:-remote address}" "$out" || ! running "$pid"; do sleep 0.1; done
     sleep 0.5
     running "$pid" || echo "faults: the program ended before the cut"
     if [ "$mode" = down ]; then
@@ -245,4 +263,4 @@ fails_within() {
     [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
 }
 
-export -f faults_time faults_clear netem link_cut running fails_within
+export -f faults_time faults_clear with_mtu netem link_cut running fails_within

@@ -87,11 +87,21 @@ const NETEM_CASES: [(&str, &str, &str, Run); 15] = [
 /// The dead path: how long the short cut lasts (work completes, late), the
 /// programs' `--timeout` under the long one, and the bound on their
 /// failure, from their start (connection set-up, half a second, then the
-/// timeout; rxe retries forever with the default retry count 7, so the
-/// channel's wait bound is what ends the work).
+/// timeout; rxe retries forever with rc_pingpong's retry count 7, the C
+/// program's, so the channel's wait bound is what ends the work).
 const SHORT_CUT_SECS: u32 = 3;
+/// Round trips asked of rc_pingpong on a path that dies for good: never
+/// reached.
+const DEAD_ITERS: u32 = 100_000;
 const DEAD_TIMEOUT_SECS: u32 = 10;
 const DEAD_BOUND_SECS: u32 = 25;
+/// The dead path under the library's default retry budget (retry count 6,
+/// ACK timeout 14: 4.096 µs · 2^14 · 7 ≈ 0.47 s by the spec): the sender
+/// fails with the transport's typed error, long before the channel's
+/// timeout ([`DEAD_TIMEOUT_SECS`]); the bound is from the program's start
+/// (set-up, half a second, the cut, the retries).
+const RETRY_COUNT: u32 = 6;
+const RETRY_BOUND_SECS: u32 = 9;
 
 /// The first TCP port of the fault steps.
 const PORT: u16 = 18700;
@@ -189,7 +199,10 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
 
     // Dead for longer: both sides fail with their timeout, in bounded time.
     let (t, bound) = (DEAD_TIMEOUT_SECS, DEAD_BOUND_SECS);
-    let (server, client) = rc(progs, port, n, &format!(" --timeout {t}"));
+    // Far more round trips than run before the cut: a quick machine must
+    // not finish first (the side whose last step was a receive would end
+    // well, its peer waiting for an ACK the cut drops).
+    let (server, client) = rc(progs, port, DEAD_ITERS, &format!(" --timeout {t}"));
     let expect = format!("did not complete within {t}s");
     p.pair_step(
         &format!(
@@ -205,6 +218,185 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
             host: B,
             cmd: &format!("fails_within {bound} link_cut blackhole {} {client}", 3 * t),
             expect: &expect,
+        },
+    );
+    port += 1;
+
+    // Dead for good under a finite retry budget: the sender's send fails
+    // with "transport retry counter exceeded" (WcStatus::RetryExceeded),
+    // not with the channel's timeout; its peer, waiting for a message that
+    // never comes, fails by either.
+    let r = RETRY_COUNT;
+    let (server, client) = rc(
+        progs,
+        port,
+        DEAD_ITERS,
+        &format!(" --timeout {t} --retry-count {r}"),
+    );
+    let exceeded = "transport retry counter exceeded";
+    p.pair_step(
+        &format!(
+            "faults: path dead for good, --retry-count {r}: the sender fails with '{exceeded}' within {RETRY_BOUND_SECS} s"
+        ),
+        port,
+        Side {
+            host: A,
+            cmd: &format!("fails_within {bound} {server}"),
+            expect: &format!("{exceeded}|did not complete within {t}s"),
+        },
+        Side {
+            host: B,
+            cmd: &format!(
+                "fails_within {RETRY_BOUND_SECS} link_cut blackhole {} {client}",
+                3 * t
+            ),
+            expect: exceeded,
+        },
+    );
+    port += 1;
+    mtu_steps(p, progs, port);
+    port += 2;
+    reconnect_step(p, progs, port);
+    port += 1;
+    connect_failures(p, progs, port);
+}
+
+/// Different MTUs on the two hosts: A's link NIC at 4200 bytes (rxe0's
+/// active MTU 4096), B's at 1500 (1024). `perf write_bw` of 64 KiB
+/// messages agrees on the smaller path MTU (it prints it: `MTU: 1024`) and
+/// verifies every byte; `async_echo --cm` with 4000-byte messages, its
+/// client on the large-MTU host (the CM's active side), checks every echo.
+fn mtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
+    let perf = progs.ours("perf");
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    p.pair_step(
+        "faults: MTU 4096 on A, 1024 on B: perf write_bw 64 KiB agrees on 1024, data verified",
+        port,
+        Side {
+            host: A,
+            cmd: &format!("with_mtu 4200 {perf} write_bw {dev} -p {port}"),
+            expect: "data verified",
+        },
+        Side {
+            host: B,
+            cmd: &format!("{perf} write_bw {dev} -s 65536 -n 100 -p {port} \"$PEER_IPV4\""),
+            expect: "MTU: 1024",
+        },
+    );
+    let port = port + 1;
+    let echo = progs.ours("async_echo");
+    let server = format!(
+        "{echo} server -d \"$RXE_DEVICE\" --cm -p {port} -s 4000 & s=$!; \
+         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
+    );
+    p.pair_step(
+        "faults: MTU 4096 on A, 1024 on B: async_echo --cm from A, 4000-byte messages checked",
+        port,
+        Side {
+            host: B,
+            cmd: &server,
+            expect: "stopped after its client",
+        },
+        Side {
+            host: A,
+            cmd: &format!(
+                "with_mtu 4200 {echo} client -d \"$RXE_DEVICE\" --cm -p {port} --clients 2 \
+                 --messages 50 -s 4000 \"$PEER_IPV4\""
+            ),
+            expect: "100 echoed and checked",
+        },
+    );
+}
+
+/// A path dead for [`SHORT_CUT_SECS`] under `async_echo --cm --reconnect`:
+/// the clients' connections break (the retry budget, about half a second,
+/// is shorter than the cut), each client connects again with backoff once
+/// the path is back and resumes at its lost request; every message is
+/// echoed and checked in the end, and the lost ones are reported.
+fn reconnect_step(p: &mut Plan, progs: &Programs, port: u16) {
+    let echo = progs.ours("async_echo");
+    let (clients, messages) = (2, 1500);
+    let dev = "-d \"$RXE_DEVICE\" --cm";
+    let server = format!(
+        "{echo} server {dev} -p {port} -s 1000 & s=$!; \
+         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
+    );
+    let client = format!(
+        "CUT_AFTER='client 0: connected' link_cut blackhole {SHORT_CUT_SECS} {echo} client {dev} \
+         -p {port} --timeout 60 --reconnect --clients {clients} --messages {messages} -s 1000 \
+         \"$PEER_IPV4\""
+    );
+    p.pair_step(
+        &format!(
+            "faults: path dead for {SHORT_CUT_SECS} s under async_echo --cm --reconnect: connections made again, every message echoed"
+        ),
+        port,
+        Side {
+            host: A,
+            cmd: &server,
+            expect: "stopped after its client",
+        },
+        Side {
+            host: B,
+            cmd: &client,
+            // Exit 0: every client echoed and checked all its messages;
+            // the line below: at least one connection broke and was made
+            // again.
+            expect: "requests lost to broken connections",
+        },
+    );
+}
+
+/// Connecting by address where nobody answers, through the RDMA CM
+/// (`async_echo client --cm`, `--timeout` [`DEAD_TIMEOUT_SECS`]): to a
+/// host that is down (A's NIC drops everything it sends, so neither its
+/// reject nor anything else comes back) and to an address no host has (no
+/// neighbour: address resolution fails). Each is a clear error within
+/// [`DEAD_BOUND_SECS`]: the CM's own failure event or the bounded wait's.
+fn connect_failures(p: &mut Plan, progs: &Programs, port: u16) {
+    let echo = progs.ours("async_echo");
+    let t = DEAD_TIMEOUT_SECS;
+    let bound = DEAD_BOUND_SECS;
+    let client = |addr: &str| {
+        format!(
+            "fails_within {bound} {echo} client -d \"$RXE_DEVICE\" --cm -p {port} --timeout {t} \
+             --clients 1 --messages 1 {addr}"
+        )
+    };
+    let expect =
+        "did not finish within|RDMA_CM_EVENT_(UNREACHABLE|ADDR_ERROR|ROUTE_ERROR|REJECTED)";
+    p.pair_step(
+        &format!("faults: connecting to a host that is down (A drops all it sends): a clear error within {bound} s"),
+        0,
+        Side {
+            host: A,
+            cmd: &format!(
+                "modprobe sch_netem; tc qdisc replace dev \"$RXE_NETDEV\" root netem loss 100% && \
+                 sleep {} && echo 'host A was down'",
+                t + 8
+            ),
+            expect: "host A was down",
+        },
+        Side {
+            host: B,
+            cmd: &client("\"$PEER_IPV4\""),
+            expect,
+        },
+    );
+    p.pair_step(
+        &format!("faults: connecting to an address no host has (no neighbour): a clear error within {bound} s"),
+        0,
+        Side {
+            host: A,
+            cmd: "echo 'nothing to serve'",
+            expect: "",
+        },
+        Side {
+            host: B,
+            cmd: &client("192.168.77.3"),
+            expect,
         },
     );
 }
@@ -223,7 +415,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), NETEM_CASES.len() + 2, "{text}");
+        assert_eq!(steps.len(), NETEM_CASES.len() + 8, "{text}");
         assert!(
             steps[0].contains(
                 "18700 0 'netem '\\''loss 1%'\\'' /t/rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" -p 18700 -n 200 -c' "
@@ -243,5 +435,34 @@ mod tests {
         );
         assert!(steps[16].contains("'fails_within 25 link_cut blackhole 30 /t/rc_pingpong"));
         assert!(steps[16].ends_with(" 'did not complete within 10s' 'did not complete within 10s'"));
+        assert!(steps[17].contains("'fails_within 9 link_cut blackhole 30 /t/rc_pingpong"));
+        assert!(
+            steps[17].contains("--timeout 10 --retry-count 6"),
+            "{}",
+            steps[17]
+        );
+        assert!(steps[17].ends_with(" 'transport retry counter exceeded'"));
+        assert!(
+            steps[18].contains("'with_mtu 4200 /t/perf write_bw"),
+            "{}",
+            steps[18]
+        );
+        assert!(
+            steps[19].contains("'with_mtu 4200 /t/async_echo client"),
+            "{}",
+            steps[19]
+        );
+        assert!(
+            steps[20].contains("--reconnect --clients 2"),
+            "{}",
+            steps[20]
+        );
+        assert!(steps[21].contains("netem loss 100%"), "{}", steps[21]);
+        assert!(
+            steps[22].contains("--cm -p 18721 --timeout 10"),
+            "{}",
+            steps[22]
+        );
+        assert!(steps[22].contains("192.168.77.3"), "{}", steps[22]);
     }
 }

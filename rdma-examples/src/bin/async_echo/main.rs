@@ -10,7 +10,11 @@
 //! [--messages M] [-s SIZE] HOST` runs N connections at once from one
 //! process, each sending M messages of SIZE bytes one after the other and
 //! checking every byte echoed; prints messages/s and the p50/p99 round
-//! trip, and exits 0 only if every byte matched.
+//! trip, and exits 0 only if every byte matched. With `--reconnect` a
+//! connection that breaks is made again (backoff from 100 ms to 2 s, for as
+//! long as `--timeout`) and the run resumes at the request that was lost;
+//! lost requests are counted and reported (`N requests lost to broken
+//! connections`), never dropped silently.
 //!
 //! Connections are set up over TCP (endpoint exchange); the TCP stream
 //! stays open as the connection's liveness signal: when it closes, the
@@ -25,16 +29,16 @@
 //! that leaves is seen through the CM's disconnect. No thread is blocked
 //! and no `spawn_blocking` is needed.
 
+mod client;
+
 use clap::{Parser, Subcommand};
-use rdma_examples::device::{open_checked, open_pd};
+use rdma_examples::device::open_checked;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
-use rdma_examples::{cli, net, pattern, stats, Result};
-use rdma_safe::{
-    BufferPool, Channel, CmOptions, Connector, Listener, ProtectionDomain, SharedChannel,
-};
+use rdma_examples::{cli, net, Result};
+use rdma_safe::{BufferPool, Channel, CmOptions, Listener, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Receives each connection keeps posted.
 const RX_DEPTH: usize = 16;
@@ -78,6 +82,11 @@ enum Role {
         #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "64", hide_default_value = true,
               value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, MAX_SIZE)))]
         size: usize,
+        /// when a connection breaks, connect again (with backoff, for as
+        /// long as --timeout) and resume at the lost request, which is
+        /// counted and reported
+        #[arg(long = "reconnect")]
+        reconnect: bool,
         /// the server
         #[arg(value_name = "HOST")]
         host: String,
@@ -108,6 +117,8 @@ struct Load {
     clients: usize,
     messages: usize,
     size: usize,
+    /// Connect again when a connection breaks.
+    reconnect: bool,
 }
 
 /// The most round trips one client run measures (their samples are kept in
@@ -151,13 +162,15 @@ fn main() -> ExitCode {
             clients,
             messages,
             size,
+            reconnect,
             host,
-        } => rt.block_on(client(
+        } => rt.block_on(client::client(
             common,
             Load {
                 clients,
                 messages,
                 size,
+                reconnect,
             },
             host,
         )),
@@ -289,30 +302,6 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
     }
 }
 
-/// A CM connection to `host`, in `pd`. A server that is not listening yet
-/// (the CM's reject) is tried again for [`net::CONNECT_RETRY`], as the TCP
-/// path retries a refused connection; any other failure is final.
-async fn connect_cm(pd: &ProtectionDomain, o: &Options, host: &str) -> Result<Channel> {
-    let start = Instant::now();
-    loop {
-        let attempt = async {
-            Connector::resolve_in_async(pd, (host, o.port), &cm_options(o))
-                .await?
-                .connect_async(&[])
-                .await
-        };
-        match attempt.await {
-            Ok(channel) => return Ok(channel),
-            Err(rdma_safe::Error::Verbs(rdma_safe::IbvError::Cm { event, .. }))
-                if event == "RDMA_CM_EVENT_REJECTED" && start.elapsed() < net::CONNECT_RETRY =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
 /// Echoes every message that arrives on `shared` until its receive stream
 /// ends (the peer left) or fails; returns how many it echoed.
 async fn echo_all(shared: &SharedChannel, pool: BufferPool) -> Result<u64> {
@@ -347,96 +336,4 @@ async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) 
     let echoed = echoed?;
     eprintln!("async_echo: connection closed after {echoed} messages");
     Ok(())
-}
-
-async fn client(o: Options, load: Load, host: String) -> Result<()> {
-    let pd = open_pd(o.device.ib_dev.as_deref())?;
-    let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for c in 0..load.clients {
-        let (pd, o, host) = (pd.clone(), o.clone(), host.clone());
-        tasks.spawn(async move { one_client(c, pd, o, load, host).await });
-    }
-    let mut rtts = Vec::with_capacity(load.clients * load.messages);
-    let mut failures = 0usize;
-    while let Some(r) = tasks.join_next().await {
-        match r? {
-            Ok(mut v) => rtts.append(&mut v),
-            Err(e) => {
-                eprintln!("async_echo: client failed: {e}");
-                failures += 1;
-            }
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    rtts.sort_by(f64::total_cmp);
-    println!(
-        "{} clients x {} messages of {} bytes: {} echoed and checked in {secs:.2} s, \
-         {:.0} msgs/s, round trip p50 {:.1} us, p99 {:.1} us",
-        load.clients,
-        load.messages,
-        load.size,
-        rtts.len(),
-        rtts.len() as f64 / secs,
-        stats::percentile(&rtts, 0.50),
-        stats::percentile(&rtts, 0.99),
-    );
-    if failures > 0 {
-        return Err(format!("{failures} of {} clients failed", load.clients).into());
-    }
-    Ok(())
-}
-
-/// One connection: M messages, one at a time, every echoed byte checked.
-/// Returns the round trips in microseconds.
-async fn one_client(
-    c: usize,
-    pd: ProtectionDomain,
-    o: Options,
-    load: Load,
-    host: String,
-) -> Result<Vec<f64>> {
-    let (stream, channel) = if o.cm {
-        (None, connect_cm(&pd, &o, &host).await?)
-    } else {
-        let (o2, pd2) = (o.clone(), pd.clone());
-        let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout.timeout)?;
-            let channel = connect(&pd2, &o2, &mut stream)?;
-            Ok((stream, channel))
-        })
-        .await??;
-        (Some(stream), channel)
-    };
-    let shared: SharedChannel = channel.shared().with_tokio()?;
-    let tx_pool = BufferPool::new(&pd, load.size, 2)?;
-    let rx_pool = BufferPool::new(&pd, load.size, RX_DEPTH)?;
-    let mut echoes = shared.receive_stream(rx_pool, RX_DEPTH);
-    let mut rtts = Vec::with_capacity(load.messages);
-    for i in 0..load.messages {
-        let seed = ((c as u64) << 32) | i as u64;
-        let mut buf = tx_pool.alloc().await;
-        buf.set_len(load.size);
-        pattern::fill(&mut buf, seed, 0);
-        let t = Instant::now();
-        let (sent, _) = shared.send_async(buf.freeze()).await;
-        sent?;
-        let (got, echo) = echoes.next().await.ok_or("the channel closed")??;
-        rtts.push(t.elapsed().as_secs_f64() * 1e6);
-        if got.bytes() != load.size {
-            return Err(format!(
-                "client {c}: echo {i} has {} bytes, not {}",
-                got.bytes(),
-                load.size
-            )
-            .into());
-        }
-        pattern::check(&echo, seed, 0).map_err(|e| format!("client {c}: echo {i}: {e}"))?;
-    }
-    drop(echoes);
-    // Tells the server this connection is done (with --cm, dropping the
-    // channel disconnects).
-    drop(stream);
-    drop(channel);
-    Ok(rtts)
 }
