@@ -19,6 +19,9 @@ mod kv_reader;
 #[path = "../examples/loopback.rs"]
 mod loopback;
 #[allow(unreachable_pub)]
+#[path = "../examples/owned_transfer.rs"]
+mod owned_transfer;
+#[allow(unreachable_pub)]
 #[path = "../examples/tcp_write.rs"]
 mod tcp_write;
 
@@ -50,4 +53,10 @@ fn kv_reader_example_runs() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn cm_service_example_runs() {
     cm_service::both(&common::device_name(), &device_ip()).expect("the cm_service example");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn owned_transfer_example_runs() {
+    owned_transfer::run(&common::device_name()).expect("the owned_transfer example");
 }

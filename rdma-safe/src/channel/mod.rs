@@ -41,6 +41,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// A channel belongs to a [`ProtectionDomain`] and may use any memory region
 /// registered in it.
+///
+/// # Example
+///
+/// Two channels of one process: a send/receive in a polling scope, an RDMA
+/// write and an RDMA read, each checked (`rdma-safe/examples/loopback.rs`,
+/// run on a soft-RoCE device by `cargo xtask test-rxe`):
+#[doc = concat!("```no_run\n", include_str!("../../examples/loopback.rs"), "```")]
 pub struct Channel {
     queue: Arc<WorkQueue>,
     /// The port's link layer needs a GRH (RoCE), queried once at build.

@@ -30,6 +30,15 @@
 //! for any channel. When the peer disconnects, pending work is flushed at
 //! once and blocking operations fail with
 //! [`TransportError::PeerDisconnected`](crate::TransportError::PeerDisconnected).
+//!
+//! # Example
+//!
+//! A blocking one-sided table reader: one table in one protection domain
+//! for every client, its region sent with the accept
+//! (`rdma-safe/examples/kv_reader.rs`, run on a soft-RoCE device by
+//! `cargo xtask test-rxe`; the async form of a service is
+//! `examples/cm_service.rs`):
+#![doc = concat!("```no_run\n", include_str!("../../examples/kv_reader.rs"), "```")]
 
 #[cfg(feature = "tokio")]
 mod asynchronous;

@@ -48,6 +48,14 @@
 //! `ibv_req_notify_cq`) are thread-safe, so any number of threads and tasks
 //! post and reap on one queue pair. Whoever reaps a completion wakes its
 //! future.
+//!
+//! # Example
+//!
+//! Owned sends and receives, blocking and as futures on tokio
+//! (`rdma-safe/examples/owned_transfer.rs`, run on a soft-RoCE device by
+//! `cargo xtask test-rxe`); a service built this way is
+//! `rdma-safe/examples/cm_service.rs`:
+#![doc = concat!("```no_run\n", include_str!("../../examples/owned_transfer.rs"), "```")]
 
 mod buffer;
 mod driver;

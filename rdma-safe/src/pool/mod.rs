@@ -23,6 +23,13 @@
 //! at once with [`PoolError::Exhausted`], [`BufferPool::alloc_timeout`] waits
 //! at most its timeout, and [`BufferPool::poll_alloc`] registers a waker
 //! (back-pressure for async code) that a freed chunk wakes.
+//!
+//! # Example
+//!
+//! A pool, and owned transfers from it — blocking, then as futures. This is
+//! `rdma-safe/examples/owned_transfer.rs`, which `cargo xtask test-rxe`
+//! runs on a soft-RoCE device:
+#![doc = concat!("```no_run\n", include_str!("../../examples/owned_transfer.rs"), "```")]
 
 mod buf;
 mod bytes;
