@@ -250,3 +250,40 @@ fn cm_clients_share_one_pool_and_a_killed_one_costs_only_itself() {
     );
     println!("{text}{after_text}\nserver:\n{server_text}");
 }
+
+/// A CM client that connects and says nothing holds receive buffers of
+/// the server's shared pool: the server closes it after its --timeout
+/// (here 3 s), and the client sees the disconnect.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_silent_cm_client_is_closed_after_the_server_timeout() {
+    let exe = env!("CARGO_BIN_EXE_async_echo");
+    let dev = env_or(&["RDMA_TEST_DEVICE", "RXE_DEVICE"], "rxe0");
+    let ip = env_or(&["RXE_IPV4"], "10.0.2.15");
+    let port = "18537";
+    let common = ["-d", dev.as_str(), "-p", port, "--cm"];
+    let (mut server, server_log) = start_server(exe, &common, &["--timeout", "3"]);
+    let silent = rdma_safe::Channel::connect_to_with(
+        format!("{ip}:{port}").as_str(),
+        &[],
+        &rdma_safe::CmOptions::default().timeout(Duration::from_secs(20)),
+    )
+    .expect("connect through the CM");
+    let start = Instant::now();
+    while !silent.peer_disconnected() && start.elapsed() < TIMEOUT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = start.elapsed();
+    let closed = silent.peer_disconnected();
+    drop(silent);
+    // The server says why it closed right after the disconnect: let it.
+    std::thread::sleep(Duration::from_secs(1));
+    let alive = server.try_wait().expect("server status").is_none();
+    let _ = server.kill();
+    let _ = server.wait();
+    let server_text = server_log.join().unwrap_or_default();
+    assert!(alive, "the server died:\n{server_text}");
+    assert!(closed, "the silent client was never closed:\n{server_text}");
+    assert!(server_text.contains("idle for 3s"), "{server_text}");
+    println!("the silent client was closed after {took:?}\nserver:\n{server_text}");
+}

@@ -507,3 +507,52 @@ fn rc_pingpong_names_a_size_mismatch_either_way() {
         s.assert_has("same -s on both sides?");
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_rdma_cm_server_gives_up_on_a_stopped_client() {
+    // With -R: connected through the RDMA CM, then the client is stopped
+    // (after or during its transfer). The server waits through the
+    // client's run for its "done" at most its timeout plus the run at a
+    // floor rate (1000 operations and 1 MiB per second: 3 + 2 + 7.8 s
+    // here), then fails: a stopped client costs a bounded wait, not a
+    // hang. (With the default -n 5000 -s 65536 that allowance is 320 s,
+    // spent busy-polling: the wait cannot tell a stopped client from a
+    // slow one, since one-sided writes show the server no progress.)
+    let port = 19352;
+    let ip = std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".into());
+    let base = |more: &[&str]| {
+        let mut a = args(&["write_bw", "-R", "-d", &device(), "-p", &port.to_string()]);
+        a.extend(args(&["--timeout", PEER_TIMEOUT]));
+        a.extend(args(more));
+        a
+    };
+    // Both sides with the same options, as perftest's protocol wants: the
+    // server's allowance comes from its own -n and -s.
+    let server = spawn("server", PERF, &base(&["-s", "4096", "-n", "2000"]));
+    thread::sleep(Duration::from_secs(2));
+    let client = spawn("client", PERF, &base(&["-s", "4096", "-n", "2000000", &ip]));
+    // Past the connection, and most likely past the transfer.
+    thread::sleep(Duration::from_secs(4));
+    signal(&client, libc::SIGSTOP);
+    let start = Instant::now();
+    let f = server.finish(Instant::now() + BOUND);
+    let took = start.elapsed();
+    signal(&client, libc::SIGCONT);
+    let _ = client.finish(Instant::now());
+    assert!(
+        f.status.is_some(),
+        "the server hung: killed after {BOUND:?}; output:\n{}",
+        f.output
+    );
+    assert_ne!(
+        f.status.and_then(|s| s.code()),
+        Some(0),
+        "the server cannot have seen the client's end; output:\n{}",
+        f.output
+    );
+    eprintln!(
+        "the server gave up {took:?} after the client stopped:\n{}",
+        f.output
+    );
+}

@@ -21,6 +21,10 @@
 //! server shuts the channel down at once instead of waiting for the
 //! channel's timeout.
 //!
+//! The server closes a connection that stays silent for its `--timeout`
+//! (30 s by default): each holds receive buffers of the shared pool, and a
+//! client whose host died sends no disconnect.
+//!
 //! With `--cm` (both sides) connections are made through the RDMA
 //! connection manager instead, as futures end to end: the server awaits
 //! `Listener::incoming_async_within` and `Incoming::accept_async`, the
@@ -238,6 +242,7 @@ async fn server(o: Options, size: usize) -> Result<()> {
         };
         eprintln!("async_echo: client {peer}");
         let (pd, o, pool) = (pd.clone(), o.clone(), pool.clone());
+        let idle = o.timeout.timeout;
         tokio::spawn(async move {
             let handshake = tokio::task::spawn_blocking(move || -> Result<_> {
                 let mut stream = stream;
@@ -246,7 +251,7 @@ async fn server(o: Options, size: usize) -> Result<()> {
             })
             .await;
             let outcome = match handshake {
-                Ok(Ok((stream, channel))) => serve(stream, channel, pool).await,
+                Ok(Ok((stream, channel))) => serve(stream, channel, pool, idle).await,
                 Ok(Err(e)) => Err(e),
                 Err(e) => Err(e.into()),
             };
@@ -287,11 +292,12 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
         let peer = incoming.peer_addr();
         eprintln!("async_echo: client {peer:?}");
         let pool = pool.clone();
+        let idle = o.timeout.timeout;
         tokio::spawn(async move {
             let outcome = async {
                 let channel = incoming.accept_async(&[]).await?;
                 let shared = channel.shared().with_tokio()?;
-                let echoed = echo_all(&shared, pool).await?;
+                let echoed = echo_all(&shared, pool, idle).await?;
                 eprintln!("async_echo: connection closed after {echoed} messages");
                 Ok::<_, rdma_examples::BoxError>(())
             };
@@ -303,11 +309,23 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
 }
 
 /// Echoes every message that arrives on `shared` until its receive stream
-/// ends (the peer left) or fails; returns how many it echoed.
-async fn echo_all(shared: &SharedChannel, pool: BufferPool) -> Result<u64> {
+/// ends (the peer left) or fails; returns how many it echoed. A connection
+/// silent for `idle` (the server's --timeout) is closed: it holds
+/// [`RX_DEPTH`] of the pool's buffers, so silent clients must not keep
+/// them for good (a host that died without a disconnect is silent too).
+async fn echo_all(shared: &SharedChannel, pool: BufferPool, idle: Duration) -> Result<u64> {
     let mut messages = shared.receive_stream(pool, RX_DEPTH);
     let mut echoed = 0u64;
-    while let Some(item) = messages.next().await {
+    loop {
+        let item = match tokio::time::timeout(idle, messages.next()).await {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(_) => {
+                return Err(
+                    format!("idle for {idle:?} after {echoed} messages: connection closed").into(),
+                )
+            }
+        };
         let Ok((_, buf)) = item else { break };
         // The received buffer goes back out as is: no copy.
         let (sent, _) = shared.send_async(buf.freeze()).await;
@@ -319,7 +337,12 @@ async fn echo_all(shared: &SharedChannel, pool: BufferPool) -> Result<u64> {
 
 /// Echoes every message of one connection until it fails or its TCP
 /// stream closes.
-async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) -> Result<()> {
+async fn serve(
+    stream: std::net::TcpStream,
+    channel: Channel,
+    pool: BufferPool,
+    idle: Duration,
+) -> Result<()> {
     let shared = channel.shared().with_tokio()?;
     stream.set_nonblocking(true)?;
     let mut control = tokio::net::TcpStream::from_std(stream)?;
@@ -331,7 +354,7 @@ async fn serve(stream: std::net::TcpStream, channel: Channel, pool: BufferPool) 
             shared.shutdown();
         })
     };
-    let echoed = echo_all(&shared, pool).await;
+    let echoed = echo_all(&shared, pool, idle).await;
     watcher.abort();
     let echoed = echoed?;
     eprintln!("async_echo: connection closed after {echoed} messages");
