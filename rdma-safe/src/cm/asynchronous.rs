@@ -10,7 +10,7 @@
 //! pair, which has no work posted yet, with it.
 
 use super::connector::unreachable;
-use super::{access, domains, CmOptions, Connector, Incoming, Listener};
+use super::{access, CmOptions, Connector, Incoming, Listener};
 use crate::channel::Channel;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
@@ -261,14 +261,7 @@ impl Connector {
             let routed: Result<_> = attempt.await;
             drop(events);
             match routed {
-                Ok(ctx) => {
-                    let pd = domains::domain_for(&ctx, chosen)?;
-                    return Ok(Connector {
-                        id,
-                        pd,
-                        opts: *opts,
-                    });
-                }
+                Ok(ctx) => return Connector::found(id, &ctx, chosen, opts),
                 // A step of this address failed: the next one is tried.
                 Err(Error::Verbs(err)) => last = Some(err),
                 // The reactor failed: no address would do better.

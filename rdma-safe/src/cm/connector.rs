@@ -62,14 +62,7 @@ impl Connector {
                 .and_then(|()| id.resolve_route(opts.timeout))
                 .and_then(|()| id.context());
             match attempt {
-                Ok(ctx) => {
-                    let pd = domains::domain_for(&ctx, chosen)?;
-                    return Ok(Connector {
-                        id,
-                        pd,
-                        opts: *opts,
-                    });
-                }
+                Ok(ctx) => return Self::found(id, &ctx, chosen, opts),
                 Err(err) => last = Some(err),
             }
         }
@@ -128,11 +121,26 @@ impl Connector {
 
     /// The queue pair the connection will use.
     pub(super) fn queue(&self) -> Result<CmQueue> {
-        Ok(CmQueue::new(
-            &self.pd,
-            self.opts.caps,
-            self.opts.completion_events,
-        )?)
+        super::queue(&self.pd, &self.opts)
+    }
+
+    /// The connector for `id`, resolved onto the device context `ctx`, in
+    /// `chosen` (or the domain shared on that device).
+    ///
+    /// # Errors
+    /// `chosen` does not serve `ctx`, or the shared domain cannot be made.
+    pub(super) fn found(
+        id: CmId,
+        ctx: &rdma_core::Context,
+        chosen: Option<&ProtectionDomain>,
+        opts: &CmOptions,
+    ) -> Result<Connector> {
+        let pd = domains::domain_for(ctx, chosen)?;
+        Ok(Connector {
+            id,
+            pd,
+            opts: *opts,
+        })
     }
 
     /// The channel over `queue`, once connected; `private_data` is what

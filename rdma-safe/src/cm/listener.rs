@@ -220,11 +220,7 @@ impl Incoming {
 
     /// The queue pair the connection will use.
     pub(super) fn queue(&self) -> Result<CmQueue> {
-        Ok(CmQueue::new(
-            &self.pd,
-            self.opts.caps,
-            self.opts.completion_events,
-        )?)
+        super::queue(&self.pd, &self.opts)
     }
 
     /// What this side grants and asks for in its accept.

@@ -218,6 +218,18 @@ mod mtu_trailer {
     }
 }
 
+/// The queue pair (and completion queue) a connection will use, in `pd`.
+///
+/// # Errors
+/// The error of creating either.
+fn queue(pd: &crate::ProtectionDomain, opts: &CmOptions) -> Result<crate::channel::CmQueue> {
+    Ok(crate::channel::CmQueue::new(
+        pd,
+        opts.caps,
+        opts.completion_events,
+    )?)
+}
+
 /// What a CM-made channel's QP lets the peer do: everything a channel
 /// offers (RDMA read, write and atomics on memory registered for it).
 fn access() -> AccessFlags {

@@ -13,6 +13,7 @@
 //! their pattern (`data verified`).
 
 use super::pairs::{Programs, A, B};
+use super::pairs_perf::echo_server;
 use crate::rxe::{Plan, Side};
 
 /// Which program a case runs.
@@ -285,11 +286,7 @@ fn mtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
     );
     let port = port + 1;
     let echo = progs.ours("async_echo");
-    let server = format!(
-        "{echo} server -d \"$RXE_DEVICE\" --cm -p {port} -s 4000 & s=$!; \
-         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
-    );
+    let server = echo_server(&echo, &format!("-d \"$RXE_DEVICE\" --cm -p {port} -s 4000"));
     p.pair_step(
         "faults: MTU 4096 on A, 1024 on B: async_echo --cm from A, 4000-byte messages checked",
         port,
@@ -318,11 +315,7 @@ fn reconnect_step(p: &mut Plan, progs: &Programs, port: u16) {
     let echo = progs.ours("async_echo");
     let (clients, messages) = (2, 1500);
     let dev = "-d \"$RXE_DEVICE\" --cm";
-    let server = format!(
-        "{echo} server {dev} -p {port} -s 1000 & s=$!; \
-         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
-    );
+    let server = echo_server(&echo, &format!("{dev} -p {port} -s 1000"));
     let client = format!(
         "CUT_AFTER='client 0: connected' link_cut blackhole {SHORT_CUT_SECS} {echo} client {dev} \
          -p {port} --timeout 60 --reconnect --clients {clients} --messages {messages} -s 1000 \

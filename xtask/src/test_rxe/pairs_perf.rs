@@ -80,6 +80,17 @@ pub(super) fn perf_steps(p: &mut Plan, progs: &Programs) {
     }
 }
 
+/// `async_echo server FLAGS`, serving until the pair step's client has
+/// ended (`$PAIR_CLIENT_DONE`, see ci/two-hosts.sh), then stopped; it must
+/// still be running then, and says `async_echo: stopped after its client`.
+pub(super) fn echo_server(echo: &str, flags: &str) -> String {
+    format!(
+        "{echo} server {flags} & s=$!; \
+         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+         kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
+    )
+}
+
 /// async_echo: the server on B serves [`ECHO_CLIENTS`] connections from
 /// one client process on A, which checks every echoed byte — connected
 /// over TCP (endpoint exchange), then through the RDMA CM (`--cm`, every
@@ -99,11 +110,7 @@ pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
         (18641, "--cm", ", RDMA CM", 18641),
     ] {
         let dev = format!("-d \"$RXE_DEVICE\" {flags}");
-        let server = format!(
-            "{ours} server {dev} -p {port} -s {s} & s=$!; \
-             until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-             kill $s; wait $s; [ $? = 143 ] && echo 'async_echo: stopped after its client'"
-        );
+        let server = echo_server(&ours, &format!("{dev} -p {port} -s {s}"));
         p.pair_step(
             &format!("async_echo: ours (B) serves {c} connections from ours (A){how}"),
             wait,
