@@ -562,8 +562,8 @@ fn peer_gone_ends_in_bounded_time() {
     let tx = registered(&pd, pattern(seed("peer gone", 64), 64));
     let start = Instant::now();
     let result = a.send(SendWorkRequest::new(&[tx.gather(..)]));
-    // The default retry count, 6, is exhausted after 4.096 µs · 2^14 · 7 ≈
-    // 0.47 s (rxe would retry forever with 7): a typed error, not the
+    // The default retry count, 6, is exhausted after 4.096 µs · 2^17 · 7 ≈
+    // 3.8 s (rxe would retry forever with 7): a typed error, not the
     // channel's timeout.
     assert_failed_with(&result, Operation::Send, &[WcStatus::RetryExceeded], false);
     let took = start.elapsed();

@@ -71,13 +71,13 @@ pub struct CmOptions {
     /// RDMA reads the peer may have outstanding here, and this side at the
     /// peer (default 16 each; an accept grants at most what was asked for).
     pub rd_atomic: u8,
-    /// Local ACK timeout exponent: 4.096 µs · 2^n (default 14 ≈ 67 ms, as
-    /// for [`ConnectOptions`](crate::ConnectOptions); the CM's own would
-    /// be about a second on RoCE).
+    /// Local ACK timeout exponent: 4.096 µs · 2^n (default 17 ≈ 0.54 s, as
+    /// for [`ConnectOptions`](crate::ConnectOptions); the CM's own is 18 on
+    /// RoCE).
     pub ack_timeout: u8,
     /// Transport retries (default 6: with the default ACK timeout a dead
     /// path fails work with `WcStatus::RetryExceeded` after 4.096 µs ·
-    /// 2^14 · 7 ≈ 0.47 s; rxe takes 7 as "retry forever", leaving the
+    /// 2^17 · 7 ≈ 3.8 s; rxe takes 7 as "retry forever", leaving the
     /// channel's timeout to notice it).
     pub retry_count: u8,
     /// Receiver-not-ready retries (default 7, unlimited; the timeout still
@@ -99,7 +99,7 @@ impl Default for CmOptions {
             timeout: DEFAULT_TIMEOUT,
             completion_events: false,
             rd_atomic: 16,
-            ack_timeout: 14,
+            ack_timeout: 17,
             retry_count: 6,
             rnr_retry_count: 7,
             min_rnr_timer: 12,

@@ -91,13 +91,17 @@ const NETEM_CASES: [(&str, &str, &str, Run); 15] = [
 /// timeout; rxe retries forever with rc_pingpong's retry count 7, the C
 /// program's, so the channel's wait bound is what ends the work).
 const SHORT_CUT_SECS: u32 = 3;
+/// The cut under `async_echo --reconnect`: longer than the library's
+/// default retry budget (4.096 µs · 2^17 · 7 ≈ 3.8 s), so connections break.
+const RECONNECT_CUT_SECS: u32 = 8;
 /// Round trips asked of rc_pingpong on a path that dies for good: never
 /// reached.
 const DEAD_ITERS: u32 = 100_000;
 const DEAD_TIMEOUT_SECS: u32 = 10;
 const DEAD_BOUND_SECS: u32 = 25;
-/// The dead path under the library's default retry budget (retry count 6,
-/// ACK timeout 14: 4.096 µs · 2^14 · 7 ≈ 0.47 s by the spec): the sender
+/// The dead path under a finite retry budget (rc_pingpong --retry-count 6,
+/// its ACK timeout the C program's 14: 4.096 µs · 2^14 · 7 ≈ 0.47 s by the
+/// spec): the sender
 /// fails with the transport's typed error, long before the channel's
 /// timeout ([`DEAD_TIMEOUT_SECS`]); the bound is from the program's start
 /// (set-up, half a second, the cut, the retries).
@@ -306,9 +310,10 @@ fn mtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
     );
 }
 
-/// A path dead for [`SHORT_CUT_SECS`] under `async_echo --cm --reconnect`:
-/// the clients' connections break (the retry budget, about half a second,
-/// is shorter than the cut), each client connects again with backoff once
+/// A path dead for [`RECONNECT_CUT_SECS`] under `async_echo --cm
+/// --reconnect`: the clients' connections break (the default retry budget,
+/// about 3.8 s, is shorter than the cut), each client connects again with
+/// backoff once
 /// the path is back and resumes at its lost request; every message is
 /// echoed and checked in the end, and the lost ones are reported.
 fn reconnect_step(p: &mut Plan, progs: &Programs, port: u16) {
@@ -317,13 +322,13 @@ fn reconnect_step(p: &mut Plan, progs: &Programs, port: u16) {
     let dev = "-d \"$RXE_DEVICE\" --cm";
     let server = echo_server(&echo, &format!("{dev} -p {port} -s 1000"));
     let client = format!(
-        "CUT_AFTER='client 0: connected' link_cut blackhole {SHORT_CUT_SECS} {echo} client {dev} \
+        "CUT_AFTER='client 0: connected' link_cut blackhole {RECONNECT_CUT_SECS} {echo} client {dev} \
          -p {port} --timeout 60 --reconnect --clients {clients} --messages {messages} -s 1000 \
          \"$PEER_IPV4\""
     );
     p.pair_step(
         &format!(
-            "faults: path dead for {SHORT_CUT_SECS} s under async_echo --cm --reconnect: connections made again, every message echoed"
+            "faults: path dead for {RECONNECT_CUT_SECS} s under async_echo --cm --reconnect: connections made again, every message echoed"
         ),
         port,
         Side {
