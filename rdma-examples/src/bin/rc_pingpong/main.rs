@@ -41,7 +41,10 @@
 //! be exactly `-s` bytes; the C programs send back the message they
 //! received, this one sends a constant buffer (with `-c`, one whose
 //! page-start bytes are zero in both roles, which is what the C programs
-//! end up echoing); with `-c` an invalid page makes the server exit 1.
+//! end up echoing); with `-c` an invalid page makes the server exit 1;
+//! the queue pair lingers a second after the last exchange, so that the
+//! peer's retransmission of a message whose acknowledgement was lost is
+//! still acknowledged (the C program's peer can wait out its timeout).
 
 use clap::Parser;
 use rdma_core::{LinkLayer, Mtu, WcStatus};
@@ -292,8 +295,18 @@ fn run(o: &Options) -> Result<()> {
     if c.chk && !is_client {
         check_pages(rx)?;
     }
+    // Linger before the queue pair goes: the peer's last message arrived,
+    // but our acknowledgement of it may have been lost, and the peer's
+    // send completes only when a retransmission is acknowledged. A queue
+    // pair destroyed at once leaves it retrying into nothing until its
+    // timeout (seen with 20% loss across two hosts). As TCP's TIME_WAIT.
+    std::thread::sleep(LINGER);
     Ok(())
 }
+
+/// How long the queue pair outlives the last exchange: about fifteen
+/// retransmissions at the C program's ACK timeout (67 ms).
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Prints the C program's two summary lines.
 fn report(size: usize, iters: usize, elapsed: std::time::Duration) {
