@@ -188,8 +188,9 @@ fn async_connect_and_accept_fail_as_the_blocking_calls_do_within_their_bounds() 
             .await
             .expect("waiting is no error");
         assert!(none.is_none());
+        // Only a hang fails this: the wait ended (measured: a few ms).
         assert!(
-            start.elapsed() < Duration::from_secs(5),
+            start.elapsed() < Duration::from_secs(30),
             "{:?}",
             start.elapsed()
         );
@@ -332,7 +333,9 @@ fn a_broken_connection_fails_waiting_futures_at_once() {
                 }
                 let took = start.elapsed();
                 eprintln!("{case}: every waiting future failed after {took:?}");
-                assert!(took < Duration::from_secs(5), "{case}: {took:?}");
+                // Behaviour, not speed: the futures' own timeout is 30 s,
+                // so ending well before it means the break woke them.
+                assert!(took < Duration::from_secs(20), "{case}: {took:?}");
                 drop(shared);
                 drop(server);
             }
