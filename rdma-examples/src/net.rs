@@ -3,7 +3,7 @@
 //! whose every read and write has a deadline, so a silent or stopped peer
 //! ends in a timeout error instead of a hang.
 
-use rdma_safe::{Channel, Endpoint, HandshakeError};
+use rdma_safe::{Channel, Endpoint};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -286,11 +286,12 @@ fn timed_out(limit: Duration, what: &str) -> io::Error {
 pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoint> {
     let timeout = link.timeout();
     let what = "the peer's queue pair address (handshake)";
-    channel.handshake(link.stream()?).map_err(|e| match e {
-        HandshakeError::Timeout { .. } => timed_out(timeout, what).into(),
-        HandshakeError::Io(io) if is_timeout(&io) => timed_out(timeout, what).into(),
-        other => other.into(),
-    })
+    channel
+        .handshake(link.stream()?)
+        .map_err(|e| match e.kind() {
+            rdma_safe::ErrorKind::TimedOut => timed_out(timeout, what).into(),
+            _ => e.into(),
+        })
 }
 
 /// The rest of `line` after its first word if that word is `word`.

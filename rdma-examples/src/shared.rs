@@ -1,7 +1,7 @@
 //! [`SharedBuffer`]: memory a peer may read and write through RDMA.
 
 use crate::pages::AllocError;
-use rdma_safe::{IbvResult, MemoryRegion, ProtectionDomain};
+use rdma_safe::{MemoryRegion, ProtectionDomain};
 use std::alloc::Layout;
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -60,7 +60,7 @@ impl SharedBuffer {
     /// The region must be dropped before `self` (the peer may use the
     /// rkey until then), and the peer must only access the buffer when
     /// the program's protocol allows it — see [`slice`](Self::slice).
-    pub unsafe fn register(&self, pd: &ProtectionDomain) -> IbvResult<MemoryRegion> {
+    pub unsafe fn register(&self, pd: &ProtectionDomain) -> rdma_safe::Result<MemoryRegion> {
         // SAFETY: forwarded to the caller; the pointer and length describe
         // this live allocation.
         unsafe { MemoryRegion::register_shared_mr(pd, self.as_ptr(), self.len) }

@@ -96,7 +96,7 @@ impl AlignedBuffer {
     /// [`AllocError::InvalidLayout`] for `len == 0` or a size above
     /// `isize::MAX`; [`AllocError::OutOfMemory`] when the allocator fails
     /// (never an abort: sizes may come from input).
-    pub fn new(len: usize) -> Result<Self, AllocError> {
+    pub fn new(len: usize) -> crate::Result<Self> {
         Self::with_alignment(len, PAGE)
     }
 
@@ -105,10 +105,10 @@ impl AlignedBuffer {
     /// # Errors
     /// As [`new`](Self::new), and [`AllocError::InvalidLayout`] when `align`
     /// is not a power of two.
-    pub fn with_alignment(len: usize, align: usize) -> Result<Self, AllocError> {
+    pub fn with_alignment(len: usize, align: usize) -> crate::Result<Self> {
         let invalid = AllocError::InvalidLayout { len, align };
         if len == 0 {
-            return Err(invalid);
+            return Err(invalid.into());
         }
         let layout = Layout::from_size_align(len, align).map_err(|_| invalid)?;
         // SAFETY: the layout has a non-zero size.
@@ -176,21 +176,21 @@ mod tests {
     fn bad_sizes_are_errors_not_aborts() {
         assert!(matches!(
             AlignedBuffer::new(0),
-            Err(AllocError::InvalidLayout { .. })
+            Err(crate::Error::Alloc(AllocError::InvalidLayout { .. }))
         ));
         assert!(matches!(
             AlignedBuffer::with_alignment(64, 3),
-            Err(AllocError::InvalidLayout { .. })
+            Err(crate::Error::Alloc(AllocError::InvalidLayout { .. }))
         ));
         assert!(matches!(
             AlignedBuffer::new(usize::MAX - 10),
-            Err(AllocError::InvalidLayout { .. })
+            Err(crate::Error::Alloc(AllocError::InvalidLayout { .. }))
         ));
         // 4 EiB: a valid layout larger than any address space, so it fails
         // whatever the overcommit policy.
         assert!(matches!(
             AlignedBuffer::new(1 << 62),
-            Err(AllocError::OutOfMemory { .. })
+            Err(crate::Error::Alloc(AllocError::OutOfMemory { .. }))
         ));
     }
 }

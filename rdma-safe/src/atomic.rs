@@ -7,7 +7,7 @@
 //! receives the value the remote word held before the operation. Both are
 //! checked before posting: a misaligned target, a target region shorter
 //! than 8 bytes, or a result element of another size is a
-//! [`TransportError::Post`](crate::TransportError::Post) and nothing reaches
+//! [`Error::Post`](crate::Error::Post) and nothing reaches
 //! the NIC.
 //!
 //! The NIC performs the read-modify-write on the target atomically with

@@ -21,7 +21,7 @@
 use crate::channel::DEFAULT_TIMEOUT;
 use crate::datagram_options::DatagramOptions;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::remote_access::RemoteAccessBuffer;
 use crate::sge::GatherElement;
@@ -184,7 +184,7 @@ impl DatagramEndpoint {
             completion_events,
         } = *options;
         if service_level > 15 {
-            return Err(IbvError::InvalidArgument(format!(
+            return Err(VerbsError::InvalidArgument(format!(
                 "service level {service_level} is not 0 to 15"
             ))
             .into());
@@ -196,7 +196,7 @@ impl DatagramEndpoint {
             None => ctx.preferred_gid(port)?,
         };
         let gid_index = u8::try_from(gid.index).map_err(|_| {
-            IbvError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
+            VerbsError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
         })?;
         let mtu = port_attr.active_mtu().unwrap_or(Mtu::Mtu1024);
         let caps = QpCapabilities {
@@ -291,10 +291,10 @@ impl DatagramEndpoint {
     /// says nothing about delivery: datagrams may be lost.
     ///
     /// # Errors
-    /// [`TransportError::Post`] before posting when `data` is longer than
+    /// [`Error::Post`] before posting when `data` is longer than
     /// [`max_message`](Self::max_message); otherwise as
     /// [`send_gather_to`](Self::send_gather_to).
-    pub fn send_to(&mut self, peer: &DatagramPeer, data: &[u8]) -> TransportResult<WorkSuccess> {
+    pub fn send_to(&mut self, peer: &DatagramPeer, data: &[u8]) -> Result<WorkSuccess> {
         self.check_size(data.len())?;
         if data.is_empty() {
             return self.send_gather_to(peer, &[]);
@@ -321,15 +321,15 @@ impl DatagramEndpoint {
     /// endpoint is shut down as a channel is).
     ///
     /// # Errors
-    /// [`TransportError::Post`] before posting when the payload is longer
+    /// [`Error::Post`] before posting when the payload is longer
     /// than [`max_message`](Self::max_message) or has too many elements; a
-    /// completion error, [`TransportError::Timeout`] or
-    /// [`TransportError::Unusable`] otherwise.
+    /// completion error, [`Error::Timeout`] or
+    /// [`Error::Unusable`] otherwise.
     pub fn send_gather_to(
         &mut self,
         peer: &DatagramPeer,
         gather: &[GatherElement<'_>],
-    ) -> TransportResult<WorkSuccess> {
+    ) -> Result<WorkSuccess> {
         self.check_size(gather.iter().map(GatherElement::len).sum())?;
         let id =
             self.queue
@@ -342,7 +342,7 @@ impl DatagramEndpoint {
     ///
     /// # Errors
     /// The receive's completion error (the endpoint is then unusable).
-    pub fn try_receive(&mut self, buf: &mut [u8]) -> TransportResult<Option<Datagram>> {
+    pub fn try_receive(&mut self, buf: &mut [u8]) -> Result<Option<Datagram>> {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
@@ -357,9 +357,9 @@ impl DatagramEndpoint {
     /// removed) into `buf`, as much as fits.
     ///
     /// # Errors
-    /// [`TransportError::Timeout`] when nothing arrives in time; the
+    /// [`Error::Timeout`] when nothing arrives in time; the
     /// receive's completion error.
-    pub fn receive(&mut self, buf: &mut [u8]) -> TransportResult<Datagram> {
+    pub fn receive(&mut self, buf: &mut [u8]) -> Result<Datagram> {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
@@ -368,11 +368,7 @@ impl DatagramEndpoint {
     }
 
     /// Copies a completed receive out of its slot and posts the slot again.
-    fn finish_receive(
-        &mut self,
-        outcome: TransportResult<WorkSuccess>,
-        buf: &mut [u8],
-    ) -> TransportResult<Datagram> {
+    fn finish_receive(&mut self, outcome: Result<WorkSuccess>, buf: &mut [u8]) -> Result<Datagram> {
         let (_, slot) = self.posted.pop_front().expect("a receive was outstanding");
         let done = outcome?;
         let len = done.bytes().saturating_sub(GRH_SIZE);
@@ -390,7 +386,7 @@ impl DatagramEndpoint {
     }
 
     /// Posts receive slot `slot` (GRH space and payload, one element).
-    fn post_slot(&mut self, slot: usize) -> TransportResult<()> {
+    fn post_slot(&mut self, slot: usize) -> Result<()> {
         let size = slot_size(self.mtu);
         let range = slot * size..slot * size + GRH_SIZE + self.mtu.bytes() as usize;
         let element = self
@@ -404,11 +400,11 @@ impl DatagramEndpoint {
         Ok(())
     }
 
-    fn check_size(&self, len: usize) -> TransportResult<()> {
+    fn check_size(&self, len: usize) -> Result<()> {
         if len > self.max_message() {
-            return Err(TransportError::Post {
+            return Err(Error::Post {
                 operation: Operation::Send,
-                source: IbvError::InvalidArgument(format!(
+                source: VerbsError::InvalidArgument(format!(
                     "a datagram of {len} bytes exceeds the path MTU of {} bytes",
                     self.max_message()
                 )),
@@ -417,8 +413,8 @@ impl DatagramEndpoint {
         Ok(())
     }
 
-    fn no_receives(&self) -> TransportError {
-        TransportError::Unusable(
+    fn no_receives(&self) -> Error {
+        Error::Unusable(
             self.queue
                 .unusable()
                 .unwrap_or_else(|| "no receive slot is posted".into()),

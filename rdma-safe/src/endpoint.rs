@@ -1,7 +1,7 @@
 //! [`Endpoint`]: what a peer needs to connect to a channel, its versioned
 //! byte encoding, and the exchange over TCP.
 
-use crate::exchange::{self, HandshakeError};
+use crate::exchange;
 use rdma_core::{Gid, Mtu};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -75,34 +75,36 @@ impl Endpoint {
 
     /// Decodes and validates [`to_bytes`](Self::to_bytes)' output. Truncated,
     /// oversized or garbage input is an error, never a panic.
-    pub fn from_bytes(b: &[u8]) -> Result<Self, EndpointDecodeError> {
+    pub fn from_bytes(b: &[u8]) -> crate::Result<Self> {
         if b.len() != ENDPOINT_ENCODED_LEN {
-            return Err(EndpointDecodeError::Length {
+            return Err(crate::Error::from(EndpointDecodeError::Length {
                 got: b.len(),
                 expected: ENDPOINT_ENCODED_LEN,
-            });
+            }));
         }
         if b[0..4] != MAGIC {
-            return Err(EndpointDecodeError::Magic);
+            return Err(crate::Error::from(EndpointDecodeError::Magic));
         }
         if b[4] != VERSION {
-            return Err(EndpointDecodeError::Version(b[4]));
+            return Err(crate::Error::from(EndpointDecodeError::Version(b[4])));
         }
         let mtu =
             Mtu::from_bytes(u32::from(b[7]) * 256).ok_or(EndpointDecodeError::Field("mtu"))?;
         let qp_num = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
         let psn = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
         if qp_num > 0x00ff_ffff || qp_num == 0 {
-            return Err(EndpointDecodeError::Field("qp_num"));
+            return Err(crate::Error::from(EndpointDecodeError::Field("qp_num")));
         }
         if psn > 0x00ff_ffff {
-            return Err(EndpointDecodeError::Field("psn"));
+            return Err(crate::Error::from(EndpointDecodeError::Field("psn")));
         }
         if b[5] == 0 {
-            return Err(EndpointDecodeError::Field("port"));
+            return Err(crate::Error::from(EndpointDecodeError::Field("port")));
         }
         if b[18..20] != [0, 0] {
-            return Err(EndpointDecodeError::Field("reserved bytes"));
+            return Err(crate::Error::from(EndpointDecodeError::Field(
+                "reserved bytes",
+            )));
         }
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[20..36]);
@@ -122,16 +124,16 @@ impl Endpoint {
     /// stream's own timeouts are restored afterwards.
     ///
     /// # Errors
-    /// [`HandshakeError::Timeout`] when the peer does not answer in time,
-    /// [`HandshakeError::Io`] for I/O errors, a peer that closes early
+    /// `Handshake(Timeout)` when the peer does not answer in time,
+    /// `Handshake(Io)` for I/O errors, a peer that closes early
     /// (`UnexpectedEof`) or bytes that do not decode (`InvalidData`).
     pub fn exchange(
         stream: &mut TcpStream,
         local: &Endpoint,
         timeout: Duration,
-    ) -> Result<Endpoint, HandshakeError> {
+    ) -> crate::Result<Endpoint> {
         let theirs = exchange::swap(stream, &local.to_bytes(), timeout)?;
-        Endpoint::from_bytes(&theirs).map_err(exchange::invalid_data)
+        Ok(Endpoint::from_bytes(&theirs).map_err(exchange::invalid_data)?)
     }
 }
 
@@ -167,26 +169,26 @@ mod tests {
             );
         }
         assert_eq!(
-            Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN]),
-            Err(EndpointDecodeError::Magic)
+            Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN]).unwrap_err(),
+            EndpointDecodeError::Magic
         );
         let mut v = good;
         v[4] = 9;
         assert_eq!(
-            Endpoint::from_bytes(&v),
-            Err(EndpointDecodeError::Version(9))
+            Endpoint::from_bytes(&v).unwrap_err(),
+            EndpointDecodeError::Version(9)
         );
         let mut m = good;
         m[7] = 3;
         assert_eq!(
-            Endpoint::from_bytes(&m),
-            Err(EndpointDecodeError::Field("mtu"))
+            Endpoint::from_bytes(&m).unwrap_err(),
+            EndpointDecodeError::Field("mtu")
         );
         let mut q = good;
         q[11] = 1;
         assert_eq!(
-            Endpoint::from_bytes(&q),
-            Err(EndpointDecodeError::Field("qp_num"))
+            Endpoint::from_bytes(&q).unwrap_err(),
+            EndpointDecodeError::Field("qp_num")
         );
         // Pseudo-random garbage never panics.
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;

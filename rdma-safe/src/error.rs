@@ -1,15 +1,39 @@
-//! Error types of the safe API.
+//! The crate's one error type, [`Error`], and what it is made of.
+//!
+//! Every fallible function of this crate returns [`Result<T>`](Result),
+//! so `?` works across opening devices, registering memory, connecting,
+//! transferring and decoding. Match on a variant for the details, or ask
+//! the accessors: [`Error::kind`] (a small `Copy` classification),
+//! [`Error::operation`] (the data-path operation that failed),
+//! [`Error::status`] (the NIC's work-completion status), [`Error::errno`]
+//! and [`std::error::Error::source`].
+//!
+//! The variants that carry more than a message hold the detail types of
+//! this module ([`HandshakeError`], [`PoolError`], …), each the detail of
+//! one kind.
 
 use rdma_core::{QpState, WcStatus};
 use std::fmt;
 use std::time::Duration;
 
-/// Error of a verb (creating or configuring resources, posting).
-pub type IbvError = rdma_core::Error;
-/// Result of a verb.
-pub type IbvResult<T> = Result<T, IbvError>;
-/// Result of a data transfer.
-pub type TransportResult<T> = Result<T, TransportError>;
+pub use crate::aligned::AllocError;
+pub use crate::endpoint::EndpointDecodeError;
+pub use crate::exchange::HandshakeError;
+pub use crate::pool::PoolError;
+pub use crate::remote::RemoteRegionError;
+pub use crate::sge::ScatterGatherElementError;
+/// The verbs layer's error (rdma-core's): the detail of [`Error::Verbs`],
+/// [`Error::Post`] and [`Error::Poll`].
+pub use rdma_core::Error as VerbsError;
+
+/// The design's name for the result of a verb (resources, posting): the
+/// crate's [`Result`]. Kept as an alias so programs written against the
+/// design compile.
+pub type IbvResult<T> = Result<T>;
+/// The design's name for the result of a data transfer: the crate's
+/// [`Result`]. Kept as an alias so programs written against the design
+/// compile.
+pub type TransportResult<T> = Result<T>;
 
 /// The kind of operation a work request performs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,10 +72,35 @@ impl fmt::Display for Operation {
     }
 }
 
-/// Why a data transfer failed.
+/// Every error of this crate.
+///
+/// ```no_run
+/// use rdma_safe::{ProtectionDomain, RegisteredBuffer, SendWorkRequest};
+///
+/// fn main() -> rdma_safe::Result<()> {
+///     let pd = ProtectionDomain::open("rxe0")?; // Error::Verbs
+///     let buf = RegisteredBuffer::new(&pd, 64)?; // Error::Alloc or Verbs
+///     let mut channel = pd.create_channel()?;
+///     channel.send(SendWorkRequest::new(&[buf.gather(..)]))?; // Error::NotReady
+///     Ok(())
+/// }
+/// ```
+///
+/// The data-path variants ([`Post`](Error::Post) to [`Poll`](Error::Poll))
+/// say what happened to the channel: after [`Timeout`](Error::Timeout),
+/// [`PeerDisconnected`](Error::PeerDisconnected),
+/// [`Unusable`](Error::Unusable), a [`Post`](Error::Post) that may have
+/// queued work, or a failed completion on a reliable connection, the
+/// channel is unusable; every such error is returned only after the NIC
+/// is done with the memory of the failed requests.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum TransportError {
+pub enum Error {
+    /// A verb or a connection-manager step failed (opening a device,
+    /// creating or configuring resources, resolving or connecting): see
+    /// [`VerbsError`] for which verb, and its errno or CM event.
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
     /// The work request could not be posted. Either nothing was handed to
     /// the NIC (the request was refused before the verb, or the verb named
     /// it as not taken) and the channel stays usable, or the verb failed
@@ -65,7 +114,7 @@ pub enum TransportError {
         operation: Operation,
         /// Why.
         #[source]
-        source: IbvError,
+        source: VerbsError,
     },
     /// The NIC completed the work request with an error status.
     #[error("{operation} failed: {status} — {hint}", hint = status.hint())]
@@ -116,18 +165,177 @@ pub enum TransportError {
     Unusable(String),
     /// Polling the completion queue failed.
     #[error("polling the completion queue failed: {0}")]
-    Poll(#[source] IbvError),
+    Poll(#[source] VerbsError),
+    /// Exchanging endpoints or connecting over a stream failed.
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// Bytes from a peer are not an endpoint.
+    #[error(transparent)]
+    EndpointDecode(#[from] EndpointDecodeError),
+    /// A remote region is malformed or a range lies outside it.
+    #[error(transparent)]
+    RemoteRegion(#[from] RemoteRegionError),
+    /// A scatter/gather element could not be built.
+    #[error(transparent)]
+    Element(#[from] ScatterGatherElementError),
+    /// Memory for a buffer could not be allocated.
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// A buffer pool could not be created or is exhausted.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// Other I/O (e.g. a stream used to exchange regions).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
-impl TransportError {
+/// What kind of failure an [`Error`] is, for code that reacts to classes
+/// of failure (retry, reconnect, report) rather than to one variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No RDMA device, or none of the name asked for.
+    NoDevice,
+    /// A verb failed with an errno (see [`Error::errno`]).
+    Verb,
+    /// The connection manager answered with a reject, an unreachable
+    /// peer or an address or route error.
+    Connect,
+    /// A bounded wait expired: a transfer, a CM step or a handshake.
+    TimedOut,
+    /// The NIC completed a request with an error status (see
+    /// [`Error::status`]).
+    WorkCompletion,
+    /// The peer of a CM channel disconnected.
+    PeerDisconnected,
+    /// The queue pair is not ready for the request (not connected).
+    NotReady,
+    /// The channel was shut down earlier.
+    Unusable,
+    /// An argument or a request was refused before any verb ran (an
+    /// element outside its region, a range outside a remote region, an
+    /// invalid size).
+    InvalidInput,
+    /// A peer sent bytes that are not what the protocol expects.
+    InvalidData,
+    /// Every buffer of a pool is in use.
+    Exhausted,
+    /// Memory could not be allocated.
+    OutOfMemory,
+    /// A stream or file failed.
+    Io,
+}
+
+impl Error {
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Verbs(e) | Error::Post { source: e, .. } | Error::Poll(e) => verbs_kind(e),
+            Error::WorkCompletion { .. } => ErrorKind::WorkCompletion,
+            Error::Timeout { .. } => ErrorKind::TimedOut,
+            Error::PeerDisconnected { .. } => ErrorKind::PeerDisconnected,
+            Error::NotReady { .. } => ErrorKind::NotReady,
+            Error::Unusable(_) => ErrorKind::Unusable,
+            Error::Handshake(HandshakeError::Timeout { .. }) => ErrorKind::TimedOut,
+            Error::Handshake(HandshakeError::Connect(e)) => verbs_kind(e),
+            Error::Handshake(HandshakeError::Io(e)) | Error::Io(e) => io_kind(e),
+            Error::EndpointDecode(_) => ErrorKind::InvalidData,
+            Error::RemoteRegion(RemoteRegionError::BadEncoding(_)) => ErrorKind::InvalidData,
+            Error::RemoteRegion(_) | Error::Element(_) => ErrorKind::InvalidInput,
+            Error::Alloc(AllocError::OutOfMemory { .. }) => ErrorKind::OutOfMemory,
+            Error::Alloc(_) | Error::Pool(PoolError::InvalidSize(_)) => ErrorKind::InvalidInput,
+            Error::Pool(PoolError::Exhausted { .. }) => ErrorKind::Exhausted,
+        }
+    }
+
+    /// The data-path operation that failed, if this is a transfer error.
+    pub fn operation(&self) -> Option<Operation> {
+        match self {
+            Error::Post { operation, .. }
+            | Error::WorkCompletion { operation, .. }
+            | Error::Timeout { operation, .. }
+            | Error::PeerDisconnected { operation }
+            | Error::NotReady { operation, .. } => Some(*operation),
+            _ => None,
+        }
+    }
+
     /// The completion status, if the NIC reported one.
     pub fn status(&self) -> Option<WcStatus> {
         match self {
-            TransportError::WorkCompletion { status, .. } => Some(*status),
+            Error::WorkCompletion { status, .. } => Some(*status),
+            Error::Verbs(e) => e.wc_status(),
+            _ => None,
+        }
+    }
+
+    /// The errno of a failed verb or I/O call, if this is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Verbs(e)
+            | Error::Post { source: e, .. }
+            | Error::Poll(e)
+            | Error::Handshake(HandshakeError::Connect(e)) => e.errno(),
+            Error::Io(e) | Error::Handshake(HandshakeError::Io(e)) => e.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The verbs-layer error inside, if there is one: which verb or CM
+    /// step failed.
+    pub fn verbs(&self) -> Option<&VerbsError> {
+        match self {
+            Error::Verbs(e)
+            | Error::Post { source: e, .. }
+            | Error::Poll(e)
+            | Error::Handshake(HandshakeError::Connect(e)) => Some(e),
             _ => None,
         }
     }
 }
+
+/// `err == detail`: whether `err` is the error `detail` converts into
+/// (`assert_eq!(Endpoint::from_bytes(b).unwrap_err(), EndpointDecodeError::Magic)`).
+macro_rules! eq_detail {
+    ($($detail:ident => $variant:ident),* $(,)?) => {$(
+        impl PartialEq<$detail> for Error {
+            fn eq(&self, other: &$detail) -> bool {
+                matches!(self, Error::$variant(e) if e == other)
+            }
+        }
+    )*};
+}
+eq_detail! {
+    AllocError => Alloc,
+    EndpointDecodeError => EndpointDecode,
+    RemoteRegionError => RemoteRegion,
+    ScatterGatherElementError => Element,
+}
+
+fn verbs_kind(e: &VerbsError) -> ErrorKind {
+    match e {
+        VerbsError::NoDevice | VerbsError::DeviceNotFound { .. } => ErrorKind::NoDevice,
+        VerbsError::WorkCompletion { .. } => ErrorKind::WorkCompletion,
+        VerbsError::Cm { .. } => ErrorKind::Connect,
+        VerbsError::Timeout { .. } => ErrorKind::TimedOut,
+        VerbsError::InvalidArgument(_) => ErrorKind::InvalidInput,
+        _ => ErrorKind::Verb,
+    }
+}
+
+fn io_kind(e: &std::io::Error) -> ErrorKind {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => ErrorKind::TimedOut,
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof => {
+            ErrorKind::InvalidData
+        }
+        _ => ErrorKind::Io,
+    }
+}
+
+/// Result of every fallible function of this crate, with [`Error`] by
+/// default.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Error of [`Channel::scope`](crate::Channel::scope).
 #[derive(Debug, thiserror::Error)]
@@ -139,15 +347,16 @@ pub enum ScopeError<E> {
     /// The closure succeeded, but a work request it left for automatic
     /// polling failed. Holds the first failure.
     #[error("automatic polling at the end of the scope failed: {0}")]
-    AutoPollError(TransportError),
+    AutoPollError(Error),
 }
 
 impl<E> ScopeError<E> {
-    /// Collapses both variants into one error type, e.g. `TransportError`
-    /// when the closure's error is a `TransportError` too.
+    /// Collapses both variants into the closure's error type (which takes
+    /// an [`Error`]); `?` on the scope's result does the same in a function
+    /// returning [`Result`].
     pub fn flatten(self) -> E
     where
-        E: From<TransportError>,
+        E: From<Error>,
     {
         match self {
             ScopeError::ClosureError(e) => e,
@@ -156,73 +365,13 @@ impl<E> ScopeError<E> {
     }
 }
 
-/// Lets `channel.scope(..)?` be used in a function returning
-/// [`TransportResult`] when the closure's error is a [`TransportError`].
-impl From<ScopeError<TransportError>> for TransportError {
-    fn from(e: ScopeError<TransportError>) -> Self {
-        e.flatten()
-    }
-}
-
-/// Every error of this crate, for `?` across connecting, registering,
-/// transferring and decoding:
-///
-/// ```no_run
-/// use rdma_safe::{ProtectionDomain, RegisteredBuffer, SendWorkRequest};
-///
-/// fn main() -> Result<(), rdma_safe::Error> {
-///     let pd = ProtectionDomain::open("rxe0")?; // Error::Verbs
-///     let buf = RegisteredBuffer::new(&pd, 64)?; // Error::Alloc or Verbs
-///     let mut channel = pd.create_channel()?;
-///     channel.send(SendWorkRequest::new(&[buf.gather(..)]))?; // Error::Transport
-///     Ok(())
-/// }
-/// ```
-///
-/// The specific types stay available (and are what the individual calls
-/// return): match on a variant to get one back.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A verb failed (creating or configuring resources): see [`IbvError`].
-    #[error(transparent)]
-    Verbs(#[from] IbvError),
-    /// A transfer failed, timed out or could not be posted.
-    #[error(transparent)]
-    Transport(#[from] TransportError),
-    /// Exchanging endpoints or connecting over a stream failed.
-    #[error(transparent)]
-    Handshake(#[from] crate::exchange::HandshakeError),
-    /// Bytes from a peer are not an endpoint.
-    #[error(transparent)]
-    EndpointDecode(#[from] crate::endpoint::EndpointDecodeError),
-    /// A remote region is malformed or a range lies outside it.
-    #[error(transparent)]
-    RemoteRegion(#[from] crate::remote::RemoteRegionError),
-    /// A scatter/gather element could not be built.
-    #[error(transparent)]
-    Element(#[from] crate::sge::ScatterGatherElementError),
-    /// Memory for a buffer could not be allocated.
-    #[error(transparent)]
-    Alloc(#[from] crate::aligned::AllocError),
-    /// A buffer pool could not be created or is exhausted.
-    #[error(transparent)]
-    Pool(#[from] crate::pool::PoolError),
-    /// Other I/O (e.g. a stream used to exchange regions).
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
-}
-
-/// Result of any operation of this crate, with [`Error`] by default.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
 /// `channel.scope(..)?` in a function returning [`Result`]: a closure error
 /// and a failure found while draining both become an [`Error`].
 impl<E: Into<Error>> From<ScopeError<E>> for Error {
     fn from(e: ScopeError<E>) -> Self {
         match e {
             ScopeError::ClosureError(e) => e.into(),
-            ScopeError::AutoPollError(e) => Error::Transport(e),
+            ScopeError::AutoPollError(e) => e,
         }
     }
 }
@@ -242,5 +391,63 @@ mod tests {
         let err = make().expect_err("an error");
         assert!(matches!(err, Error::Pool(PoolError::InvalidSize(_))));
         assert_eq!(err.to_string(), "invalid pool geometry: zero buffers");
+    }
+
+    /// The accessors classify every variant, across the detail types.
+    #[test]
+    fn accessors_classify() {
+        use std::time::Duration;
+        let timeout = Error::Timeout {
+            operation: Operation::Read,
+            timeout: Duration::from_millis(5),
+        };
+        assert_eq!(timeout.kind(), ErrorKind::TimedOut);
+        assert_eq!(timeout.operation(), Some(Operation::Read));
+        assert_eq!(timeout.status(), None);
+        let failed = Error::WorkCompletion {
+            operation: Operation::Write,
+            status: WcStatus::RemoteAccessError,
+            vendor_err: 0,
+        };
+        assert_eq!(failed.kind(), ErrorKind::WorkCompletion);
+        assert_eq!(failed.status(), Some(WcStatus::RemoteAccessError));
+        let cm = Error::Verbs(VerbsError::Timeout {
+            step: "rdma_connect",
+            timeout: Duration::from_secs(1),
+        });
+        assert_eq!(cm.kind(), ErrorKind::TimedOut);
+        assert_eq!(cm.operation(), None);
+        let verb = Error::Verbs(VerbsError::verb("ibv_reg_mr", 12));
+        assert_eq!((verb.kind(), verb.errno()), (ErrorKind::Verb, Some(12)));
+        assert_eq!(
+            verb.verbs().and_then(VerbsError::failed_verb),
+            Some("ibv_reg_mr")
+        );
+        let hs = Error::from(HandshakeError::Timeout {
+            timeout: Duration::from_secs(1),
+        });
+        assert_eq!(hs.kind(), ErrorKind::TimedOut);
+        let garbage = Error::from(HandshakeError::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "bad",
+        )));
+        assert_eq!(garbage.kind(), ErrorKind::InvalidData);
+        assert_eq!(
+            Error::from(EndpointDecodeError::Magic).kind(),
+            ErrorKind::InvalidData
+        );
+        let oob = ScatterGatherElementError::OutOfBounds { len: 4 };
+        assert_eq!(Error::from(oob.clone()).kind(), ErrorKind::InvalidInput);
+        assert_eq!(Error::from(oob.clone()), oob);
+        let exhausted = Error::from(PoolError::Exhausted {
+            capacity: 1,
+            buffer_size: 8,
+        });
+        assert_eq!(exhausted.kind(), ErrorKind::Exhausted);
+        assert_eq!(
+            Error::from(AllocError::OutOfMemory { len: 1 }).kind(),
+            ErrorKind::OutOfMemory
+        );
+        assert_eq!(Error::Unusable("x".into()).kind(), ErrorKind::Unusable);
     }
 }

@@ -149,7 +149,7 @@ pub mod datagram;
 mod datagram_options;
 mod endpoint;
 mod engine;
-mod error;
+pub mod error;
 mod exchange;
 mod fatal;
 pub mod memory;
@@ -174,9 +174,7 @@ pub use cm::{CmOptions, Connector, Incoming, Listener};
 pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
 pub use datagram_options::DatagramOptions;
 pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
-pub use error::{
-    Error, IbvError, IbvResult, Operation, Result, ScopeError, TransportError, TransportResult,
-};
+pub use error::{Error, ErrorKind, Operation, Result, ScopeError};
 pub use exchange::HandshakeError;
 pub use memory::{AccessFlags, MemoryRegion};
 #[cfg(feature = "tokio")]

@@ -67,10 +67,10 @@
 //! [`StableBuffer`]: crate::StableBuffer
 //! [`AlignedBuffer`]: crate::AlignedBuffer
 
-use crate::error::{IbvError, IbvResult};
+use crate::error::{Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::remote::RemoteMemoryRegion;
-use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
+use crate::sge::{GatherElement, ScatterElement};
 use std::fmt;
 use std::os::fd::AsFd;
 
@@ -128,7 +128,7 @@ impl MemoryRegion {
         address: *mut u8,
         length: usize,
         access_flags: AccessFlags,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         check_access(access_flags)?;
         // SAFETY: forwarded to the caller (see above). The NIC only reaches
         // the memory locally through SGEs built from live references.
@@ -165,7 +165,7 @@ impl MemoryRegion {
         pd: &ProtectionDomain,
         address: *mut u8,
         length: usize,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         // SAFETY: the page-identity contract is forwarded to the caller; local
         // write only.
         unsafe { Self::register_mr_with_access(pd, address, length, AccessFlags::LOCAL_WRITE) }
@@ -190,7 +190,7 @@ impl MemoryRegion {
         pd: &ProtectionDomain,
         address: *mut u8,
         length: usize,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
         // SAFETY: forwarded to the caller.
@@ -234,7 +234,7 @@ impl MemoryRegion {
         length: usize,
         iova: u64,
         access_flags: AccessFlags,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         check_access(access_flags)?;
         // SAFETY: forwarded to the caller.
         let inner = unsafe {
@@ -269,7 +269,7 @@ impl MemoryRegion {
         offset: u64,
         length: usize,
         iova: u64,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         // SAFETY: forwarded to the caller; local write only.
         unsafe {
             Self::register_dmabuf_mr_with_access(
@@ -299,7 +299,7 @@ impl MemoryRegion {
         offset: u64,
         length: usize,
         iova: u64,
-    ) -> IbvResult<MemoryRegion> {
+    ) -> Result<MemoryRegion> {
         let access =
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
         // SAFETY: forwarded to the caller.
@@ -338,11 +338,11 @@ impl MemoryRegion {
     /// The errno of `ibv_dereg_mr` (e.g. `EBUSY` while a memory window is
     /// bound to it), with the region, still registered: the NIC may still
     /// reach its memory, which must then not be freed.
-    pub fn close(self) -> Result<(), (Self, IbvError)> {
+    pub fn close(self) -> Result<(), (Self, crate::Error)> {
         let MemoryRegion { inner, access } = self;
         inner
             .close()
-            .map_err(|(inner, e)| (MemoryRegion { inner, access }, e))
+            .map_err(|(inner, e)| (MemoryRegion { inner, access }, e.into()))
     }
 
     /// The (address, length, rkey) triplet a remote peer needs for one-sided
@@ -380,10 +380,7 @@ impl MemoryRegion {
 
     /// A gather element over `data`, checking that it lies within this region
     /// and that its length fits in a `u32`.
-    pub fn gather_element_checked<'a>(
-        &'a self,
-        data: &'a [u8],
-    ) -> Result<GatherElement<'a>, ScatterGatherElementError> {
+    pub fn gather_element_checked<'a>(&'a self, data: &'a [u8]) -> Result<GatherElement<'a>> {
         GatherElement::new_checked(self, data)
     }
 
@@ -406,10 +403,7 @@ impl MemoryRegion {
 
     /// A scatter element over `data`, checking that it lies within this region
     /// and that its length fits in a `u32`.
-    pub fn scatter_element_checked<'a>(
-        &'a self,
-        data: &'a mut [u8],
-    ) -> Result<ScatterElement<'a>, ScatterGatherElementError> {
+    pub fn scatter_element_checked<'a>(&'a self, data: &'a mut [u8]) -> Result<ScatterElement<'a>> {
         ScatterElement::new_checked(self, data)
     }
 
@@ -439,13 +433,14 @@ impl fmt::Debug for MemoryRegion {
 /// The rule of `ibv_reg_mr(3)` that every device enforces, checked before
 /// the verb so that the error says which rule rather than `EINVAL`: remote
 /// write and remote atomic access need local write access.
-fn check_access(access: AccessFlags) -> IbvResult<()> {
+fn check_access(access: AccessFlags) -> Result<()> {
     let remote_writes = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(remote_writes) && !access.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(IbvError::InvalidArgument(format!(
+        return Err(VerbsError::InvalidArgument(format!(
             "access {access:?} grants remote write or atomic access without LOCAL_WRITE, \
              which ibv_reg_mr requires with them: add AccessFlags::LOCAL_WRITE"
-        )));
+        ))
+        .into());
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! [`ProtectionDomain`]: where memory regions and channels live.
 
-use crate::error::IbvResult;
+use crate::error::Result;
 use rdma_core::Context;
 use std::fmt;
 
@@ -13,7 +13,7 @@ pub struct ProtectionDomain {
 
 impl ProtectionDomain {
     /// Allocates a protection domain on an open device.
-    pub fn new(context: &Context) -> IbvResult<Self> {
+    pub fn new(context: &Context) -> Result<Self> {
         Ok(ProtectionDomain {
             inner: context.alloc_pd()?,
         })
@@ -34,7 +34,7 @@ impl ProtectionDomain {
     /// # Errors
     /// The device does not exist (the error lists those that do), or the
     /// error of opening it or allocating the domain.
-    pub fn open(name: &str) -> IbvResult<Self> {
+    pub fn open(name: &str) -> Result<Self> {
         let ctx = match Context::open_for_cm(name) {
             Ok(ctx) => ctx,
             Err(e) => {

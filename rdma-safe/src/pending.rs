@@ -1,7 +1,7 @@
 //! [`PendingWork`]: a posted operation whose completion is polled later.
 
 use crate::engine::WorkQueue;
-use crate::error::TransportResult;
+use crate::error::Result;
 use crate::work::WorkSuccess;
 use std::fmt;
 use std::marker::PhantomData;
@@ -44,7 +44,7 @@ impl<'data> PendingWork<'data> {
 
     /// Polls once without blocking: the outcome if the operation completed,
     /// otherwise the still-pending work back.
-    pub fn poll(self) -> Result<TransportResult<WorkSuccess>, Self> {
+    pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
         match self.shared.try_take(self.id) {
             Some(outcome) => {
                 // Completed and claimed: nothing is left for `Drop` to wait
@@ -59,7 +59,7 @@ impl<'data> PendingWork<'data> {
 
     /// Blocks until the operation completes (bounded by the channel's
     /// timeout) and returns its outcome.
-    pub fn wait(self) -> TransportResult<WorkSuccess> {
+    pub fn wait(self) -> Result<WorkSuccess> {
         let (id, timeout) = (self.id, self.timeout);
         self.disarm().wait(id, timeout)
     }

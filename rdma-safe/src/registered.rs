@@ -17,7 +17,7 @@
 //! [`memory`]: crate::memory
 
 use crate::aligned::{AlignedBuffer, StableBuffer};
-use crate::error::IbvResult;
+use crate::error::Result;
 use crate::memory::MemoryRegion;
 use crate::pd::ProtectionDomain;
 use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
@@ -62,7 +62,7 @@ impl RegisteredBuffer<AlignedBuffer> {
     /// errno when the memory cannot be pinned (`ENOMEM`/`EFAULT`: see
     /// `ulimit -l`).
     pub fn new(pd: &ProtectionDomain, len: usize) -> crate::Result<Self> {
-        Ok(Self::register(pd, AlignedBuffer::new(len)?)?)
+        Self::register(pd, AlignedBuffer::new(len)?)
     }
 }
 
@@ -71,11 +71,11 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
     /// [`into_inner`](Self::into_inner) or drop.
     ///
     /// # Errors
-    /// `ibv_reg_mr`'s error; `EINVAL` ([`IbvError::InvalidArgument`]) for an
+    /// `ibv_reg_mr`'s error; `EINVAL` ([`VerbsError::InvalidArgument`]) for an
     /// empty buffer, which has no pages to register.
     ///
-    /// [`IbvError::InvalidArgument`]: crate::IbvError::InvalidArgument
-    pub fn register(pd: &ProtectionDomain, mut buffer: B) -> IbvResult<Self> {
+    /// [`VerbsError::InvalidArgument`]: crate::error::VerbsError::InvalidArgument
+    pub fn register(pd: &ProtectionDomain, mut buffer: B) -> Result<Self> {
         let (ptr, len) = {
             let slice: &mut [u8] = &mut buffer;
             (slice.as_mut_ptr(), slice.len())
@@ -83,7 +83,8 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
         if len == 0 {
             return Err(rdma_core::Error::InvalidArgument(
                 "cannot register an empty buffer".into(),
-            ));
+            )
+            .into());
         }
         // `buffer` is a `StableBuffer`: `ptr..ptr+len` stays on the
         // same pages until `buffer` is dropped, and `RegisteredBuffer` drops
@@ -124,52 +125,33 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
     }
 
     /// A gather element (send payload, RDMA write source) over `range` of
-    /// the buffer.
+    /// the buffer: the one way to make an element of a buffer (the seeds'
+    /// [`MemoryRegion::gather_element`] family works on a region and a
+    /// slice of it).
     ///
     /// # Panics
-    /// If `range` is out of bounds (as slice indexing) or longer than
-    /// `u32::MAX` bytes; [`try_gather`](Self::try_gather) returns an error
-    /// instead.
+    /// If `range` is out of bounds or decreasing (as slice indexing), or
+    /// longer than `u32::MAX` bytes. Check ranges that come from input
+    /// first: the buffer's length (`buf.len()`) is the bound.
     pub fn gather(&self, range: impl RangeBounds<usize>) -> GatherElement<'_> {
-        self.try_gather(range)
+        let r = bounds(&range, self.buffer.len())
+            .unwrap_or_else(|e| panic!("RegisteredBuffer::gather: {e}"));
+        self.region
+            .gather_element_checked(&self.buffer[r])
             .unwrap_or_else(|e| panic!("RegisteredBuffer::gather: {e}"))
     }
 
-    /// A gather element over `range`, or why not.
-    ///
-    /// # Errors
-    /// [`ScatterGatherElementError::OutOfBounds`] for a range outside the
-    /// buffer, [`ScatterGatherElementError::TooLong`] above `u32::MAX` bytes.
-    pub fn try_gather(
-        &self,
-        range: impl RangeBounds<usize>,
-    ) -> Result<GatherElement<'_>, ScatterGatherElementError> {
-        let r = bounds(&range, self.buffer.len())?;
-        self.region.gather_element_checked(&self.buffer[r])
-    }
-
     /// A scatter element (receive buffer, RDMA read target) over `range` of
-    /// the buffer.
+    /// the buffer, borrowing it exclusively.
     ///
     /// # Panics
-    /// As [`gather`](Self::gather); [`try_scatter`](Self::try_scatter)
-    /// returns an error instead.
+    /// As [`gather`](Self::gather).
     pub fn scatter(&mut self, range: impl RangeBounds<usize>) -> ScatterElement<'_> {
-        self.try_scatter(range)
-            .unwrap_or_else(|e| panic!("RegisteredBuffer::scatter: {e}"))
-    }
-
-    /// A scatter element over `range`, or why not.
-    ///
-    /// # Errors
-    /// As [`try_gather`](Self::try_gather).
-    pub fn try_scatter(
-        &mut self,
-        range: impl RangeBounds<usize>,
-    ) -> Result<ScatterElement<'_>, ScatterGatherElementError> {
-        let r = bounds(&range, self.buffer.len())?;
+        let r = bounds(&range, self.buffer.len())
+            .unwrap_or_else(|e| panic!("RegisteredBuffer::scatter: {e}"));
         let (mr, bytes) = self.split_mut();
         mr.scatter_element_checked(&mut bytes[r])
+            .unwrap_or_else(|e| panic!("RegisteredBuffer::scatter: {e}"))
     }
 
     /// Deregisters the buffer and gives it back.
@@ -178,7 +160,7 @@ impl<B: StableBuffer> RegisteredBuffer<B> {
     /// If `ibv_dereg_mr` fails the NIC may still reach the memory, so it is
     /// not given back: the registration and the buffer are leaked (they stay
     /// valid forever) and the verb's error is returned.
-    pub fn into_inner(self) -> IbvResult<B> {
+    pub fn into_inner(self) -> Result<B> {
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again; each field is taken
         // exactly once.

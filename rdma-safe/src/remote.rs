@@ -1,6 +1,6 @@
 //! [`RemoteMemoryRegion`]: a peer's registered memory, as seen from here.
 
-use crate::exchange::{self, HandshakeError};
+use crate::exchange;
 use std::fmt;
 use std::net::TcpStream;
 use std::time::Duration;
@@ -66,23 +66,23 @@ impl RemoteMemoryRegion {
     }
 
     /// The sub-range `offset..offset+length`, bounds-checked.
-    pub fn slice(&self, offset: u64, length: u64) -> Result<RemoteMemoryRegion, RemoteRegionError> {
+    pub fn slice(&self, offset: u64, length: u64) -> crate::Result<RemoteMemoryRegion> {
         match offset.checked_add(length) {
             Some(end) if end <= self.length => Ok(RemoteMemoryRegion {
                 address: self.address + offset,
                 length,
                 rkey: self.rkey,
             }),
-            _ => Err(RemoteRegionError::OutOfBounds {
+            _ => Err(crate::Error::from(RemoteRegionError::OutOfBounds {
                 offset,
                 length,
                 region_length: self.length,
-            }),
+            })),
         }
     }
 
     /// The sub-range from `offset` to the end, bounds-checked.
-    pub fn slice_from(&self, offset: u64) -> Result<RemoteMemoryRegion, RemoteRegionError> {
+    pub fn slice_from(&self, offset: u64) -> crate::Result<RemoteMemoryRegion> {
         self.slice(offset, self.length.checked_sub(offset).unwrap_or(u64::MAX))
     }
 
@@ -99,7 +99,7 @@ impl RemoteMemoryRegion {
 
     /// Decodes [`to_bytes`](Self::to_bytes)' output; garbage or truncated
     /// input is an error, never a panic.
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, RemoteRegionError> {
+    pub fn from_bytes(bytes: &[u8]) -> crate::Result<Self> {
         // Transports pad what they carry (the connection manager's private
         // data comes back as 56 or 196 bytes): zeros after the encoding are
         // padding, anything else is not this encoding.
@@ -107,18 +107,22 @@ impl RemoteMemoryRegion {
             RemoteRegionError::BadEncoding("too short: a remote region is 24 bytes"),
         )?;
         if padding.iter().any(|&b| b != 0) {
-            return Err(RemoteRegionError::BadEncoding(
+            return Err(crate::Error::from(RemoteRegionError::BadEncoding(
                 "24 bytes of region followed by non-zero bytes (not padding)",
-            ));
+            )));
         }
         if bytes[0..4] != MAGIC {
-            return Err(RemoteRegionError::BadEncoding("bad magic or version"));
+            return Err(crate::Error::from(RemoteRegionError::BadEncoding(
+                "bad magic or version",
+            )));
         }
         let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
         let (rkey, address, length) = (u32_at(4), u64_at(8), u64_at(16));
         if address.checked_add(length).is_none() {
-            return Err(RemoteRegionError::BadEncoding("address + length overflows"));
+            return Err(crate::Error::from(RemoteRegionError::BadEncoding(
+                "address + length overflows",
+            )));
         }
         Ok(RemoteMemoryRegion {
             address,
@@ -132,23 +136,23 @@ impl RemoteMemoryRegion {
     /// timeouts are restored afterwards.
     ///
     /// # Errors
-    /// [`HandshakeError::Timeout`] when the peer does not take the bytes in
-    /// time, [`HandshakeError::Io`] when the stream fails.
-    pub fn send_to(&self, stream: &mut TcpStream, timeout: Duration) -> Result<(), HandshakeError> {
-        exchange::Bounded::new(stream, timeout)?.write_all(&self.to_bytes())
+    /// `Handshake(Timeout)` when the peer does not take the bytes in
+    /// time, `Handshake(Io)` when the stream fails.
+    pub fn send_to(&self, stream: &mut TcpStream, timeout: Duration) -> crate::Result<()> {
+        Ok(exchange::Bounded::new(stream, timeout)?.write_all(&self.to_bytes())?)
     }
 
     /// Receives a region a peer sent with [`send_to`](Self::send_to), within
     /// `timeout`.
     ///
     /// # Errors
-    /// [`HandshakeError::Timeout`] for a silent peer, [`HandshakeError::Io`]
+    /// `Handshake(Timeout)` for a silent peer, `Handshake(Io)`
     /// for a closed stream (`UnexpectedEof`) or bytes that are not a region
     /// (`InvalidData`).
-    pub fn receive_from(stream: &mut TcpStream, timeout: Duration) -> Result<Self, HandshakeError> {
+    pub fn receive_from(stream: &mut TcpStream, timeout: Duration) -> crate::Result<Self> {
         let mut buf = [0u8; REMOTE_REGION_ENCODED_LEN];
         exchange::Bounded::new(stream, timeout)?.read_exact(&mut buf)?;
-        Self::from_bytes(&buf).map_err(exchange::invalid_data)
+        Ok(Self::from_bytes(&buf).map_err(exchange::invalid_data)?)
     }
 }
 

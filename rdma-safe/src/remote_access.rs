@@ -186,7 +186,7 @@ impl RemoteAccessBuffer {
     /// # Errors
     /// [`ScatterGatherElementError::OutOfBounds`] when the range does not
     /// lie within the buffer.
-    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), ScatterGatherElementError> {
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> crate::Result<()> {
         let range = self.range(offset, dst.len())?;
         let mut out = 0;
         for (w, bytes) in pieces(range) {
@@ -204,7 +204,7 @@ impl RemoteAccessBuffer {
     /// # Errors
     /// [`ScatterGatherElementError::OutOfBounds`] when the range does not
     /// lie within the buffer.
-    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), ScatterGatherElementError> {
+    pub fn write(&self, offset: usize, src: &[u8]) -> crate::Result<()> {
         let range = self.range(offset, src.len())?;
         let mut input = 0;
         for (w, bytes) in pieces(range) {
@@ -250,10 +250,7 @@ impl RemoteAccessBuffer {
     /// # Errors
     /// [`ScatterGatherElementError::OutOfBounds`] outside the buffer,
     /// [`TooLong`](ScatterGatherElementError::TooLong) above `u32::MAX` bytes.
-    pub fn gather(
-        &self,
-        range: impl RangeBounds<usize>,
-    ) -> Result<GatherElement<'_>, ScatterGatherElementError> {
+    pub fn gather(&self, range: impl RangeBounds<usize>) -> crate::Result<GatherElement<'_>> {
         let (addr, len) = self.element_range(range)?;
         Ok(GatherElement::over_shared(&self.region, addr, len))
     }
@@ -264,10 +261,7 @@ impl RemoteAccessBuffer {
     ///
     /// # Errors
     /// As [`gather`](Self::gather).
-    pub fn scatter(
-        &self,
-        range: impl RangeBounds<usize>,
-    ) -> Result<ScatterElement<'_>, ScatterGatherElementError> {
+    pub fn scatter(&self, range: impl RangeBounds<usize>) -> crate::Result<ScatterElement<'_>> {
         let (addr, len) = self.element_range(range)?;
         Ok(ScatterElement::over_shared(&self.region, addr, len))
     }

@@ -18,7 +18,7 @@
 use crate::atomic::AtomicWorkRequest;
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
-use crate::error::{TransportError, TransportResult};
+use crate::error::{Error, Result};
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
@@ -46,7 +46,7 @@ pub struct PollingScope<'scope, 'env: 'scope> {
 pub(crate) fn run<'env, F, T, E>(
     channel: &'env mut Channel,
     f: F,
-) -> (Result<T, E>, Vec<TransportError>, usize)
+) -> (Result<T, E>, Vec<Error>, usize)
 where
     F: for<'scope> FnOnce(&mut PollingScope<'scope, 'env>) -> Result<T, E>,
 {
@@ -118,7 +118,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_send(
         &mut self,
         wr: SendWorkRequest<'_, 'scope>,
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_send(&wr)?;
         Ok(self.handle(id))
     }
@@ -128,7 +128,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_receive(
         &mut self,
         mut wr: ReceiveWorkRequest<'_, 'scope>,
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_recv(&mut wr)?;
         Ok(self.handle(id))
     }
@@ -145,7 +145,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_receive_batch<'d: 'scope>(
         &mut self,
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
-    ) -> TransportResult<Vec<ScopedPendingWork<'scope>>> {
+    ) -> Result<Vec<ScopedPendingWork<'scope>>> {
         let (ids, outcome) = self.queue.post_recv_batch(wrs);
         let handles: Vec<_> = ids.map(|id| self.handle(id)).collect();
         outcome.map(|()| handles)
@@ -155,7 +155,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_write(
         &mut self,
         wr: WriteWorkRequest<'_, 'scope>,
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_write(&wr)?;
         Ok(self.handle(id))
     }
@@ -166,7 +166,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_send_batch<'d: 'scope>(
         &mut self,
         wrs: &[SendWorkRequest<'_, 'd>],
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_send_batch(wrs)?;
         Ok(self.handle(id))
     }
@@ -177,7 +177,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_write_batch<'d: 'scope>(
         &mut self,
         wrs: &[WriteWorkRequest<'_, 'd>],
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_write_batch(wrs)?;
         Ok(self.handle(id))
     }
@@ -188,7 +188,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_read_batch<'d: 'scope>(
         &mut self,
         wrs: &mut [ReadWorkRequest<'_, 'd>],
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_read_batch(wrs)?;
         Ok(self.handle(id))
     }
@@ -198,7 +198,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_read(
         &mut self,
         mut wr: ReadWorkRequest<'_, 'scope>,
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_read(&mut wr)?;
         Ok(self.handle(id))
     }
@@ -211,7 +211,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_atomic(
         &mut self,
         mut wr: AtomicWorkRequest<'_, 'scope>,
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_atomic(&mut wr)?;
         Ok(self.handle(id))
     }
@@ -223,7 +223,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     pub fn post_atomic_batch<'d: 'scope>(
         &mut self,
         wrs: &mut [AtomicWorkRequest<'_, 'd>],
-    ) -> TransportResult<ScopedPendingWork<'scope>> {
+    ) -> Result<ScopedPendingWork<'scope>> {
         let id = self.queue.post_atomic_batch(wrs)?;
         Ok(self.handle(id))
     }
@@ -277,7 +277,7 @@ impl<'scope> ScopedPendingWork<'scope> {
 
     /// Polls once without blocking: the outcome if the operation completed,
     /// otherwise the handle back.
-    pub fn poll(self) -> Result<TransportResult<WorkSuccess>, Self> {
+    pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
         match self.queue.try_take(self.id) {
             Some(outcome) => Ok(outcome),
             None => Err(self),
@@ -287,7 +287,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// Blocks until the operation completes (bounded by the channel's
     /// timeout; on expiry the channel is shut down and drained) and returns
     /// its outcome.
-    pub fn wait(self) -> TransportResult<WorkSuccess> {
+    pub fn wait(self) -> Result<WorkSuccess> {
         self.queue.wait(self.id, self.timeout)
     }
 }

@@ -104,10 +104,7 @@ impl<'a> GatherElement<'a> {
 
     /// Creates a gather element, validating that `data` is fully inside `mr`
     /// and that its length fits in a `u32`.
-    pub fn new_checked(
-        mr: &'a MemoryRegion,
-        data: &'a [u8],
-    ) -> Result<Self, ScatterGatherElementError> {
+    pub fn new_checked(mr: &'a MemoryRegion, data: &'a [u8]) -> crate::Result<Self> {
         check(mr, data)?;
         Ok(Self::new_unchecked(mr, data))
     }
@@ -191,10 +188,7 @@ impl<'a> ScatterElement<'a> {
 
     /// Creates a scatter element, validating that `data` is fully inside `mr`
     /// and that its length fits in a `u32`.
-    pub fn new_checked(
-        mr: &'a MemoryRegion,
-        data: &'a mut [u8],
-    ) -> Result<Self, ScatterGatherElementError> {
+    pub fn new_checked(mr: &'a MemoryRegion, data: &'a mut [u8]) -> crate::Result<Self> {
         check(mr, data)?;
         Ok(Self::new_unchecked(mr, data))
     }

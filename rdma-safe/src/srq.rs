@@ -20,7 +20,7 @@
 
 use crate::aligned::AllocError;
 use crate::engine::DeviceWatch;
-use crate::error::{IbvResult, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result};
 use crate::pd::ProtectionDomain;
 use crate::remote_access::RemoteAccessBuffer;
 use crate::sge::scatter_sges;
@@ -97,7 +97,7 @@ impl SharedReceiveQueue {
     /// bytes each in `pd`, all posted, with a completion queue for them.
     ///
     /// # Errors
-    /// [`Error::Alloc`](crate::Error::Alloc) for zero slots or size; the
+    /// [`Error::Alloc`] for zero slots or size; the
     /// failing verb's error (`ibv_create_srq` refuses more slots than the
     /// device's `max_srq_wr`).
     pub fn new(pd: &ProtectionDomain, slots: u32, slot_size: usize) -> crate::Result<Self> {
@@ -184,7 +184,7 @@ impl SharedReceiveQueue {
     ///
     /// # Errors
     /// The verb's error; the slots it did not take stay free.
-    pub fn refill(&mut self) -> TransportResult<usize> {
+    pub fn refill(&mut self) -> Result<usize> {
         if self.free.is_empty() {
             return Ok(0);
         }
@@ -223,7 +223,7 @@ impl SharedReceiveQueue {
         };
         drop(reqs);
         self.free.drain(..posted);
-        outcome.map(|()| n).map_err(|e| TransportError::Post {
+        outcome.map(|()| n).map_err(|e| Error::Post {
             operation: Operation::Receive,
             source: e.into(),
         })
@@ -235,14 +235,10 @@ impl SharedReceiveQueue {
     /// time; the slots are the queue's own, so giving up is always safe.
     ///
     /// # Errors
-    /// [`TransportError::WorkCompletion`] for a failed receive (its slot is
-    /// freed); [`TransportError::Poll`] when the completion queue cannot be
+    /// [`Error::WorkCompletion`] for a failed receive (its slot is
+    /// freed); [`Error::Poll`] when the completion queue cannot be
     /// read; a refill's error.
-    pub fn receive(
-        &mut self,
-        buf: &mut [u8],
-        timeout: Duration,
-    ) -> TransportResult<Option<SharedReceive>> {
+    pub fn receive(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Option<SharedReceive>> {
         let start = Instant::now();
         let wc = loop {
             if let Some(wc) = self.completions.pop_front() {
@@ -252,7 +248,7 @@ impl SharedReceiveQueue {
                 .shared
                 .cq
                 .poll(&mut self.wcs[..])
-                .map_err(TransportError::Poll)?;
+                .map_err(Error::Poll)?;
             self.completions.extend(got.iter().copied());
             if self.completions.is_empty() {
                 let elapsed = start.elapsed();
@@ -265,7 +261,7 @@ impl SharedReceiveQueue {
         let slot = wc.wr_id() as usize;
         self.free.push(slot);
         if !wc.is_success() {
-            return Err(TransportError::WorkCompletion {
+            return Err(Error::WorkCompletion {
                 operation: Operation::Receive,
                 status: wc.status(),
                 vendor_err: wc.vendor_err(),
@@ -291,17 +287,17 @@ impl SharedReceiveQueue {
     /// completion queue, polls it once more (a completion that arrived
     /// before arming raises no event) and sleeps until an event or for at
     /// most `left` (and 50 ms).
-    fn sleep_or_yield(&mut self, left: Duration) -> TransportResult<()> {
+    fn sleep_or_yield(&mut self, left: Duration) -> Result<()> {
         let cq = &self.shared.cq;
         if cq.channel().is_none() {
             std::thread::yield_now();
             return Ok(());
         }
-        cq.req_notify(false).map_err(TransportError::Poll)?;
-        let got = cq.poll(&mut self.wcs[..]).map_err(TransportError::Poll)?;
+        cq.req_notify(false).map_err(Error::Poll)?;
+        let got = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?;
         if got.is_empty() {
             cq.wait_event(Some(left.min(Duration::from_millis(50))))
-                .map_err(TransportError::Poll)?;
+                .map_err(Error::Poll)?;
         } else {
             self.completions.extend(got.iter().copied());
         }
@@ -316,8 +312,8 @@ impl SharedReceiveQueue {
     ///
     /// # Errors
     /// The verb's error (`EINVAL` for a limit above the queue's size).
-    pub fn arm_limit(&self, limit: u32) -> IbvResult<()> {
-        self.shared.srq.arm_limit(limit)
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        Ok(self.shared.srq.arm_limit(limit)?)
     }
 
     /// Waits up to `timeout` for this queue's limit event (read from the

@@ -57,7 +57,7 @@
 //!     Rust code never holds a slice of either while it can.
 
 use crate::channel::Channel;
-use crate::error::IbvError;
+use crate::error::VerbsError;
 use crate::fatal::{abort_with, AbortOnUnwind};
 use crate::remote::RemoteMemoryRegion;
 use rdma_core::{AccessFlags, MemoryRegion, MemoryWindow, MwType};
@@ -97,11 +97,12 @@ impl Channel {
     /// ```
     ///
     /// # Errors
-    /// Before `f` runs: [`IbvError::InvalidArgument`] (inside
+    /// Before `f` runs: [`VerbsError::InvalidArgument`] (inside
     /// [`Error::Verbs`](crate::Error::Verbs)) for empty memory or rights
     /// other than remote ones, the verbs' errors when the memory cannot be
     /// registered or the window allocated, and the bind's failure
-    /// ([`Error::Transport`](crate::Error::Transport)). After `f` ran: the
+    /// ([`Error::WorkCompletion`](crate::Error::WorkCompletion) and the
+    /// other transfer errors). After `f` ran: the
     /// invalidation's failure (the memory was still deregistered before
     /// returning, so the window is revoked either way); `f`'s value is then
     /// lost. A peer's refused access (outside the window, or a right it was
@@ -114,10 +115,10 @@ impl Channel {
         f: impl FnOnce(&mut Channel, RemoteMemoryRegion) -> T,
     ) -> crate::Result<T> {
         if memory.is_empty() {
-            return Err(IbvError::InvalidArgument("cannot lend empty memory".into()).into());
+            return Err(VerbsError::InvalidArgument("cannot lend empty memory".into()).into());
         }
         if access.is_empty() || !REMOTE_RIGHTS.contains(access) {
-            return Err(IbvError::InvalidArgument(format!(
+            return Err(VerbsError::InvalidArgument(format!(
                 "a window grants remote read, write or atomic rights, not {access:?}"
             ))
             .into());
@@ -150,7 +151,7 @@ impl Channel {
             .and_then(|id| self.queue().wait(id, self.timeout()));
         if let Err(e) = bound {
             release(Some(mw), mr);
-            return Err(e.into());
+            return Err(e);
         }
         let window = RemoteMemoryRegion::new(range.start, len as u64, rkey);
         let outcome = catch_unwind(AssertUnwindSafe(|| f(self, window)));
@@ -168,7 +169,7 @@ impl Channel {
         match outcome {
             Err(panic) => resume_unwind(panic),
             Ok(value) => {
-                invalidated.map_err(crate::Error::Transport)?;
+                invalidated?;
                 Ok(value)
             }
         }

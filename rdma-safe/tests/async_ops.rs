@@ -281,7 +281,7 @@ fn a_killed_peer_ends_every_pending_future_with_an_error() {
             match r.expect("task") {
                 Err(e) => {
                     errors += 1;
-                    let _typed: rdma_safe::TransportError = e;
+                    let _typed: rdma_safe::Error = e;
                 }
                 Ok(s) => panic!("an operation to a dead peer succeeded: {s:?}"),
             }

@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AtomicWorkRequest, Channel, ProtectionDomain, RegisteredBuffer, RemoteAccessBuffer,
-    TransportError, WcOpcode,
+    AtomicWorkRequest, Channel, Error, ProtectionDomain, RegisteredBuffer, RemoteAccessBuffer,
+    WcOpcode,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Barrier;
@@ -160,8 +160,8 @@ fn malformed_atomics_are_refused_before_posting() {
     let target = RemoteAccessBuffer::new(&pd, 64).expect("target");
     let remote = target.remote();
     let mut old = registered(&pd, vec![0u8; 32]);
-    let refused = |e: TransportError, what: &str, needle: &str| match e {
-        TransportError::Post { source, .. } => {
+    let refused = |e: Error, what: &str, needle: &str| match e {
+        Error::Post { source, .. } => {
             let msg = source.to_string();
             assert!(msg.contains(needle), "{what}: {msg}");
         }

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Operation, ReceiveWorkRequest, SendWorkRequest, TransportError, WcStatus, WriteWorkRequest,
+    Error, Operation, ReceiveWorkRequest, SendWorkRequest, WcStatus, WriteWorkRequest,
 };
 use std::time::Duration;
 
@@ -81,7 +81,7 @@ fn send_batch_delivers_messages_in_order() {
                 "message {i} arrives in order"
             );
         }
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("batch of sends");
     assert_bytes(&dst, &src, "received messages");
@@ -112,7 +112,7 @@ fn error_in_the_middle_of_a_batch_fails_the_batch() {
         WriteWorkRequest::new(&g, good),
     ];
     match a.write_batch(&wrs) {
-        Err(TransportError::WorkCompletion {
+        Err(Error::WorkCompletion {
             operation: Operation::Write,
             status,
             ..
@@ -149,7 +149,7 @@ fn batch_larger_than_the_send_queue_is_refused_before_posting() {
     let too_many =
         vec![WriteWorkRequest::new(&g, dst_mr.remote()); a.capabilities().max_send_wr as usize + 1];
     match a.write_batch(&too_many) {
-        Err(TransportError::Post {
+        Err(Error::Post {
             operation: Operation::Write,
             ..
         }) => {}
@@ -255,7 +255,7 @@ fn receive_batch_completes_each_receive_in_order() {
             assert_eq!(got.bytes(), sizes[i], "receive {i} took message {i}");
             assert_eq!(got.immediate(), Some(1000 + i as u32));
         }
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("batch of receives");
     for (i, (&n, &at)) in sizes.iter().zip(&starts).enumerate() {
@@ -305,10 +305,10 @@ fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
             .collect();
         let sends: Vec<_> = gathers.iter().map(|g| SendWorkRequest::new(g)).collect();
         a.send_batch(&sends)?;
-        Ok::<_, TransportError>(err)
+        Ok::<_, Error>(err)
     });
     match refused {
-        Ok(TransportError::Post {
+        Ok(Error::Post {
             operation: Operation::Receive,
             ..
         }) => {}

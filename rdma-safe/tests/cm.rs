@@ -8,8 +8,8 @@ mod common;
 
 use common::{assert_bytes, pattern, registered, seed};
 use rdma_safe::{
-    BufferPool, Channel, CmOptions, Error, IbvError, Incoming, Listener, ReceiveWorkRequest,
-    RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, TransportError, WriteWorkRequest,
+    error::VerbsError, BufferPool, Channel, CmOptions, Error, Incoming, Listener,
+    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
     REMOTE_REGION_ENCODED_LEN,
 };
 use std::net::SocketAddr;
@@ -171,10 +171,10 @@ fn connecting_where_nobody_listens_is_a_clear_error_in_bounded_time() {
     assert!(
         matches!(
             &err,
-            Error::Verbs(IbvError::Cm {
+            Error::Verbs(VerbsError::Cm {
                 event: "RDMA_CM_EVENT_REJECTED" | "RDMA_CM_EVENT_UNREACHABLE",
                 ..
-            }) | Error::Verbs(IbvError::Timeout { .. })
+            }) | Error::Verbs(VerbsError::Timeout { .. })
         ),
         "{err:?}"
     );
@@ -205,7 +205,7 @@ fn an_unresolvable_name_and_an_unreachable_address_fail_clearly() {
     assert!(
         matches!(
             &err,
-            Error::Verbs(IbvError::Cm { .. } | IbvError::Timeout { .. })
+            Error::Verbs(VerbsError::Cm { .. } | VerbsError::Timeout { .. })
         ),
         "{err:?}"
     );
@@ -220,7 +220,7 @@ fn too_much_private_data_is_refused_clearly() {
         .expect_err("57 bytes do not fit a connect request");
     eprintln!("connect with 57 bytes: {err}");
     assert!(
-        matches!(&err, Error::Verbs(IbvError::InvalidArgument(_))),
+        matches!(&err, Error::Verbs(VerbsError::InvalidArgument(_))),
         "{err:?}"
     );
     assert!(err.to_string().contains("at most 56"), "{err}");
@@ -269,10 +269,7 @@ fn a_peer_that_disconnects_mid_transfer_fails_pending_work_with_a_typed_error() 
     let took = start.elapsed();
     client.join().unwrap();
     eprintln!("pending receive: {err} after {took:?}");
-    assert!(
-        matches!(err, TransportError::PeerDisconnected { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::PeerDisconnected { .. }), "{err:?}");
     assert!(channel.peer_disconnected());
     assert!(
         took < Duration::from_secs(30),

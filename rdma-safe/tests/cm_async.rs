@@ -8,7 +8,7 @@ mod common;
 
 use common::{assert_bytes, pattern, seed};
 use rdma_safe::{
-    BufferPool, Channel, CmOptions, Connector, Error, IbvError, Listener, PoolBuf,
+    error::VerbsError, BufferPool, Channel, CmOptions, Connector, Error, Listener, PoolBuf,
     ProtectionDomain, SharedChannel,
 };
 use std::net::SocketAddr;
@@ -201,7 +201,7 @@ fn async_connect_and_accept_fail_as_the_blocking_calls_do_within_their_bounds() 
             .await
             .expect_err("nobody connects");
         assert!(
-            matches!(err, Error::Verbs(IbvError::Timeout { .. })),
+            matches!(err, Error::Verbs(VerbsError::Timeout { .. })),
             "{err:?}"
         );
         assert!(err.to_string().contains("connect request"), "{err}");
@@ -216,7 +216,7 @@ fn async_connect_and_accept_fail_as_the_blocking_calls_do_within_their_bounds() 
         assert!(
             matches!(
                 &err,
-                Error::Verbs(IbvError::Cm { .. }) | Error::Verbs(IbvError::Timeout { .. })
+                Error::Verbs(VerbsError::Cm { .. }) | Error::Verbs(VerbsError::Timeout { .. })
             ),
             "{err:?}"
         );

@@ -40,7 +40,7 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::ScatterElement<'static>>();
     send_sync::<rdma_safe::PendingWork<'static>>();
     send_sync::<rdma_safe::ScopedPendingWork<'static>>();
-    send_sync::<rdma_safe::TransportError>();
-    send_sync::<rdma_safe::ScopeError<rdma_safe::TransportError>>();
+    send_sync::<rdma_safe::Error>();
+    send_sync::<rdma_safe::ScopeError<rdma_safe::Error>>();
     send_sync::<rdma_safe::Error>();
 }

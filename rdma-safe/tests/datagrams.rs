@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use rdma_safe::{DatagramEndpoint, TransportError};
+use rdma_safe::{DatagramEndpoint, Error};
 
 const QKEY: u32 = 0x1111_1111;
 
@@ -83,13 +83,13 @@ fn datagrams_above_the_mtu_are_refused_and_short_buffers_truncate() {
     let mtu = a.max_message();
     let big = registered(&pd, pattern(3, mtu + 1));
     match a.send_to(&to_b, &big) {
-        Err(TransportError::Post { source, .. }) => {
+        Err(Error::Post { source, .. }) => {
             assert!(source.to_string().contains("MTU"), "{source}")
         }
         other => panic!("a datagram above the MTU: {other:?}"),
     }
     match a.send_gather_to(&to_b, &[big.gather(..)]) {
-        Err(TransportError::Post { .. }) => {}
+        Err(Error::Post { .. }) => {}
         other => panic!("gathered datagram above the MTU: {other:?}"),
     }
     // Zero-copy from registered memory, at exactly the MTU.

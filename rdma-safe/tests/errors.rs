@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AccessFlags, MemoryRegion, Operation, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
-    ScatterGatherElementError, ScopeError, SendWorkRequest, TransportError, WcStatus,
+    AccessFlags, Error, MemoryRegion, Operation, ReadWorkRequest, ReceiveWorkRequest,
+    RemoteMemoryRegion, ScatterGatherElementError, ScopeError, SendWorkRequest, WcStatus,
     WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
@@ -21,12 +21,12 @@ const BOUND: Duration = Duration::from_secs(60);
 
 #[track_caller]
 fn assert_work_completion(
-    result: Result<impl std::fmt::Debug, TransportError>,
+    result: Result<impl std::fmt::Debug, Error>,
     operation: Operation,
     status: WcStatus,
 ) {
     match result {
-        Err(TransportError::WorkCompletion {
+        Err(Error::WorkCompletion {
             operation: op,
             status: st,
             ..
@@ -41,7 +41,7 @@ fn assert_unusable(ch: &mut rdma_safe::Channel, pd: &rdma_safe::ProtectionDomain
     assert!(ch.unusable_reason().is_some());
     let buf = registered(pd, vec![1u8; 16]);
     match ch.send(SendWorkRequest::new(&[buf.gather(..)])) {
-        Err(TransportError::Unusable(why)) => assert!(!why.is_empty()),
+        Err(Error::Unusable(why)) => assert!(!why.is_empty()),
         other => panic!("expected Unusable, got {other:?}"),
     }
     assert_eq!(ch.outstanding(), 0);
@@ -65,7 +65,7 @@ fn bad_rkey_is_a_remote_access_error() {
     let err = a
         .write(WriteWorkRequest::new(&[src.gather(..)], good))
         .expect_err("the channel is shut down");
-    assert!(matches!(err, TransportError::Unusable(_)), "{err:?}");
+    assert!(matches!(err, Error::Unusable(_)), "{err:?}");
     assert_unusable(&mut a, &pd);
     drop(target_mr);
     assert_untouched(&target, "target of the rejected write");
@@ -264,7 +264,7 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     assert!(
         matches!(
             err,
-            TransportError::Post {
+            Error::Post {
                 operation: Operation::Write,
                 ..
             }
@@ -280,7 +280,7 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     assert!(
         matches!(
             err,
-            TransportError::Post {
+            Error::Post {
                 operation: Operation::Read,
                 ..
             }
@@ -300,7 +300,7 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     assert!(
         matches!(
             err,
-            TransportError::Post {
+            Error::Post {
                 operation: Operation::Send,
                 ..
             }
@@ -323,7 +323,7 @@ fn requests_that_cannot_fit_are_rejected_before_posting() {
     assert!(
         matches!(
             err,
-            ScopeError::ClosureError(TransportError::Post {
+            ScopeError::ClosureError(Error::Post {
                 operation: Operation::Receive,
                 ..
             })
@@ -355,7 +355,7 @@ fn send_to_a_peer_that_never_receives_times_out() {
     let result = a.send(SendWorkRequest::new(&[src.gather(..)]));
     let took = start.elapsed();
     match result {
-        Err(TransportError::Timeout {
+        Err(Error::Timeout {
             operation: Operation::Send,
             timeout,
         }) => assert_eq!(timeout, SHORT),
@@ -382,7 +382,7 @@ fn receive_that_never_gets_a_message_times_out() {
     let result = b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)]));
     let took = start.elapsed();
     match result {
-        Err(TransportError::Timeout {
+        Err(Error::Timeout {
             operation: Operation::Receive,
             ..
         }) => {}
@@ -418,26 +418,23 @@ fn timeout_in_a_scope_flushes_everything_else() {
         }
         assert_eq!(s.outstanding(), 8);
         let first = sends.remove(0).wait();
-        assert!(
-            matches!(first, Err(TransportError::Timeout { .. })),
-            "{first:?}"
-        );
+        assert!(matches!(first, Err(Error::Timeout { .. })), "{first:?}");
         // The rest were flushed by the shutdown and are claimable.
         for h in sends {
             match h.wait() {
-                Err(TransportError::WorkCompletion {
+                Err(Error::WorkCompletion {
                     status: WcStatus::WrFlushError,
                     ..
                 }) => {}
                 other => panic!("expected a flushed send, got {other:?}"),
             }
         }
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     });
     let took = start.elapsed();
     // The receives were left to the scope: they were flushed too.
     match result {
-        Err(ScopeError::AutoPollError(TransportError::WorkCompletion {
+        Err(ScopeError::AutoPollError(Error::WorkCompletion {
             operation: Operation::Receive,
             status: WcStatus::WrFlushError,
             ..
@@ -464,10 +461,10 @@ fn failure_left_to_the_scope_is_an_auto_poll_error() {
     let src = registered(&pd, pattern(seed("auto poll", 64), 64));
     let result = a.scope(|s| {
         let _unpolled = s.post_write(WriteWorkRequest::new(&[src.gather(..)], bad))?;
-        Ok::<_, TransportError>("closure result")
+        Ok::<_, Error>("closure result")
     });
     match result {
-        Err(ScopeError::AutoPollError(TransportError::WorkCompletion {
+        Err(ScopeError::AutoPollError(Error::WorkCompletion {
             operation: Operation::Write,
             status: WcStatus::RemoteAccessError,
             ..
@@ -486,19 +483,19 @@ fn failure_left_to_the_scope_is_an_auto_poll_error() {
 /// differ here.
 #[track_caller]
 fn assert_failed_with(
-    result: &Result<impl std::fmt::Debug, TransportError>,
+    result: &Result<impl std::fmt::Debug, Error>,
     operation: Operation,
     statuses: &[WcStatus],
     timeout_ok: bool,
 ) {
     eprintln!("{operation}: {result:?}");
     let ok = match result {
-        Err(TransportError::WorkCompletion {
+        Err(Error::WorkCompletion {
             operation: op,
             status,
             ..
         }) => *op == operation && statuses.contains(status),
-        Err(TransportError::Timeout { operation: op, .. }) => timeout_ok && *op == operation,
+        Err(Error::Timeout { operation: op, .. }) => timeout_ok && *op == operation,
         _ => false,
     };
     assert!(
@@ -522,7 +519,7 @@ fn message_longer_than_the_receive_buffer_is_an_error() {
             let mut scatter = [rx.scatter(..100)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
             let sent = a.send(SendWorkRequest::new(&[tx.gather(..)]));
-            Ok::<_, TransportError>((sent, recv.wait()))
+            Ok::<_, Error>((sent, recv.wait()))
         })
         .expect("scope");
     // The IB spec says local length error; rxe (Linux 6.1) reports a local
@@ -596,7 +593,7 @@ fn full_send_queue_is_a_post_error() {
         Err(ScopeError::ClosureError((
             i,
             outstanding,
-            TransportError::Post {
+            Error::Post {
                 operation: Operation::Write,
                 ..
             },
@@ -626,7 +623,7 @@ fn region_of_another_protection_domain_is_rejected_by_the_nic() {
     // belongs to a domain the channel is not in.
     let foreign = registered(&other_pd, pattern(seed("other pd", 128), 128));
     let result = a.write(WriteWorkRequest::new(
-        &[foreign.try_gather(..).unwrap()],
+        &[foreign.gather(..)],
         target_mr.remote(),
     ));
     // Protection error by the spec; rxe (Linux 6.1) reports a local QP
@@ -665,7 +662,7 @@ fn forced_inline_larger_than_allowed_is_a_post_error() {
     assert!(
         matches!(
             err,
-            TransportError::Post {
+            Error::Post {
                 operation: Operation::Write,
                 ..
             }

@@ -6,8 +6,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, ScopeError, TransportError,
-    WriteWorkRequest,
+    Error, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, ScopeError, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 
@@ -66,10 +65,7 @@ fn peer_error_is_reported_without_waiting_for_the_timeout() {
     let err = a
         .write(WriteWorkRequest::new(&[src.gather(..)], bogus))
         .expect_err("a write with a bogus rkey");
-    assert!(
-        matches!(err, TransportError::WorkCompletion { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::WorkCompletion { .. }), "{err:?}");
     // b's receive must fail promptly, not after the whole timeout.
     let mut rx = RegisteredBuffer::new(&pd, 64).expect("rx");
     let started = Instant::now();

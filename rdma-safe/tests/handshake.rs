@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Channel, Endpoint, EndpointDecodeError, HandshakeError, ReceiveWorkRequest, RemoteMemoryRegion,
-    SendWorkRequest, TransportError, WriteWorkRequest, ENDPOINT_ENCODED_LEN,
+    Channel, Endpoint, EndpointDecodeError, Error, HandshakeError, ReceiveWorkRequest,
+    RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest, ENDPOINT_ENCODED_LEN,
     REMOTE_REGION_ENCODED_LEN,
 };
 use std::io::{Read, Write};
@@ -43,7 +43,7 @@ fn handshake_over_tcp_then_send_and_write() {
                     stream.write_all(b"posted").unwrap();
                     let got = recv.wait()?;
                     assert_eq!(got.bytes(), LEN);
-                    Ok::<_, TransportError>(())
+                    Ok::<_, Error>(())
                 })
                 .expect("server receive");
             // SAFETY: `exposed` outlives `exposed_mr` (dropped at the end of
@@ -102,7 +102,7 @@ fn handshake_with_a_peer_sending_garbage_fails() {
     });
     let mut stream = TcpStream::connect(addr).expect("connect");
     match channel.handshake(&mut stream) {
-        Err(HandshakeError::Io(e)) => {
+        Err(Error::Handshake(HandshakeError::Io(e))) => {
             assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
         }
         other => panic!("expected an InvalidData error, got {other:?}"),
@@ -120,7 +120,7 @@ fn handshake_with_a_peer_sending_garbage_fails() {
     let mut stream = TcpStream::connect(addr).expect("connect");
     assert!(matches!(
         channel.handshake(&mut stream),
-        Err(HandshakeError::Io(_))
+        Err(Error::Handshake(HandshakeError::Io(_)))
     ));
     quitter.join().unwrap();
     assert_quiescent(&channel, "channel");
@@ -132,7 +132,7 @@ fn local_endpoint_round_trips() {
     let pd = pd();
     let channel = pd.create_channel().expect("channel");
     let ep = channel.local_endpoint();
-    assert_eq!(Endpoint::from_bytes(&ep.to_bytes()), Ok(ep));
+    assert_eq!(Endpoint::from_bytes(&ep.to_bytes()).unwrap(), ep);
     assert!(ep.qp_num > 0 && ep.qp_num <= 0x00ff_ffff);
     assert_eq!(ep.gid, channel.gid().gid);
     let _ = Channel::builder().pd(&pd).build().expect("builder");
@@ -142,33 +142,34 @@ fn local_endpoint_round_trips() {
 #[test]
 fn endpoint_from_garbage_is_an_error() {
     assert_eq!(
-        Endpoint::from_bytes(&[]),
-        Err(EndpointDecodeError::Length {
+        Endpoint::from_bytes(&[]).unwrap_err(),
+        EndpointDecodeError::Length {
             got: 0,
             expected: ENDPOINT_ENCODED_LEN
-        })
+        }
     );
     assert_eq!(
-        Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN + 1]),
-        Err(EndpointDecodeError::Length {
+        Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN + 1]).unwrap_err(),
+        EndpointDecodeError::Length {
             got: ENDPOINT_ENCODED_LEN + 1,
             expected: ENDPOINT_ENCODED_LEN
-        })
+        }
     );
     assert_eq!(
-        Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN]),
-        Err(EndpointDecodeError::Magic)
+        Endpoint::from_bytes(&[0u8; ENDPOINT_ENCODED_LEN]).unwrap_err(),
+        EndpointDecodeError::Magic
     );
     assert_eq!(
         Endpoint::from_bytes(
             b"hello, this is not an endpoint!!!!!"[..]
                 .get(..35)
                 .unwrap()
-        ),
-        Err(EndpointDecodeError::Length {
+        )
+        .unwrap_err(),
+        EndpointDecodeError::Length {
             got: 35,
             expected: ENDPOINT_ENCODED_LEN
-        })
+        }
     );
     // Every byte pattern of the right length decodes or errors; none panics.
     for fill in 0..=255u8 {

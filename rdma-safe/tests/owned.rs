@@ -5,7 +5,7 @@
 mod common;
 
 use common::{assert_bytes, assert_idle, pair_with, pattern, pd, seed, shared_mr};
-use rdma_safe::{BufferPool, PoolError, RemoteMemoryRegion};
+use rdma_safe::{BufferPool, Error, PoolError, RemoteMemoryRegion};
 use std::time::Duration;
 
 const NEEDS_DEVICE: &str = "needs an RDMA device: run `cargo xtask test-rxe`";
@@ -32,16 +32,16 @@ fn pool_hands_out_every_buffer_once_and_takes_them_back() {
     let mut held: Vec<_> = (0..10).map(|_| pool.try_alloc().expect("alloc")).collect();
     assert_eq!(pool.available(), 0);
     match pool.try_alloc() {
-        Err(PoolError::Exhausted {
+        Err(Error::Pool(PoolError::Exhausted {
             capacity: 10,
             buffer_size: 1000,
-        }) => {}
+        })) => {}
         other => panic!("expected Exhausted, got {other:?}"),
     }
     // A bounded wait on an empty pool fails instead of hanging.
     assert!(matches!(
         pool.alloc_timeout(Duration::from_millis(20)),
-        Err(PoolError::Exhausted { .. })
+        Err(Error::Pool(PoolError::Exhausted { .. }))
     ));
     // Distinct, non-overlapping memory: write a different byte into each.
     for (i, b) in held.iter_mut().enumerate() {
@@ -68,7 +68,7 @@ fn pool_hands_out_every_buffer_once_and_takes_them_back() {
     assert_eq!(pool.available(), pool.capacity());
     assert!(matches!(
         BufferPool::new(&pd, 0, 1),
-        Err(PoolError::InvalidSize(_))
+        Err(Error::Pool(PoolError::InvalidSize(_)))
     ));
 }
 

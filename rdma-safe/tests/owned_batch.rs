@@ -7,9 +7,7 @@
 mod common;
 
 use common::{assert_bytes, assert_whole, frozen, pair_with, pattern, pd, seed, shared_mr};
-use rdma_safe::{
-    BufferPool, OwnedRequest, RemoteMemoryRegion, TransportError, WcStatus, OWNED_BATCH_MAX,
-};
+use rdma_safe::{BufferPool, Error, OwnedRequest, RemoteMemoryRegion, WcStatus, OWNED_BATCH_MAX};
 use std::time::{Duration, Instant};
 
 /// Piece `k` of a batch test's data.
@@ -133,7 +131,7 @@ fn an_owned_batch_failing_midway_reports_it_and_gives_every_buffer_back() {
     let started = Instant::now();
     let (done, back) = a.post_batch(reqs);
     match done {
-        Err(TransportError::WorkCompletion { status, .. }) => assert_eq!(
+        Err(Error::WorkCompletion { status, .. }) => assert_eq!(
             status,
             WcStatus::RemoteAccessError,
             "the failing request's own status, not the flush after it"
@@ -170,11 +168,11 @@ fn owned_batches_refused_before_posting_leave_the_channel_usable() {
     // SAFETY: `target` outlives `mr` and is read only after `mr` is gone.
     let mr = unsafe { shared_mr(&pd, &mut target) };
     let remote = mr.remote();
-    let refused = |(done, back): (rdma_safe::TransportResult<_>, Vec<OwnedRequest>), n, what| {
+    let refused = |(done, back): (rdma_safe::Result<_>, Vec<OwnedRequest>), n, what| {
         match done {
-            Err(TransportError::Post { source, .. }) => {
+            Err(Error::Post { source, .. }) => {
                 assert!(
-                    matches!(source, rdma_safe::IbvError::InvalidArgument(_)),
+                    matches!(source, rdma_safe::error::VerbsError::InvalidArgument(_)),
                     "{what}"
                 )
             }

@@ -15,8 +15,8 @@ mod common;
 
 use common::{assert_bytes, assert_idle, pattern, pd, registered, seed};
 use rdma_safe::{
-    BufferPool, Channel, OwnedRequest, PoolBuf, QpState, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue, TransportError,
+    BufferPool, Channel, Error, OwnedRequest, PoolBuf, QpState, ReadWorkRequest,
+    ReceiveWorkRequest, RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue,
 };
 use std::future::Future;
 use std::pin::pin;
@@ -44,9 +44,9 @@ fn assert_all(buf: &[u8], byte: u8, what: &str) {
 }
 
 #[track_caller]
-fn assert_not_ready<T: std::fmt::Debug>(r: Result<T, TransportError>, what: &str) {
+fn assert_not_ready<T: std::fmt::Debug>(r: Result<T, Error>, what: &str) {
     match r {
-        Err(TransportError::NotReady {
+        Err(Error::NotReady {
             state: QpState::Init,
             ..
         }) => {}
@@ -262,7 +262,7 @@ fn receives_on_a_channel_with_a_shared_receive_queue_are_errors() {
         s.post_receive_batch(&mut wrs).map(|h| h.len())
     });
     match r {
-        Err(TransportError::Post { source, .. }) => {
+        Err(Error::Post { source, .. }) => {
             assert!(
                 source.to_string().contains("shared receive queue"),
                 "{source}"

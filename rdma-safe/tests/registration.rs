@@ -10,10 +10,10 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AlignedBuffer, AllocError, Channel, Endpoint, EndpointDecodeError, IbvError, IbvResult,
-    Operation, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer,
-    RemoteMemoryRegion, RemoteRegionError, ScatterGatherElementError, ScopeError, SendWorkRequest,
-    StableBuffer, TransportError, TransportResult, WcOpcode, WriteWorkRequest,
+    error::VerbsError, AlignedBuffer, AllocError, Channel, Endpoint, Error, Operation,
+    ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
+    RemoteRegionError, ScatterGatherElementError, ScopeError, SendWorkRequest, StableBuffer,
+    WcOpcode, WriteWorkRequest,
 };
 use std::ops::Bound;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -48,7 +48,7 @@ fn send_between<S: StableBuffer, R: StableBuffer>(
             let mut scatter = [rx.scatter(..)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
             let sent = a.send(SendWorkRequest::new(&[tx.gather(..)]).with_immediate(n as u32))?;
-            Ok::<_, TransportError>((sent, recv.wait()?))
+            Ok::<_, Error>((sent, recv.wait()?))
         })
         .unwrap_or_else(|e| panic!("{what}: send/receive failed: {e}"));
     assert_eq!(sent.bytes(), n, "{what}: bytes sent");
@@ -283,7 +283,7 @@ fn new_buffer_is_zeroed_page_aligned_and_exactly_registered() {
     let mut borrowed = registered(&pd, &mut v[100..]);
     assert_eq!(borrowed.region().address(), ptr + 100);
     assert_eq!(borrowed.region().length(), len - 100);
-    assert_eq!(borrowed.try_gather(..).unwrap().len(), 200);
+    assert_eq!(borrowed.gather(..).len(), 200);
     let (mr, bytes) = borrowed.split_mut();
     let (head, tail) = bytes.split_at_mut(50);
     assert_eq!(mr.scatter_element_checked(head).unwrap().len(), 50);
@@ -308,27 +308,53 @@ fn out_of_range_elements_are_errors_or_panics() {
         ),
         ((Bound::Included(0), Bound::Included(usize::MAX)), "..=MAX"),
     ] {
-        assert_eq!(buf.try_gather(range).unwrap_err(), oob, "gather {what}");
-        assert_eq!(buf.try_scatter(range).unwrap_err(), oob, "scatter {what}");
+        // The buffer's forms panic, as slice indexing does...
+        for (which, result) in [
+            (
+                "gather",
+                catch_unwind(AssertUnwindSafe(|| {
+                    let _ = buf.gather(range);
+                })),
+            ),
+            (
+                "scatter",
+                catch_unwind(AssertUnwindSafe(|| {
+                    let _ = buf.scatter(range);
+                })),
+            ),
+        ] {
+            let payload = result.expect_err("an out-of-range element must panic");
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default();
+            assert!(msg.contains(&oob.to_string()), "{which} {what}: {msg:?}");
+        }
     }
     assert!(oob.to_string().contains("100 bytes"), "{oob}");
-    // In range, including empty ranges at both ends.
-    assert_eq!(buf.try_gather(..).unwrap().len(), 100);
-    assert_eq!(buf.try_gather(10..=19).unwrap().len(), 10);
-    assert!(buf.try_gather(100..).unwrap().is_empty());
-    assert!(buf.try_scatter(..0).unwrap().is_empty());
-    assert_eq!(buf.try_scatter(99..).unwrap().len(), 1);
-    // `?` turns it into the crate's error.
+    // ...and the region's checked forms (the seeds') are the fallible way,
+    // for ranges that come from input: `?` turns theirs into the crate's
+    // error.
+    let inside = 10..20;
     let as_error = || -> rdma_safe::Result<()> {
-        buf.try_gather(..200)?;
+        let (mr, bytes) = (buf.region(), &buf[..]);
+        mr.gather_element_checked(&bytes[inside.clone()])?;
+        let elsewhere = [0u8; 8];
+        mr.gather_element_checked(&elsewhere)?;
         Ok(())
     };
     assert!(matches!(
         as_error(),
         Err(rdma_safe::Error::Element(
-            ScatterGatherElementError::OutOfBounds { len: 100 }
+            ScatterGatherElementError::OutsideMemoryRegion { .. }
         ))
     ));
+    // In range, including empty ranges at both ends.
+    assert_eq!(buf.gather(..).len(), 100);
+    assert_eq!(buf.gather(10..=19).len(), 10);
+    assert!(buf.gather(100..).is_empty());
+    assert!(buf.scatter(..0).is_empty());
+    assert_eq!(buf.scatter(99..).len(), 1);
 
     // The panicking forms panic like slice indexing, naming the call.
     for (which, result) in [
@@ -362,9 +388,11 @@ fn out_of_range_elements_are_errors_or_panics() {
 fn registering_an_empty_buffer_is_an_error() {
     let pd = pd();
     #[track_caller]
-    fn assert_invalid<B: std::fmt::Debug>(r: IbvResult<B>, what: &str) {
+    fn assert_invalid<B: std::fmt::Debug>(r: rdma_safe::Result<B>, what: &str) {
         match r {
-            Err(IbvError::InvalidArgument(msg)) => assert!(msg.contains("empty"), "{what}: {msg}"),
+            Err(Error::Verbs(VerbsError::InvalidArgument(msg))) => {
+                assert!(msg.contains("empty"), "{what}: {msg}")
+            }
             other => panic!("{what}: expected InvalidArgument, got {other:?}"),
         }
     }
@@ -435,7 +463,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
             .collect();
         let before = a.totals();
         match a.send_batch(&bad) {
-            Err(TransportError::Post {
+            Err(Error::Post {
                 operation: Operation::Send,
                 ..
             }) => {}
@@ -446,7 +474,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
         assert!(a.is_usable(), "a refused batch leaves the channel usable");
         // The scoped form refuses it the same way.
         match a.scope(|s| s.post_send_batch(&bad).map(|_| ())) {
-            Err(ScopeError::ClosureError(TransportError::Post {
+            Err(ScopeError::ClosureError(Error::Post {
                 operation: Operation::Send,
                 ..
             })) => {}
@@ -472,7 +500,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
             );
             assert_eq!(got.bytes(), PIECE);
         }
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("batches");
     for k in 0..MEMBERS {
@@ -519,7 +547,7 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
         .collect();
     let before = a.totals();
     match a.write_batch(&bad) {
-        Err(TransportError::Post {
+        Err(Error::Post {
             operation: Operation::Write,
             ..
         }) => {}
@@ -529,7 +557,7 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
     assert_eq!(a.totals(), before, "nothing counted");
     assert!(a.is_usable(), "a refused batch leaves the channel usable");
     match a.scope(|s| s.post_write_batch(&bad).map(|_| ())) {
-        Err(ScopeError::ClosureError(TransportError::Post {
+        Err(ScopeError::ClosureError(Error::Post {
             operation: Operation::Write,
             ..
         })) => {}
@@ -567,33 +595,29 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
 
 // ----- host test: one error type for `?` -------------------------------------
 
-fn verbs_step() -> IbvResult<()> {
+fn verbs_step() -> rdma_safe::Result<()> {
     rdma_safe::ProtectionDomain::open("no-such-rdma-device").map(drop)
 }
-fn transport_step() -> TransportResult<()> {
-    Err(TransportError::Unusable(
-        "shut down by an earlier failure".into(),
-    ))
+fn transport_step() -> rdma_safe::Result<()> {
+    Err(Error::Unusable("shut down by an earlier failure".into()))
 }
 fn element_step() -> Result<(), ScatterGatherElementError> {
     Err(ScatterGatherElementError::OutOfBounds { len: 8 })
 }
-fn alloc_step() -> Result<AlignedBuffer, AllocError> {
+fn alloc_step() -> rdma_safe::Result<AlignedBuffer> {
     AlignedBuffer::new(0)
 }
-fn endpoint_step() -> Result<Endpoint, EndpointDecodeError> {
+fn endpoint_step() -> rdma_safe::Result<Endpoint> {
     Endpoint::from_bytes(&[])
 }
-fn remote_step() -> Result<RemoteMemoryRegion, RemoteRegionError> {
+fn remote_step() -> rdma_safe::Result<RemoteMemoryRegion> {
     RemoteMemoryRegion::new(0x1000, 16, 1).slice(8, 16)
 }
 fn io_step() -> std::io::Result<std::fs::File> {
     std::fs::File::open("/nonexistent/rdma-safe-test")
 }
-fn scope_step() -> Result<(), ScopeError<TransportError>> {
-    Err(ScopeError::AutoPollError(TransportError::Unusable(
-        "flushed".into(),
-    )))
+fn scope_step() -> Result<(), ScopeError<Error>> {
+    Err(ScopeError::AutoPollError(Error::Unusable("flushed".into())))
 }
 
 /// Calls step `which` with `?` in a function returning the crate's `Result`.
@@ -632,13 +656,13 @@ fn error_chains_with_question_mark_across_the_specific_types() {
         endpoint_step().unwrap_err().to_string(),
         remote_step().unwrap_err().to_string(),
         io_step().unwrap_err().to_string(),
-        TransportError::Unusable("flushed".into()).to_string(),
+        Error::Unusable("flushed".into()).to_string(),
     ];
     for (which, message) in messages.iter().enumerate() {
         let err = chain(which).expect_err("every step fails");
         let variant_ok = match which {
             0 => matches!(err, Error::Verbs(_)),
-            1 => matches!(err, Error::Transport(TransportError::Unusable(_))),
+            1 => matches!(err, Error::Unusable(_)),
             2 => matches!(
                 err,
                 Error::Element(ScatterGatherElementError::OutOfBounds { len: 8 })
@@ -650,7 +674,7 @@ fn error_chains_with_question_mark_across_the_specific_types() {
                 Error::RemoteRegion(RemoteRegionError::OutOfBounds { .. })
             ),
             6 => matches!(&err, Error::Io(e) if e.kind() == std::io::ErrorKind::NotFound),
-            _ => matches!(err, Error::Transport(TransportError::Unusable(_))),
+            _ => matches!(err, Error::Unusable(_)),
         };
         assert!(variant_ok, "step {which} became {err:?}");
         assert_eq!(&err.to_string(), message, "step {which} keeps its message");

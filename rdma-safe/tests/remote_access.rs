@@ -7,8 +7,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AtomicWorkRequest, ReadWorkRequest, RemoteAccessBuffer, TransportError, WcStatus,
-    WriteWorkRequest,
+    AtomicWorkRequest, Error, ReadWorkRequest, RemoteAccessBuffer, WcStatus, WriteWorkRequest,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -163,7 +162,7 @@ fn dropping_the_buffer_revokes_its_rkey() {
         .write(WriteWorkRequest::new(&[src.gather(..)], remote))
         .expect_err("a write through the dropped buffer's rkey");
     match e {
-        TransportError::WorkCompletion { status, .. } => {
+        Error::WorkCompletion { status, .. } => {
             assert_eq!(status, WcStatus::RemoteAccessError, "{e}")
         }
         other => panic!("expected a remote access error, got {other}"),

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    ReceiveWorkRequest, ScopeError, ScopedPendingWork, SendWorkRequest, TransportError, WcOpcode,
+    Error, ReceiveWorkRequest, ScopeError, ScopedPendingWork, SendWorkRequest, WcOpcode,
     WorkSuccess,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -70,7 +70,7 @@ fn many_outstanding_operations_polled_out_of_order() {
                 assert!(start.elapsed() < Duration::from_secs(60), "sends stuck");
             }
             assert_eq!(sa.outstanding(), 0);
-            Ok::<_, TransportError>(())
+            Ok::<_, Error>(())
         })
         .expect("sends");
 
@@ -81,7 +81,7 @@ fn many_outstanding_operations_polled_out_of_order() {
             assert_eq!(got.bytes(), msg_len(i), "receive {i}");
         }
         assert_eq!(sb.outstanding(), 0);
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("receives");
 
@@ -123,7 +123,7 @@ fn wait_for_later_operation_first() {
                         )?,
                     );
                 }
-                Ok::<_, TransportError>(())
+                Ok::<_, Error>(())
             })
             .expect("sends");
             let last = handles.pop().unwrap().wait()?;
@@ -132,7 +132,7 @@ fn wait_for_later_operation_first() {
                 out.push(h.wait()?);
             }
             out.push(last);
-            Ok::<_, TransportError>(out)
+            Ok::<_, Error>(out)
         })
         .expect("receives");
     let imms: Vec<_> = outcomes.iter().map(|o| o.immediate()).collect();
@@ -165,7 +165,7 @@ fn one_scatter_element_reused_for_sequential_receives() {
             assert_eq!(got.immediate(), Some(i as u32));
             offset += n;
         }
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("sequential receives");
     // The buffer holds the last message over the longest, earlier one.
@@ -227,7 +227,7 @@ fn closure_panic_resumes_after_draining() {
             if tx.len() == 3000 {
                 panic!("closure panics with a receive outstanding");
             }
-            Ok::<_, TransportError>(())
+            Ok::<_, Error>(())
         })
     }));
     let payload = caught.expect_err("the panic must resume");
@@ -283,7 +283,7 @@ fn forgotten_handle_is_still_waited_for() {
             #[allow(clippy::forget_non_drop)]
             std::mem::forget(recv);
             posted_tx.send(()).unwrap();
-            Ok::<_, TransportError>(())
+            Ok::<_, Error>(())
         })
         .expect("scope with a forgotten receive");
         let scope_time = start.elapsed();
@@ -315,7 +315,7 @@ fn manual_scope_with_unpolled_work_panics_after_draining() {
         let caught = catch_unwind(AssertUnwindSafe(|| {
             a.manual_scope(|s| {
                 let _left_unpolled = s.post_send(SendWorkRequest::new(&[tx.gather(..)]))?;
-                Ok::<_, TransportError>(())
+                Ok::<_, Error>(())
             })
         }));
         let payload = caught.expect_err("manual_scope must panic on unpolled work");
@@ -332,7 +332,7 @@ fn manual_scope_with_unpolled_work_panics_after_draining() {
         assert!(a.is_usable());
         let got = recv.wait()?;
         assert_eq!(got.bytes(), 2048);
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("receive");
     assert_bytes(&rx, &tx, "sent by the unpolled send");
@@ -372,13 +372,13 @@ fn manual_scope_error_and_success_do_not_panic() {
             let send = s.post_send(SendWorkRequest::new(&[tx.gather(..)]))?;
             let done = send.wait()?;
             assert_eq!(s.outstanding(), 0);
-            Ok::<_, TransportError>(done.bytes())
+            Ok::<_, Error>(done.bytes())
         })?;
         assert_eq!(bytes, 64);
 
         assert_eq!(recv1.wait()?.bytes(), 64);
         assert_eq!(recv2.wait()?.bytes(), 64);
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("receives");
     assert_bytes(&rx[..64], &tx, "from the failed manual scope");
@@ -403,7 +403,7 @@ fn scoped_handle_waited_on_another_thread() {
             waiter.join().expect("waiter thread")
         })?;
         assert_eq!(got.bytes(), 900);
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     })
     .expect("scope");
     assert_bytes(&rx, &tx, "received");

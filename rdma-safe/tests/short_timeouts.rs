@@ -8,7 +8,7 @@
 mod common;
 
 use common::{pair_with, pd, registered};
-use rdma_safe::{BufferPool, ReceiveWorkRequest, TransportError};
+use rdma_safe::{BufferPool, Error, ReceiveWorkRequest};
 use std::time::{Duration, Instant};
 
 /// Catches a wait that ignores its bound, not a slow machine.
@@ -28,7 +28,7 @@ fn a_one_millisecond_timeout_fires_within_milliseconds() {
         let took = start.elapsed();
         eprintln!("blocking receive, events {events}, timeout {timeout:?}: {took:?}");
         assert!(
-            matches!(r, Err(TransportError::Timeout { .. })),
+            matches!(r, Err(Error::Timeout { .. })),
             "expected a timeout, got {r:?}"
         );
         assert!(took < HANG, "the 1 ms bound took {took:?}");
@@ -42,7 +42,7 @@ fn a_one_millisecond_timeout_fires_within_milliseconds() {
         let took = start.elapsed();
         eprintln!("owned receive, events {events}, timeout {timeout:?}: {took:?}");
         assert!(
-            matches!(r, Err(TransportError::Timeout { .. })),
+            matches!(r, Err(Error::Timeout { .. })),
             "expected a timeout, got {r:?}"
         );
         assert!(took < HANG, "the 1 ms bound took {took:?}");

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Channel, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, SendWorkRequest,
-    TransportError, WcOpcode, WriteWorkRequest,
+    Channel, Error, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, SendWorkRequest,
+    WcOpcode, WriteWorkRequest,
 };
 
 /// Immediate value for a test tag and size.
@@ -42,7 +42,7 @@ fn send_receive(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, sc
                     send.wait()
                 })
                 .expect("scoped send");
-            Ok::<_, TransportError>((sent, recv.wait()?))
+            Ok::<_, Error>((sent, recv.wait()?))
         })
         .expect("scoped receive")
     } else {
@@ -103,7 +103,7 @@ fn write(a: &mut Channel, b: &mut Channel, len: usize, with_imm: bool, scoped: b
             .scope(|sb| {
                 let recv = sb.post_receive(ReceiveWorkRequest::new(&mut []))?;
                 let written = post_write(a);
-                Ok::<_, TransportError>((written, recv.wait()?))
+                Ok::<_, Error>((written, recv.wait()?))
             })
             .expect("receive for the immediate");
         assert_eq!(got.opcode(), WcOpcode::RecvRdmaWithImm, "{tag} len {len}");

@@ -5,13 +5,13 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    PendingWork, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, TransportResult, WcOpcode,
-    WorkSuccess, WriteWorkRequest,
+    PendingWork, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WcOpcode, WorkSuccess,
+    WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 
 /// Polls without blocking until the work completes.
-fn poll_until_done(mut work: PendingWork<'_>) -> TransportResult<WorkSuccess> {
+fn poll_until_done(mut work: PendingWork<'_>) -> rdma_safe::Result<WorkSuccess> {
     let start = Instant::now();
     loop {
         match work.poll() {

@@ -7,14 +7,13 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AccessFlags, Error, Operation, ReadWorkRequest, RemoteMemoryRegion, TransportError, WcStatus,
-    WriteWorkRequest,
+    AccessFlags, Error, Operation, ReadWorkRequest, RemoteMemoryRegion, WcStatus, WriteWorkRequest,
 };
 
 #[track_caller]
-fn assert_remote_access_error(e: TransportError, what: &str) {
+fn assert_remote_access_error(e: Error, what: &str) {
     match e {
-        TransportError::WorkCompletion { status, .. } => {
+        Error::WorkCompletion { status, .. } => {
             assert_eq!(status, WcStatus::RemoteAccessError, "{what}: {e}")
         }
         other => panic!("{what}: expected a remote access error, got {other}"),
@@ -27,11 +26,11 @@ fn assert_remote_access_error(e: TransportError, what: &str) {
 #[track_caller]
 fn assert_invalidation_flushed(e: Error) {
     match e {
-        Error::Transport(TransportError::WorkCompletion {
+        Error::WorkCompletion {
             operation: Operation::InvalidateWindow,
             status: WcStatus::WrFlushError,
             ..
-        }) => {}
+        } => {}
         other => panic!("expected a flushed invalidation, got {other}"),
     }
 }

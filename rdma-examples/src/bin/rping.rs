@@ -40,8 +40,8 @@ use clap::Parser;
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    Channel, CmOptions, GatherElement, Listener, MemoryRegion, ReadWorkRequest, ReceiveWorkRequest,
-    RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, TransportError, WriteWorkRequest,
+    Channel, CmOptions, Error, GatherElement, Listener, MemoryRegion, ReadWorkRequest,
+    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -154,7 +154,7 @@ fn exchange(
     channel: &mut Channel,
     rx: &mut RegisteredBuffer,
     message: Option<&[GatherElement<'_>]>,
-) -> std::result::Result<(), TransportError> {
+) -> std::result::Result<(), Error> {
     let got = channel
         .scope(|s| {
             let mut scatter = [rx.scatter(..)];
@@ -170,16 +170,15 @@ fn exchange(
         })
         .map_err(|e| match e.flatten() {
             // A scope reports the flush of its requests; the channel knows why.
-            TransportError::WorkCompletion { operation, .. }
-            | TransportError::Timeout { operation, .. }
+            Error::WorkCompletion { operation, .. } | Error::Timeout { operation, .. }
                 if channel.peer_disconnected() =>
             {
-                TransportError::PeerDisconnected { operation }
+                Error::PeerDisconnected { operation }
             }
             e => e,
         })?;
     if got.bytes() != INFO_LEN {
-        return Err(TransportError::Unusable(format!(
+        return Err(Error::Unusable(format!(
             "the peer sent {} bytes, not the {INFO_LEN} of an rping message",
             got.bytes()
         )));
@@ -276,7 +275,7 @@ fn server(o: &Options) -> Result<()> {
         let last_go_ahead = (ping > 0).then_some(&go[..]);
         let disconnected = match exchange(&mut channel, &mut rx, last_go_ahead) {
             Ok(()) => false,
-            Err(TransportError::PeerDisconnected { .. }) => true,
+            Err(Error::PeerDisconnected { .. }) => true,
             Err(e) => return Err(e.into()),
         };
         if disconnected {

@@ -3,7 +3,7 @@
 
 use super::Channel;
 use crate::atomic::AtomicWorkRequest;
-use crate::error::TransportResult;
+use crate::error::Result;
 use crate::work::WorkSuccess;
 
 impl Channel {
@@ -12,19 +12,16 @@ impl Channel {
     /// previous value is then in the request's result element.
     ///
     /// # Errors
-    /// [`TransportError::Post`](crate::TransportError::Post) before anything
+    /// [`Error::Post`](crate::Error::Post) before anything
     /// is posted for a misaligned target, a remote region shorter than 8
     /// bytes or a result element that is not 8 bytes (see
     /// [`AtomicWorkRequest`]); a
-    /// [`WorkCompletion`](crate::TransportError::WorkCompletion) error when
+    /// [`WorkCompletion`](crate::Error::WorkCompletion) error when
     /// the peer refuses it (`RemAccessErr`: wrong key, no atomic access, or
-    /// outside the peer's region); [`Timeout`](crate::TransportError::Timeout)
-    /// and [`Unusable`](crate::TransportError::Unusable) as for every
+    /// outside the peer's region); [`Timeout`](crate::Error::Timeout)
+    /// and [`Unusable`](crate::Error::Unusable) as for every
     /// operation.
-    pub fn atomic<'op>(
-        &'op mut self,
-        mut wr: AtomicWorkRequest<'op, 'op>,
-    ) -> TransportResult<WorkSuccess> {
+    pub fn atomic<'op>(&'op mut self, mut wr: AtomicWorkRequest<'op, 'op>) -> Result<WorkSuccess> {
         self.queue.post_atomic_and_wait(&mut wr, self.timeout)
     }
 
@@ -34,7 +31,7 @@ impl Channel {
     pub fn atomic_batch<'op>(
         &'op mut self,
         wrs: &mut [AtomicWorkRequest<'op, 'op>],
-    ) -> TransportResult<WorkSuccess> {
+    ) -> Result<WorkSuccess> {
         self.queue.post_atomic_batch_and_wait(wrs, self.timeout)
     }
 }

@@ -3,7 +3,7 @@
 use super::{Channel, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
-use crate::error::{IbvError, IbvResult};
+use crate::error::{Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use rdma_core::{AccessFlags, Mtu, QpCapabilities, QpType, QueuePair};
@@ -118,12 +118,12 @@ impl<'f1> ChannelBuilder<'f1> {
     /// local [`Endpoint`] to hand to the peer.
     ///
     /// # Errors
-    /// [`IbvError::InvalidArgument`] without a protection domain or when the
+    /// [`VerbsError::InvalidArgument`] without a protection domain or when the
     /// port has no usable GID; otherwise the failing verb's error.
-    pub fn build(self) -> IbvResult<Channel> {
+    pub fn build(self) -> Result<Channel> {
         let pd = self
             .pd
-            .ok_or_else(|| IbvError::InvalidArgument("ChannelBuilder needs .pd(..)".into()))?;
+            .ok_or_else(|| VerbsError::InvalidArgument("ChannelBuilder needs .pd(..)".into()))?;
         let ctx = pd.context();
         let port_attr = ctx.query_port(self.port)?;
         let gid = match self.gid_index {
@@ -131,7 +131,7 @@ impl<'f1> ChannelBuilder<'f1> {
             None => ctx.preferred_gid(self.port)?,
         };
         let gid_index = u8::try_from(gid.index).map_err(|_| {
-            IbvError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
+            VerbsError::InvalidArgument(format!("GID index {} does not fit a GRH", gid.index))
         })?;
         let channel = if self.completion_events {
             Some(ctx.create_comp_channel()?)
@@ -148,16 +148,19 @@ impl<'f1> ChannelBuilder<'f1> {
         };
         let needed = self.caps.max_send_wr.saturating_add(recv_wr).max(1);
         let cq_size = match self.cq_size {
-            Some(n) if n < needed => return Err(cq_too_small(n, needed, &self.caps, recv_wr)),
+            Some(n) if n < needed => {
+                return Err(cq_too_small(n, needed, &self.caps, recv_wr).into())
+            }
             Some(n) => n,
             None => needed,
         };
         let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
         let shared = self.srq.map(SharedReceiveQueue::shared);
         if shared.is_some_and(|s| !s.srq.pd().same_as(pd.as_core())) {
-            return Err(IbvError::InvalidArgument(
+            return Err(VerbsError::InvalidArgument(
                 "the shared receive queue belongs to another protection domain".into(),
-            ));
+            )
+            .into());
         }
         let recv_cq = shared.map_or(&cq, |s| &s.cq);
         let mut qp =
@@ -206,13 +209,13 @@ impl<'f1> ChannelBuilder<'f1> {
 
 /// The error of a completion queue smaller than what the queues can have
 /// outstanding.
-fn cq_too_small(n: u32, needed: u32, caps: &QpCapabilities, recv_wr: u32) -> IbvError {
+fn cq_too_small(n: u32, needed: u32, caps: &QpCapabilities, recv_wr: u32) -> VerbsError {
     let recv = if recv_wr > 0 {
         format!(" + receive depth {recv_wr}")
     } else {
         String::new()
     };
-    IbvError::InvalidArgument(format!(
+    VerbsError::InvalidArgument(format!(
         "a completion queue of {n} entries is smaller than the {needed} requests the queues can \
          have outstanding (send depth {}{recv}): use cq_size({needed}) or more, or smaller depths",
         caps.max_send_wr
@@ -236,7 +239,7 @@ impl ProtectionDomain {
     ///
     /// # Errors
     /// As [`ChannelBuilder::build`].
-    pub fn create_channel(&self) -> IbvResult<Channel> {
+    pub fn create_channel(&self) -> Result<Channel> {
         Channel::builder().pd(self).build()
     }
 

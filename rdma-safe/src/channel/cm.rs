@@ -5,7 +5,7 @@
 use super::Channel;
 use crate::endpoint::Endpoint;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
-use crate::error::{IbvResult, TransportError, TransportResult};
+use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
 use crate::work::WorkSuccess;
 use rdma_core::{CmEvent, CmId, CompQueue, Mtu, QpCapabilities, QueuePair};
@@ -50,7 +50,7 @@ impl CmQueue {
         pd: &ProtectionDomain,
         caps: QpCapabilities,
         completion_events: bool,
-    ) -> IbvResult<Self> {
+    ) -> Result<Self> {
         let ctx = pd.context();
         let channel = if completion_events {
             Some(ctx.create_comp_channel()?)
@@ -78,7 +78,7 @@ impl Channel {
         completion_events: bool,
         timeout: Duration,
         private_data: Vec<u8>,
-    ) -> IbvResult<Channel> {
+    ) -> Result<Channel> {
         let port = id.port_num();
         let ctx = pd.context();
         let port_attr = ctx.query_port(port)?;
@@ -150,7 +150,7 @@ impl Channel {
     /// Whether the peer of a CM-made channel has disconnected. Its pending
     /// work was then flushed, and whatever waits for it — a blocking
     /// operation, a scope's handle, a [`SharedChannel`](crate::SharedChannel)
-    /// future or callback — reports [`TransportError::PeerDisconnected`].
+    /// future or callback — reports [`Error::PeerDisconnected`].
     pub fn peer_disconnected(&self) -> bool {
         self.cm
             .as_ref()
@@ -163,18 +163,15 @@ impl Channel {
     }
 
     /// Turns the failure of a blocking operation of a channel whose peer
-    /// has disconnected into [`TransportError::PeerDisconnected`].
+    /// has disconnected into [`Error::PeerDisconnected`].
     #[inline]
-    pub(crate) fn peer_gone(
-        &self,
-        outcome: TransportResult<WorkSuccess>,
-    ) -> TransportResult<WorkSuccess> {
+    pub(crate) fn peer_gone(&self, outcome: Result<WorkSuccess>) -> Result<WorkSuccess> {
         match outcome {
-            Err(TransportError::WorkCompletion { operation, .. })
-            | Err(TransportError::Timeout { operation, .. })
+            Err(Error::WorkCompletion { operation, .. })
+            | Err(Error::Timeout { operation, .. })
                 if self.peer_disconnected() =>
             {
-                Err(TransportError::PeerDisconnected { operation })
+                Err(Error::PeerDisconnected { operation })
             }
             other => other,
         }

@@ -3,7 +3,7 @@
 
 use super::Channel;
 use crate::endpoint::Endpoint;
-use crate::error::IbvResult;
+use crate::error::Result;
 use crate::exchange::{self, HandshakeError};
 use crate::remote::RemoteMemoryRegion;
 use rdma_core::{AddressVector, Mtu, RtrParams, RtsParams};
@@ -67,7 +67,7 @@ impl Channel {
     /// with [`ConnectOptions::default`]. The peer must connect to
     /// [`local_endpoint`](Self::local_endpoint) too before data flows; see
     /// [`handshake`](Self::handshake).
-    pub fn connect(&mut self, remote: &Endpoint) -> IbvResult<()> {
+    pub fn connect(&mut self, remote: &Endpoint) -> Result<()> {
         self.connect_with(remote, &ConnectOptions::default())
     }
 
@@ -76,7 +76,7 @@ impl Channel {
     /// Of `remote`, the QP number, PSN, LID, GID and MTU are used; its `port`
     /// and `gid_index` describe the peer's side and are informational here
     /// (the local port and GID index are the channel's own).
-    pub fn connect_with(&mut self, remote: &Endpoint, opts: &ConnectOptions) -> IbvResult<()> {
+    pub fn connect_with(&mut self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         let qp = self.queue.qp();
         let mut av = if self.needs_grh || !remote.gid.is_zero() {
             AddressVector::global(self.local.port, remote.gid, self.local.gid_index)
@@ -112,19 +112,19 @@ impl Channel {
     /// stream's own timeouts are restored afterwards.
     ///
     /// # Errors
-    /// [`HandshakeError::Timeout`] for a silent or stopped peer,
-    /// [`HandshakeError::Io`] for a closed stream or garbage
-    /// (`InvalidData`), [`HandshakeError::Connect`] when the queue pair
+    /// `Handshake(Timeout)` for a silent or stopped peer,
+    /// `Handshake(Io)` for a closed stream or garbage
+    /// (`InvalidData`), `Handshake(Connect)` when the queue pair
     /// cannot be connected to the peer's endpoint.
-    pub fn handshake(&mut self, stream: &mut TcpStream) -> Result<Endpoint, HandshakeError> {
+    pub fn handshake(&mut self, stream: &mut TcpStream) -> crate::Result<Endpoint> {
         let remote = Endpoint::exchange(stream, &self.local, self.timeout)?;
         self.connect(&remote)?;
         let ack = exchange::swap(stream, b"R", self.timeout)?;
         if &ack != b"R" {
-            return Err(HandshakeError::Io(io::Error::new(
+            return Err(crate::Error::from(HandshakeError::Io(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "bad ready byte from peer",
-            )));
+            ))));
         }
         Ok(remote)
     }
@@ -139,7 +139,7 @@ impl Channel {
         &self,
         stream: &mut TcpStream,
         region: &RemoteMemoryRegion,
-    ) -> Result<(), HandshakeError> {
+    ) -> crate::Result<()> {
         region.send_to(stream, self.timeout)
     }
 
@@ -149,16 +149,13 @@ impl Channel {
     /// # Errors
     /// As [`handshake`](Self::handshake), without `Connect`; bytes that are
     /// not a region are `InvalidData`.
-    pub fn receive_region(
-        &self,
-        stream: &mut TcpStream,
-    ) -> Result<RemoteMemoryRegion, HandshakeError> {
+    pub fn receive_region(&self, stream: &mut TcpStream) -> crate::Result<RemoteMemoryRegion> {
         RemoteMemoryRegion::receive_from(stream, self.timeout)
     }
 
     /// Connects two channels to each other (loopback, or two channels of one
     /// process on different devices).
-    pub fn connect_pair(a: &mut Channel, b: &mut Channel) -> IbvResult<()> {
+    pub fn connect_pair(a: &mut Channel, b: &mut Channel) -> Result<()> {
         let (ea, eb) = (a.local, b.local);
         a.connect(&eb)?;
         b.connect(&ea)

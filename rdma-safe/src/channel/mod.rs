@@ -15,7 +15,7 @@ pub use connect::ConnectOptions;
 
 use crate::endpoint::Endpoint;
 use crate::engine::WorkQueue;
-use crate::error::IbvResult;
+use crate::error::Result;
 use crate::pd::ProtectionDomain;
 use rdma_core::{GidEntry, QpCapabilities};
 use std::fmt;
@@ -157,8 +157,8 @@ impl Channel {
     /// The queue pair itself is not exposed: moving it to another state or
     /// polling its completion queue behind the channel's back would break
     /// the bookkeeping that decides when borrowed memory is released.
-    pub fn qp_state(&self) -> IbvResult<rdma_core::QpState> {
-        self.queue.qp().state()
+    pub fn qp_state(&self) -> Result<rdma_core::QpState> {
+        Ok(self.queue.qp().state()?)
     }
 
     /// The engine, for scopes and pending work.

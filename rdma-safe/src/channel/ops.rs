@@ -1,7 +1,7 @@
 //! The operations of a [`Channel`]: blocking, unpolled and scoped.
 
 use super::Channel;
-use crate::error::{IbvError, IbvResult, ScopeError, TransportError, TransportResult};
+use crate::error::{Result, ScopeError};
 use crate::pending::PendingWork;
 use crate::scope::PollingScope;
 use crate::work::{
@@ -17,28 +17,28 @@ impl Channel {
     // reused, and the channel used, right after.
 
     /// Posts a send and blocks until it completes (bounded by the timeout).
-    pub fn send(&mut self, wr: SendWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
+    pub fn send(&mut self, wr: SendWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_send(&wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts a receive and blocks until a message arrives in it (bounded by
     /// the timeout).
-    pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
+    pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_recv(&mut wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the
     /// timeout).
-    pub fn write(&mut self, wr: WriteWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
+    pub fn write(&mut self, wr: WriteWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_write(&wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA read and blocks until it completes (bounded by the
     /// timeout).
-    pub fn read(&mut self, mut wr: ReadWorkRequest<'_, '_>) -> TransportResult<WorkSuccess> {
+    pub fn read(&mut self, mut wr: ReadWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_read(&mut wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -48,7 +48,7 @@ impl Channel {
     /// timeout). Fewer doorbells and completions than one call per send:
     /// the way to move many small messages. The outcome reports the total
     /// bytes; the first failure of any member fails the batch.
-    pub fn send_batch(&mut self, wrs: &[SendWorkRequest<'_, '_>]) -> TransportResult<WorkSuccess> {
+    pub fn send_batch(&mut self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
         let id = self.queue.post_send_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -56,10 +56,7 @@ impl Channel {
     /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
     /// last one signaled, and blocks until all completed (bounded by the
     /// timeout). See [`send_batch`](Self::send_batch).
-    pub fn write_batch(
-        &mut self,
-        wrs: &[WriteWorkRequest<'_, '_>],
-    ) -> TransportResult<WorkSuccess> {
+    pub fn write_batch(&mut self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
         let id = self.queue.post_write_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -68,10 +65,7 @@ impl Channel {
     /// last one signaled, and blocks until all completed (bounded by the
     /// timeout). Each read has its own exclusive scatter list. See
     /// [`send_batch`](Self::send_batch).
-    pub fn read_batch(
-        &mut self,
-        wrs: &mut [ReadWorkRequest<'_, '_>],
-    ) -> TransportResult<WorkSuccess> {
+    pub fn read_batch(&mut self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
         let id = self.queue.post_read_batch(wrs)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
@@ -89,8 +83,8 @@ impl Channel {
     pub unsafe fn send_unpolled<'data>(
         &mut self,
         wr: SendWorkRequest<'_, 'data>,
-    ) -> IbvResult<PendingWork<'data>> {
-        let id = self.queue.post_send(&wr).map_err(into_ibv)?;
+    ) -> Result<PendingWork<'data>> {
+        let id = self.queue.post_send(&wr)?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -105,8 +99,8 @@ impl Channel {
     pub unsafe fn receive_unpolled<'data>(
         &mut self,
         mut wr: ReceiveWorkRequest<'_, 'data>,
-    ) -> IbvResult<PendingWork<'data>> {
-        let id = self.queue.post_recv(&mut wr).map_err(into_ibv)?;
+    ) -> Result<PendingWork<'data>> {
+        let id = self.queue.post_recv(&mut wr)?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -121,8 +115,8 @@ impl Channel {
     pub unsafe fn write_unpolled<'data>(
         &mut self,
         wr: WriteWorkRequest<'_, 'data>,
-    ) -> IbvResult<PendingWork<'data>> {
-        let id = self.queue.post_write(&wr).map_err(into_ibv)?;
+    ) -> Result<PendingWork<'data>> {
+        let id = self.queue.post_write(&wr)?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -137,8 +131,8 @@ impl Channel {
     pub unsafe fn read_unpolled<'data>(
         &mut self,
         mut wr: ReadWorkRequest<'_, 'data>,
-    ) -> IbvResult<PendingWork<'data>> {
-        let id = self.queue.post_read(&mut wr).map_err(into_ibv)?;
+    ) -> Result<PendingWork<'data>> {
+        let id = self.queue.post_read(&mut wr)?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -199,12 +193,5 @@ impl Channel {
             ),
             r => r,
         }
-    }
-}
-
-fn into_ibv(e: TransportError) -> IbvError {
-    match e {
-        TransportError::Post { source, .. } | TransportError::Poll(source) => source,
-        other => IbvError::InvalidArgument(other.to_string()),
     }
 }

@@ -123,7 +123,7 @@ impl Listener {
     /// timeout for a connect request.
     ///
     /// # Errors
-    /// [`IbvError::Timeout`](rdma_core::Error::Timeout) when none came, or
+    /// [`VerbsError::Timeout`](rdma_core::Error::Timeout) when none came, or
     /// as [`incoming_async_within`](Self::incoming_async_within).
     pub async fn incoming_async(&self) -> Result<Incoming> {
         let timeout = self.opts.timeout;

@@ -24,9 +24,9 @@ impl Connector {
     ///
     /// # Errors
     /// [`Error::Io`] when the name does not resolve;
-    /// [`Error::Verbs`] with [`IbvError::Cm`](rdma_core::Error::Cm) when no
+    /// [`Error::Verbs`] with [`VerbsError::Cm`](rdma_core::Error::Cm) when no
     /// RDMA device reaches the address (`RDMA_CM_EVENT_ADDR_ERROR`) or no
-    /// route does, [`IbvError::Timeout`](rdma_core::Error::Timeout), or a
+    /// route does, [`VerbsError::Timeout`](rdma_core::Error::Timeout), or a
     /// verb's error.
     pub fn resolve(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<Connector> {
         Self::resolve_inner(None, addr, opts)
@@ -82,10 +82,10 @@ impl Connector {
     /// its [`peer_private_data`](Channel::peer_private_data).
     ///
     /// # Errors
-    /// [`Error::Verbs`] with [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument)
-    /// for too much private data, [`IbvError::Cm`](rdma_core::Error::Cm)
+    /// [`Error::Verbs`] with [`VerbsError::InvalidArgument`](rdma_core::Error::InvalidArgument)
+    /// for too much private data, [`VerbsError::Cm`](rdma_core::Error::Cm)
     /// when the peer rejects (nobody listening: reject reason 8) or is
-    /// unreachable, [`IbvError::Timeout`](rdma_core::Error::Timeout) after
+    /// unreachable, [`VerbsError::Timeout`](rdma_core::Error::Timeout) after
     /// `opts.timeout`, or a verb's error.
     pub fn connect(self, private_data: &[u8]) -> Result<Channel> {
         let queue = self.queue()?;
@@ -146,14 +146,14 @@ impl Connector {
     /// The channel over `queue`, once connected; `private_data` is what
     /// the peer sent with its accept.
     pub(super) fn into_channel(self, queue: CmQueue, private_data: Vec<u8>) -> Result<Channel> {
-        Ok(Channel::from_cm(
+        Channel::from_cm(
             self.id,
             &self.pd,
             queue,
             self.opts.completion_events,
             self.opts.timeout,
             private_data,
-        )?)
+        )
     }
 }
 

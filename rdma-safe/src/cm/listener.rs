@@ -97,7 +97,7 @@ impl Listener {
     /// the channel's [`peer_private_data`](Channel::peer_private_data).
     ///
     /// # Errors
-    /// [`IbvError::Timeout`](rdma_core::Error::Timeout) when no request
+    /// [`VerbsError::Timeout`](rdma_core::Error::Timeout) when no request
     /// came in time, or as [`Incoming::accept`].
     pub fn accept(&self) -> Result<Channel> {
         self.incoming()?.accept(&[])
@@ -106,7 +106,7 @@ impl Listener {
     /// Waits (up to the options' timeout) for a connect request.
     ///
     /// # Errors
-    /// [`IbvError::Timeout`](rdma_core::Error::Timeout) when none came, or
+    /// [`VerbsError::Timeout`](rdma_core::Error::Timeout) when none came, or
     /// the error of preparing its device.
     pub fn incoming(&self) -> Result<Incoming> {
         self.incoming_within(self.opts.timeout)?
@@ -195,9 +195,9 @@ impl Incoming {
     /// is established.
     ///
     /// # Errors
-    /// [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
-    /// too much private data, [`IbvError::Cm`](rdma_core::Error::Cm) when
-    /// the requester gave up, [`IbvError::Timeout`](rdma_core::Error::Timeout),
+    /// [`VerbsError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
+    /// too much private data, [`VerbsError::Cm`](rdma_core::Error::Cm) when
+    /// the requester gave up, [`VerbsError::Timeout`](rdma_core::Error::Timeout),
     /// or a verb's error.
     pub fn accept(self, private_data: &[u8]) -> Result<Channel> {
         let data = self.accept_data(private_data)?;
@@ -237,21 +237,21 @@ impl Incoming {
 
     /// The channel over `queue`, once the connection is established.
     pub(super) fn into_channel(self, queue: CmQueue) -> Result<Channel> {
-        Ok(Channel::from_cm(
+        Channel::from_cm(
             self.id,
             &self.pd,
             queue,
             self.opts.completion_events,
             self.opts.timeout,
             self.params.private_data,
-        )?)
+        )
     }
 
     /// Rejects the request, sending `private_data` (at most
     /// [`MAX_REJECT_PRIVATE_DATA`](rdma_core::MAX_REJECT_PRIVATE_DATA) bytes).
     ///
     /// # Errors
-    /// [`IbvError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
+    /// [`VerbsError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
     /// too much private data, or the error of `rdma_reject`.
     pub fn reject(self, private_data: &[u8]) -> Result<()> {
         Ok(self.id.reject(private_data)?)

@@ -29,7 +29,7 @@
 //! else — blocking operations, scopes, batches, timeouts — is the same as
 //! for any channel. When the peer disconnects, pending work is flushed at
 //! once and blocking operations fail with
-//! [`TransportError::PeerDisconnected`](crate::TransportError::PeerDisconnected).
+//! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected).
 //!
 //! # Example
 //!
@@ -223,11 +223,7 @@ mod mtu_trailer {
 /// # Errors
 /// The error of creating either.
 fn queue(pd: &crate::ProtectionDomain, opts: &CmOptions) -> Result<crate::channel::CmQueue> {
-    Ok(crate::channel::CmQueue::new(
-        pd,
-        opts.caps,
-        opts.completion_events,
-    )?)
+    crate::channel::CmQueue::new(pd, opts.caps, opts.completion_events)
 }
 
 /// What a CM-made channel's QP lets the peer do: everything a channel

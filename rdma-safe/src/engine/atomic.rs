@@ -3,7 +3,7 @@
 
 use super::WorkQueue;
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::sge::scatter_sges;
 use crate::work::WorkSuccess;
 use rdma_core::SendRequest;
@@ -18,7 +18,7 @@ impl WorkQueue {
     /// that is not 8-byte aligned (the responder NAKs it and the connection
     /// breaks), and a remote region shorter than 8 bytes (the target would
     /// lie outside the range the peer handed out).
-    pub(crate) fn post_atomic(&self, wr: &mut AtomicWorkRequest<'_, '_>) -> TransportResult<u64> {
+    pub(crate) fn post_atomic(&self, wr: &mut AtomicWorkRequest<'_, '_>) -> Result<u64> {
         let op = check(wr)?;
         self.post_sends(op, ATOMIC_SIZE, &mut [request(wr)])
     }
@@ -29,7 +29,7 @@ impl WorkQueue {
         &self,
         wr: &mut AtomicWorkRequest<'_, '_>,
         timeout: Duration,
-    ) -> TransportResult<WorkSuccess> {
+    ) -> Result<WorkSuccess> {
         let op = check(wr)?;
         self.post_sends_and_wait(op, ATOMIC_SIZE, &mut [request(wr)], timeout)
     }
@@ -38,10 +38,7 @@ impl WorkQueue {
     /// doorbell), only the last signaled: the send queue completes in order,
     /// so the last completion covers them all. Nothing is posted if one is
     /// malformed.
-    pub(crate) fn post_atomic_batch(
-        &self,
-        wrs: &mut [AtomicWorkRequest<'_, '_>],
-    ) -> TransportResult<u64> {
+    pub(crate) fn post_atomic_batch(&self, wrs: &mut [AtomicWorkRequest<'_, '_>]) -> Result<u64> {
         let (op, mut reqs) = batch_requests(wrs)?;
         self.post_sends(op, wrs_len(&reqs), &mut reqs)
     }
@@ -51,7 +48,7 @@ impl WorkQueue {
         &self,
         wrs: &mut [AtomicWorkRequest<'_, '_>],
         timeout: Duration,
-    ) -> TransportResult<WorkSuccess> {
+    ) -> Result<WorkSuccess> {
         let (op, mut reqs) = batch_requests(wrs)?;
         self.post_sends_and_wait(op, wrs_len(&reqs), &mut reqs, timeout)
     }
@@ -66,7 +63,7 @@ fn wrs_len(reqs: &[SendRequest<'_>]) -> usize {
 /// and builds their requests; the operation of the last names the batch.
 fn batch_requests<'a>(
     wrs: &'a mut [AtomicWorkRequest<'_, '_>],
-) -> TransportResult<(Operation, Vec<SendRequest<'a>>)> {
+) -> Result<(Operation, Vec<SendRequest<'a>>)> {
     let mut op = Operation::FetchAndAdd;
     for wr in wrs.iter() {
         op = check(wr)?;
@@ -77,7 +74,7 @@ fn batch_requests<'a>(
 /// Validates an atomic: its operation, or why it is refused. A few
 /// comparisons; the message is built only when one fails.
 #[inline]
-fn check(wr: &AtomicWorkRequest<'_, '_>) -> TransportResult<Operation> {
+fn check(wr: &AtomicWorkRequest<'_, '_>) -> Result<Operation> {
     let op = match wr.op {
         AtomicOp::CompareAndSwap { .. } => Operation::CompareAndSwap,
         AtomicOp::FetchAndAdd { .. } => Operation::FetchAndAdd,
@@ -104,7 +101,7 @@ fn request<'a>(wr: &'a mut AtomicWorkRequest<'_, '_>) -> SendRequest<'a> {
 /// Why an atomic is refused: its result element is not [`ATOMIC_SIZE`]
 /// bytes, its target is misaligned, or the remote region is too short.
 #[cold]
-fn malformed(op: Operation, result_len: usize, addr: u64, length: u64) -> TransportError {
+fn malformed(op: Operation, result_len: usize, addr: u64, length: u64) -> Error {
     let why = if result_len != ATOMIC_SIZE {
         format!(
             "the result element of an atomic must be exactly {ATOMIC_SIZE} bytes, not {result_len}"
@@ -117,8 +114,8 @@ fn malformed(op: Operation, result_len: usize, addr: u64, length: u64) -> Transp
              has only {length}"
         )
     };
-    TransportError::Post {
+    Error::Post {
         operation: op,
-        source: IbvError::InvalidArgument(why),
+        source: VerbsError::InvalidArgument(why),
     }
 }

@@ -1,7 +1,7 @@
 //! What an owning operation's slot keeps while the NIC may use its memory:
 //! the buffer itself and who to tell when the completion is seen.
 
-use crate::error::TransportResult;
+use crate::error::Result;
 use crate::owned_request::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
 use crate::work::WorkSuccess;
@@ -24,7 +24,7 @@ pub(crate) enum Held {
 }
 
 /// A completion callback: the outcome and the memory, given back.
-pub(crate) type Callback = Box<dyn FnOnce(TransportResult<WorkSuccess>, Held) + Send>;
+pub(crate) type Callback = Box<dyn FnOnce(Result<WorkSuccess>, Held) + Send>;
 
 /// Who learns of the completion.
 #[derive(Default)]

@@ -2,7 +2,7 @@
 //! addressed to a peer's address handle, QP number and QKey.
 
 use super::WorkQueue;
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::sge::{gather_sges, GatherElement};
 use rdma_core::{AddressHandle, SendRequest};
 
@@ -16,11 +16,11 @@ impl WorkQueue {
         ah: &AddressHandle,
         qpn: u32,
         qkey: u32,
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         if gather.len() > self.limits.caps.max_send_sge as usize {
-            return Err(TransportError::Post {
+            return Err(Error::Post {
                 operation: Operation::Send,
-                source: IbvError::InvalidArgument(format!(
+                source: VerbsError::InvalidArgument(format!(
                     "{} SGEs exceed the endpoint's limit of {}",
                     gather.len(),
                     self.limits.caps.max_send_sge

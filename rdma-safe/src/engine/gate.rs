@@ -5,7 +5,7 @@
 
 use super::tracker::Tracker;
 use super::WorkQueue;
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use rdma_core::QpState;
 use std::sync::atomic::Ordering;
 
@@ -21,12 +21,12 @@ impl WorkQueue {
     /// `ibv_query_qp`.
     ///
     /// # Errors
-    /// [`TransportError::Unusable`] after a failure or shutdown,
-    /// [`TransportError::NotReady`] before the channel is connected, and a
+    /// [`Error::Unusable`] after a failure or shutdown,
+    /// [`Error::NotReady`] before the channel is connected, and a
     /// refusal of receives on a channel whose receives come from a shared
     /// receive queue.
     #[inline(always)]
-    pub(super) fn admit(&self, st: &Tracker, op: Operation, send: bool) -> TransportResult<()> {
+    pub(super) fn admit(&self, st: &Tracker, op: Operation, send: bool) -> Result<()> {
         if let Some(why) = &st.unusable {
             return Err(unusable(why));
         }
@@ -44,13 +44,13 @@ impl WorkQueue {
     /// # Errors
     /// The refusal, naming the shared receive queue.
     #[inline]
-    pub(super) fn receives_here(&self) -> TransportResult<()> {
+    pub(super) fn receives_here(&self) -> Result<()> {
         if self.qp.srq().is_none() {
             return Ok(());
         }
-        Err(TransportError::Post {
+        Err(Error::Post {
             operation: Operation::Receive,
-            source: IbvError::InvalidArgument(
+            source: VerbsError::InvalidArgument(
                 "this channel takes its receives from a shared receive queue; \
                  receive through the SharedReceiveQueue"
                     .into(),
@@ -59,11 +59,11 @@ impl WorkQueue {
     }
 
     #[cold]
-    fn admit_slow(&self, op: Operation, send: bool) -> TransportResult<()> {
+    fn admit_slow(&self, op: Operation, send: bool) -> Result<()> {
         if !send {
             self.receives_here()?;
         }
-        let state = self.qp.state().map_err(|source| TransportError::Post {
+        let state = self.qp.state().map_err(|source| Error::Post {
             operation: op,
             source,
         })?;
@@ -78,7 +78,7 @@ impl WorkQueue {
         if ready & need != 0 {
             Ok(())
         } else {
-            Err(TransportError::NotReady {
+            Err(Error::NotReady {
                 operation: op,
                 state,
             })
@@ -95,6 +95,6 @@ impl WorkQueue {
 }
 
 #[cold]
-fn unusable(why: &str) -> TransportError {
-    TransportError::Unusable(why.to_owned())
+fn unusable(why: &str) -> Error {
+    Error::Unusable(why.to_owned())
 }

@@ -38,7 +38,7 @@ pub(crate) use attached::{Held, Notify};
 pub(crate) use driving::Abandon;
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
-use crate::error::{Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result};
 use rdma_core::{CompQueue, PostError, QpCapabilities, QueuePair};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -88,7 +88,7 @@ pub(crate) struct WorkQueue {
     state: Mutex<Tracker>,
     /// Set (before the queue pair is moved to ERR) when the peer of a
     /// connection-manager channel disconnected: failed completions then
-    /// report [`TransportError::PeerDisconnected`].
+    /// report [`Error::PeerDisconnected`].
     peer_gone: AtomicBool,
     /// Which of the queue pair's queues were seen taking requests
     /// ([`gate`]'s `RQ_READY`, `SQ_READY`): once set, admission skips the
@@ -146,7 +146,7 @@ impl WorkQueue {
 
     /// Records that the peer disconnected, then moves the queue pair to ERR
     /// so that every pending request is flushed at once; each then reports
-    /// [`TransportError::PeerDisconnected`], whichever API waits for it.
+    /// [`Error::PeerDisconnected`], whichever API waits for it.
     ///
     /// # Errors
     /// The error of moving the queue pair to ERR.
@@ -156,14 +156,14 @@ impl WorkQueue {
     }
 
     /// The result of a completion of `op` on `len` bytes: a failure after
-    /// the peer disconnected is [`TransportError::PeerDisconnected`].
+    /// the peer disconnected is [`Error::PeerDisconnected`].
     #[inline(always)]
     fn outcome(
         &self,
         op: Operation,
         len: usize,
         wc: &rdma_core::WorkCompletion,
-    ) -> TransportResult<crate::work::WorkSuccess> {
+    ) -> Result<crate::work::WorkSuccess> {
         if wc.is_success() {
             // Built in place: the data path's result is not moved through
             // a match.
@@ -174,9 +174,9 @@ impl WorkQueue {
 
     /// The error of a failed completion of `op`.
     #[cold]
-    fn failure(&self, op: Operation, wc: &rdma_core::WorkCompletion) -> TransportError {
+    fn failure(&self, op: Operation, wc: &rdma_core::WorkCompletion) -> Error {
         if self.peer_gone.load(Ordering::SeqCst) {
-            TransportError::PeerDisconnected { operation: op }
+            Error::PeerDisconnected { operation: op }
         } else {
             Tracker::failure(op, wc)
         }
@@ -205,7 +205,7 @@ impl WorkQueue {
         len: usize,
         sq: u32,
         post: impl FnOnce(u64) -> Result<(), PostError>,
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         self.post_locked(&mut self.lock(), op, len, sq, post)
     }
 
@@ -218,7 +218,7 @@ impl WorkQueue {
         len: usize,
         sq: u32,
         post: impl FnOnce(u64) -> Result<(), PostError>,
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         self.admit(st, op, sq > 0)?;
         if !st.room_for(sq > 0, (sq as usize).max(1)) {
             return Err(queue_too_full(op, sq.max(1), st));
@@ -246,7 +246,7 @@ impl WorkQueue {
         &self,
         lens: &[usize],
         post: &mut dyn FnMut(u64, usize) -> Result<(), PostError>,
-    ) -> (Range<u64>, TransportResult<()>) {
+    ) -> (Range<u64>, Result<()>) {
         let mut st = self.lock();
         if let Err(e) = self.admit(&st, Operation::Receive, false) {
             return (0..0, Err(e));
@@ -274,7 +274,7 @@ impl WorkQueue {
                         st.slots.remove(id);
                     }
                     let source = e.into();
-                    let e = TransportError::Post {
+                    let e = Error::Post {
                         operation: Operation::Receive,
                         source,
                     };
@@ -287,7 +287,7 @@ impl WorkQueue {
         }
         let end = st.next_wr_id;
         let rc = match (rc, full) {
-            (Err(e), _) => Err(TransportError::Post {
+            (Err(e), _) => Err(Error::Post {
                 operation: Operation::Receive,
                 source: e.into(),
             }),
@@ -316,12 +316,12 @@ impl WorkQueue {
 /// The error of `n` requests that do not fit their queue (cold: built only
 /// when refusing).
 #[cold]
-pub(super) fn queue_too_full(op: Operation, n: u32, st: &Tracker) -> TransportError {
+pub(super) fn queue_too_full(op: Operation, n: u32, st: &Tracker) -> Error {
     let (queue, used, size) = match op {
         Operation::Receive => ("receive", st.rq_in_flight, st.rq_capacity),
         _ => ("send", st.sq_in_flight, st.sq_capacity),
     };
-    TransportError::Post {
+    Error::Post {
         operation: op,
         source: rdma_core::Error::InvalidArgument(format!(
             "{n} more requests do not fit the {queue} queue ({used} of {size} entries in use)"

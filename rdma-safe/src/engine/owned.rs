@@ -14,7 +14,7 @@ use super::clock::WaitClock;
 use super::post::check_remote_len;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use rdma_core::{CompChannel, RecvRequest, SendRequest, Sge};
@@ -63,7 +63,7 @@ impl OwnedKind {
 impl OwnedKind {
     /// Why `len` bytes do not fit this kind's remote region, if they do not
     /// (sends and receives have none).
-    pub(super) fn remote_misfit(self, len: usize) -> Option<TransportError> {
+    pub(super) fn remote_misfit(self, len: usize) -> Option<Error> {
         match self {
             OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } => {
                 check_remote_len(self.operation(), len, &remote).err()
@@ -116,11 +116,11 @@ pub(crate) enum Refused {
     /// The send queue is full: retry after a completion.
     Full(Held),
     /// Invalid, unusable channel, or the verb failed.
-    Error(TransportError, Held),
+    Error(Error, Held),
 }
 
 /// An outcome with the memory given back.
-pub(crate) type Returned = (TransportResult<WorkSuccess>, Held);
+pub(crate) type Returned = (Result<WorkSuccess>, Held);
 
 impl WorkQueue {
     /// Posts `kind` over `held`, which moves into the request's slot in the
@@ -148,9 +148,9 @@ impl WorkQueue {
             return self.post_owned_batch_locked(st, op, held, notify, look);
         }
         let op = kind.operation();
-        let invalid = |msg: String| TransportError::Post {
+        let invalid = |msg: String| Error::Post {
             operation: op,
-            source: IbvError::InvalidArgument(msg),
+            source: VerbsError::InvalidArgument(msg),
         };
         let (addr, len, lkey) = match (&held, kind) {
             (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
@@ -247,7 +247,7 @@ impl WorkQueue {
             }
             Some(_) => self.returned(&mut st, id),
             None => Some((
-                Err(TransportError::Unusable(format!(
+                Err(Error::Unusable(format!(
                     "work request {id} is not outstanding"
                 ))),
                 Held::None,
@@ -272,7 +272,7 @@ impl WorkQueue {
     /// Runs the callbacks of completed callback operations (reaping the CQ
     /// first), outside the engine's lock, so a callback may post again.
     /// Returns how many ran.
-    pub(crate) fn run_callbacks(&self) -> TransportResult<usize> {
+    pub(crate) fn run_callbacks(&self) -> Result<usize> {
         {
             let mut st = self.lock();
             st.reap(&self.cq)?;
@@ -307,15 +307,15 @@ impl WorkQueue {
 
     /// Moves available completions into their slots (waking their
     /// futures); how many there were.
-    pub(crate) fn reap_now(&self) -> TransportResult<usize> {
+    pub(crate) fn reap_now(&self) -> Result<usize> {
         self.lock().reap(&self.cq)
     }
 
     /// Arms the CQ: the next completion raises an event on its channel.
     /// Poll again after arming (and before sleeping): a completion that
     /// arrived before the arming raises none.
-    pub(crate) fn arm(&self) -> TransportResult<()> {
-        self.cq.req_notify(false).map_err(TransportError::Poll)
+    pub(crate) fn arm(&self) -> Result<()> {
+        self.cq.req_notify(false).map_err(Error::Poll)
     }
 
     /// The CQ's completion channel, if it was built with one.
@@ -381,7 +381,7 @@ impl WorkQueue {
     /// on the completion channel (when the CQ has one; yields otherwise),
     /// arming it and polling once more before each sleep so that no
     /// completion is slept through. After `timeout` the queue pair is shut
-    /// down and drained, and [`TransportError::Timeout`] comes back with the
+    /// down and drained, and [`Error::Timeout`] comes back with the
     /// memory.
     pub(crate) fn wait_owned(&self, id: u64, timeout: Duration, spin: Duration) -> Returned {
         if let Some(r) = self.take_owned(id, None) {
@@ -405,7 +405,7 @@ impl WorkQueue {
                 self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                 let held = self.take_owned(id, None).map_or(Held::None, |(_, h)| h);
                 return (
-                    Err(TransportError::Timeout {
+                    Err(Error::Timeout {
                         operation: op,
                         timeout,
                     }),

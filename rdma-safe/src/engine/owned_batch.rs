@@ -16,7 +16,7 @@ use super::attached::{Attached, Held, Notify};
 use super::owned::{OwnedKind, Refused, Returned};
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
-use crate::error::{IbvError, Operation, TransportError};
+use crate::error::{Error, Operation, VerbsError};
 use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, SendRequest, Sge};
 
@@ -127,9 +127,9 @@ fn kind_of(req: &OwnedRequest) -> OwnedKind {
     }
 }
 
-fn invalid(operation: Operation, msg: String) -> TransportError {
-    TransportError::Post {
+fn invalid(operation: Operation, msg: String) -> Error {
+    Error::Post {
         operation,
-        source: IbvError::InvalidArgument(msg),
+        source: VerbsError::InvalidArgument(msg),
     }
 }

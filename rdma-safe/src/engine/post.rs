@@ -4,7 +4,7 @@
 use super::attached::Held;
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
 use crate::remote::RemoteMemoryRegion;
 use crate::sge::{gather_sges, scatter_sges};
@@ -20,28 +20,26 @@ impl WorkQueue {
     /// is posted, so that no member of a batch can fail inside the provider
     /// after earlier members were posted.
     #[inline]
-    fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> TransportResult<bool> {
+    fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> Result<bool> {
         match forced {
             None => Ok(len > 0 && len <= self.limits.inline_default as usize),
-            Some(true) if len > self.limits.caps.max_inline_data as usize => {
-                Err(TransportError::Post {
-                    operation: op,
-                    source: IbvError::InvalidArgument(format!(
+            Some(true) if len > self.limits.caps.max_inline_data as usize => Err(Error::Post {
+                operation: op,
+                source: VerbsError::InvalidArgument(format!(
                     "{len} bytes forced inline exceed the queue pair's inline limit of {} bytes",
                     self.limits.caps.max_inline_data
                 )),
-                })
-            }
+            }),
             Some(on) => Ok(on),
         }
     }
 
     #[inline]
-    fn check_sges(&self, op: Operation, n: usize, max: u32) -> TransportResult<()> {
+    fn check_sges(&self, op: Operation, n: usize, max: u32) -> Result<()> {
         if n > max as usize {
-            return Err(TransportError::Post {
+            return Err(Error::Post {
                 operation: op,
-                source: IbvError::InvalidArgument(format!(
+                source: VerbsError::InvalidArgument(format!(
                     "{n} SGEs exceed the channel's limit of {max}"
                 )),
             });
@@ -52,7 +50,7 @@ impl WorkQueue {
     /// Validates a send and builds its request (id and signaling are set
     /// when it is posted).
     #[inline(always)]
-    fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
+    fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> Result<SendRequest<'a>> {
         self.check_sges(
             Operation::Send,
             wr.gather.len(),
@@ -74,7 +72,7 @@ impl WorkQueue {
 
     /// Validates an RDMA write and builds its request.
     #[inline(always)]
-    fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> TransportResult<SendRequest<'a>> {
+    fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> Result<SendRequest<'a>> {
         self.check_sges(
             Operation::Write,
             wr.gather.len(),
@@ -96,10 +94,7 @@ impl WorkQueue {
 
     /// Validates an RDMA read and builds its request.
     #[inline(always)]
-    fn read_request<'a>(
-        &self,
-        wr: &'a mut ReadWorkRequest<'_, '_>,
-    ) -> TransportResult<SendRequest<'a>> {
+    fn read_request<'a>(&self, wr: &'a mut ReadWorkRequest<'_, '_>) -> Result<SendRequest<'a>> {
         self.check_sges(
             Operation::Read,
             wr.scatter.len(),
@@ -116,54 +111,48 @@ impl WorkQueue {
     }
 
     #[inline]
-    pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> TransportResult<u64> {
+    pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> Result<u64> {
         let req = self.send_request(wr)?;
         self.post_sends(Operation::Send, wr.len(), &mut [req])
     }
 
     #[inline]
-    pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> TransportResult<u64> {
+    pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> Result<u64> {
         let req = self.write_request(wr)?;
         self.post_sends(Operation::Write, wr.len(), &mut [req])
     }
 
     #[inline]
-    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> TransportResult<u64> {
+    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> Result<u64> {
         let len = wr.len();
         let req = self.read_request(wr)?;
         self.post_sends(Operation::Read, len, &mut [req])
     }
 
-    pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> TransportResult<u64> {
+    pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
         let mut reqs = wrs
             .iter()
             .map(|wr| self.send_request(wr))
-            .collect::<TransportResult<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let len = wrs.iter().map(SendWorkRequest::len).sum();
         self.post_sends(Operation::Send, len, &mut reqs)
     }
 
-    pub(crate) fn post_write_batch(
-        &self,
-        wrs: &[WriteWorkRequest<'_, '_>],
-    ) -> TransportResult<u64> {
+    pub(crate) fn post_write_batch(&self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<u64> {
         let mut reqs = wrs
             .iter()
             .map(|wr| self.write_request(wr))
-            .collect::<TransportResult<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let len = wrs.iter().map(WriteWorkRequest::len).sum();
         self.post_sends(Operation::Write, len, &mut reqs)
     }
 
-    pub(crate) fn post_read_batch(
-        &self,
-        wrs: &mut [ReadWorkRequest<'_, '_>],
-    ) -> TransportResult<u64> {
+    pub(crate) fn post_read_batch(&self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(ReadWorkRequest::len).sum();
         let mut reqs = wrs
             .iter_mut()
             .map(|wr| self.read_request(wr))
-            .collect::<TransportResult<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         self.post_sends(Operation::Read, len, &mut reqs)
     }
 
@@ -180,7 +169,7 @@ impl WorkQueue {
         op: Operation,
         len: usize,
         reqs: &mut [SendRequest<'_>],
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         self.post_sends_locked(&mut self.lock(), op, len, reqs)
     }
 
@@ -195,7 +184,7 @@ impl WorkQueue {
         len: usize,
         reqs: &mut [SendRequest<'_>],
         timeout: Duration,
-    ) -> TransportResult<WorkSuccess> {
+    ) -> Result<WorkSuccess> {
         let mut st = self.lock();
         let id = st.next_wr_id;
         if reqs.len() == 1 {
@@ -244,11 +233,11 @@ impl WorkQueue {
         op: Operation,
         len: usize,
         reqs: &mut [SendRequest<'_>],
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         if reqs.is_empty() {
-            return Err(TransportError::Post {
+            return Err(Error::Post {
                 operation: op,
-                source: IbvError::InvalidArgument("empty batch".into()),
+                source: VerbsError::InvalidArgument("empty batch".into()),
             });
         }
         self.post_locked(st, op, len, reqs.len() as u32, |id| {
@@ -278,7 +267,7 @@ impl WorkQueue {
         unsafe { self.qp.post_send_list(reqs) }
     }
 
-    pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> TransportResult<u64> {
+    pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {
         self.receives_here()?;
         self.check_sges(
             Operation::Receive,
@@ -304,12 +293,12 @@ impl WorkQueue {
     pub(crate) fn post_recv_batch(
         &self,
         wrs: &mut [ReceiveWorkRequest<'_, '_>],
-    ) -> (Range<u64>, TransportResult<()>) {
-        let refuse = |e: TransportError| (0..0, Err(e));
+    ) -> (Range<u64>, Result<()>) {
+        let refuse = |e: Error| (0..0, Err(e));
         if wrs.is_empty() {
-            return refuse(TransportError::Post {
+            return refuse(Error::Post {
                 operation: Operation::Receive,
-                source: IbvError::InvalidArgument("empty batch".into()),
+                source: VerbsError::InvalidArgument("empty batch".into()),
             });
         }
         if let Err(e) = self.receives_here() {
@@ -343,11 +332,11 @@ pub(super) fn check_remote_len(
     op: Operation,
     len: usize,
     remote: &RemoteMemoryRegion,
-) -> TransportResult<()> {
+) -> Result<()> {
     if len as u64 > remote.length() {
-        return Err(TransportError::Post {
+        return Err(Error::Post {
             operation: op,
-            source: IbvError::InvalidArgument(format!(
+            source: VerbsError::InvalidArgument(format!(
                 "{len} bytes do not fit the remote region of {} bytes",
                 remote.length()
             )),

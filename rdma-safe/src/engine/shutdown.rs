@@ -42,7 +42,7 @@
 use super::attached::{Attached, Held, Notify};
 use super::tracker::Tracker;
 use super::WorkQueue;
-use crate::error::{Operation, TransportError};
+use crate::error::{Error, Operation};
 use crate::fatal::AbortOnUnwind;
 use rdma_core::PostError;
 use std::time::{Duration, Instant};
@@ -144,7 +144,7 @@ impl WorkQueue {
         sq: u32,
         held: Held,
         e: PostError,
-    ) -> (TransportError, Held) {
+    ) -> (Error, Held) {
         if nothing_queued(&e) {
             return (post_error(op, e), held);
         }
@@ -160,7 +160,7 @@ impl WorkQueue {
         sq: u32,
         held: Held,
         e: PostError,
-    ) -> (TransportError, Held) {
+    ) -> (Error, Held) {
         let id = st.next_wr_id;
         let notify = Notify::Claim;
         st.track_attached(op, len, sq, Attached { held, notify });
@@ -192,8 +192,8 @@ impl WorkQueue {
 }
 
 /// The error of a failed post of `op`.
-fn post_error(op: Operation, e: PostError) -> TransportError {
-    TransportError::Post {
+fn post_error(op: Operation, e: PostError) -> Error {
+    Error::Post {
         operation: op,
         source: e.into(),
     }

@@ -4,7 +4,7 @@
 use super::attached::{Attached, Notify};
 use super::room::RoomWaiters;
 use super::slots::SlotRing;
-use crate::error::{Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result};
 use crate::work::WorkSuccess;
 use rdma_core::{CompQueue, WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
@@ -146,7 +146,7 @@ impl Tracker {
     }
 
     /// Moves available completions from `cq` into their slots.
-    pub(crate) fn reap(&mut self, cq: &CompQueue) -> TransportResult<usize> {
+    pub(crate) fn reap(&mut self, cq: &CompQueue) -> Result<usize> {
         self.reap_claiming(cq, None, &mut None)
     }
 
@@ -185,11 +185,8 @@ impl Tracker {
         cq: &CompQueue,
         claim: Option<u64>,
         claimed: &mut Option<WorkCompletion>,
-    ) -> TransportResult<usize> {
-        let n = cq
-            .poll(&mut self.wcs[..])
-            .map_err(TransportError::Poll)?
-            .len();
+    ) -> Result<usize> {
+        let n = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?.len();
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
@@ -324,8 +321,8 @@ impl Tracker {
 
     /// The error of a failed completion.
     #[cold]
-    pub(crate) fn failure(op: Operation, wc: &WorkCompletion) -> TransportError {
-        TransportError::WorkCompletion {
+    pub(crate) fn failure(op: Operation, wc: &WorkCompletion) -> Error {
+        Error::WorkCompletion {
             operation: op,
             status: wc.status(),
             vendor_err: wc.vendor_err(),

@@ -4,7 +4,7 @@
 use super::clock::WaitClock;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
-use crate::error::{Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result};
 use crate::fatal::AbortOnUnwind;
 use crate::work::WorkSuccess;
 use rdma_core::QpState;
@@ -15,7 +15,7 @@ impl WorkQueue {
     /// not). `None` while still in flight. Errors if `id` is unknown.
     ///
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
-    pub(crate) fn try_take(&self, id: u64) -> Option<TransportResult<WorkSuccess>> {
+    pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
         let mut st = self.lock();
         if st.slots.get(id).is_some_and(Slot::posted) {
             match st.reap(&self.cq) {
@@ -40,17 +40,13 @@ impl WorkQueue {
     /// The outcome of `id` if its completion was seen (removing its slot);
     /// `None` while in flight; an error if `id` is not tracked.
     #[inline]
-    pub(super) fn take_done(
-        &self,
-        st: &mut Tracker,
-        id: u64,
-    ) -> Option<TransportResult<WorkSuccess>> {
+    pub(super) fn take_done(&self, st: &mut Tracker, id: u64) -> Option<Result<WorkSuccess>> {
         match st.slots.get(id) {
             Some(slot) if slot.posted() => None,
             Some(_) => st
                 .slots
                 .remove_with(id, |slot| self.outcome(slot.op, slot.len, &slot.wc)),
-            None => Some(Err(TransportError::Unusable(format!(
+            None => Some(Err(Error::Unusable(format!(
                 "work request {id} is not outstanding"
             )))),
         }
@@ -75,23 +71,19 @@ impl WorkQueue {
 
     /// Blocks until `id` completes and returns its outcome. If `timeout`
     /// passes first, shuts the QP down and drains every outstanding request
-    /// before returning [`TransportError::Timeout`].
+    /// before returning [`Error::Timeout`].
     ///
     /// Never unwinds: its callers rely on it returning only once `id` is
     /// complete, so a panic inside (e.g. from a logger) aborts the process.
     #[inline]
-    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> TransportResult<WorkSuccess> {
+    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
         let guard = AbortOnUnwind("waiting for a completion");
         let outcome = self.wait_unguarded(id, timeout);
         guard.disarm();
         outcome
     }
 
-    pub(super) fn wait_unguarded(
-        &self,
-        id: u64,
-        timeout: Duration,
-    ) -> TransportResult<WorkSuccess> {
+    pub(super) fn wait_unguarded(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
         // Fast path: already complete (the common case when a bandwidth loop
         // waits for its oldest request). No clock read: under virtualised
         // clock sources `Instant::now` costs microseconds.
@@ -116,9 +108,7 @@ impl WorkQueue {
                 // report now rather than wait out the timeout for work the
                 // QP will never do.
                 self.shutdown_and_drain(&why);
-                return self
-                    .try_take(id)
-                    .unwrap_or(Err(TransportError::Unusable(why)));
+                return self.try_take(id).unwrap_or(Err(Error::Unusable(why)));
             }
             if elapsed >= timeout {
                 let op = self
@@ -129,7 +119,7 @@ impl WorkQueue {
                 self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                 // The request is now complete (flushed); forget it.
                 self.lock().slots.remove(id);
-                return Err(TransportError::Timeout {
+                return Err(Error::Timeout {
                     operation: op,
                     timeout,
                 });
@@ -154,7 +144,7 @@ impl WorkQueue {
     /// Waits for each of `ids` that is still tracked and removes it. Returns
     /// the failures. Never returns while any of them may still be in use by
     /// the NIC.
-    pub(crate) fn drain_ids(&self, ids: &[u64], timeout: Duration) -> Vec<TransportError> {
+    pub(crate) fn drain_ids(&self, ids: &[u64], timeout: Duration) -> Vec<Error> {
         let mut errors = Vec::new();
         for &id in ids {
             if !self.is_tracked(id) {

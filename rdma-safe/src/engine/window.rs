@@ -4,7 +4,7 @@
 //! shutdown bound their waits too.
 
 use super::WorkQueue;
-use crate::error::{Operation, TransportResult};
+use crate::error::{Operation, Result};
 use rdma_core::{AccessFlags, MemoryRegion, MemoryWindow, SendRequest};
 use std::ops::Range;
 
@@ -18,14 +18,14 @@ impl WorkQueue {
         mr: &MemoryRegion,
         range: Range<u64>,
         access: AccessFlags,
-    ) -> TransportResult<u64> {
+    ) -> Result<u64> {
         let len = range.end - range.start;
         let req = SendRequest::bind_mw(0, mw, rkey, mr, range.start, len, access);
         self.post_sends(Operation::BindWindow, 0, &mut [req])
     }
 
     /// Posts an invalidation of the window key `rkey`.
-    pub(crate) fn post_invalidate(&self, rkey: u32) -> TransportResult<u64> {
+    pub(crate) fn post_invalidate(&self, rkey: u32) -> Result<u64> {
         let req = SendRequest::local_inv(0, rkey);
         self.post_sends(Operation::InvalidateWindow, 0, &mut [req])
     }

@@ -72,7 +72,7 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
-use crate::error::{IbvError, Operation, TransportError, TransportResult};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::owned_request::OwnedRequest;
 use crate::pool::{BufferPool, PoolBuf, PoolBytes};
 use crate::remote::RemoteMemoryRegion;
@@ -84,7 +84,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The outcome of an owning operation and its buffer, given back.
-pub type Completed<B> = (TransportResult<WorkSuccess>, B);
+pub type Completed<B> = (Result<WorkSuccess>, B);
 
 /// A cloneable, `Send + Sync` handle to a channel's engine for operations
 /// that own their buffers (see the [module](self) docs). From
@@ -132,14 +132,14 @@ impl SharedChannel {
     /// channel's descriptor).
     ///
     /// # Errors
-    /// [`IbvError::InvalidArgument`] if the channel was built without
+    /// [`VerbsError::InvalidArgument`] if the channel was built without
     /// [`completion_events`](crate::ChannelBuilder::completion_events);
     /// outside a tokio runtime, or if registering the descriptor fails, the
     /// I/O error.
     #[cfg(feature = "tokio")]
     pub fn with_tokio(self) -> crate::Result<Self> {
         let channel = self.queue.comp_channel().cloned().ok_or_else(|| {
-            IbvError::InvalidArgument(
+            VerbsError::InvalidArgument(
                 "async operations need a channel built with .completion_events(true)".into(),
             )
         })?;
@@ -198,7 +198,7 @@ impl SharedChannel {
 
     /// For tests of the failure paths only: posts go to the verb without
     /// the state check that refuses them on a channel that is not connected
-    /// (see [`TransportError::NotReady`](crate::TransportError::NotReady)).
+    /// (see [`Error::NotReady`](crate::Error::NotReady)).
     /// Still sound: a verb failure that may have queued the request shuts
     /// the channel down and drains it before anything is given back.
     #[doc(hidden)]
@@ -281,8 +281,8 @@ impl SharedChannel {
     pub fn send_then(
         &self,
         data: PoolBytes,
-        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBytes) + Send + 'static,
-    ) -> Result<(), (TransportError, PoolBytes)> {
+        then: impl FnOnce(Result<WorkSuccess>, PoolBytes) + Send + 'static,
+    ) -> Result<(), (Error, PoolBytes)> {
         self.post_then(OwnedKind::Send { imm: None }, data, then)
     }
 
@@ -294,8 +294,8 @@ impl SharedChannel {
     pub fn receive_then(
         &self,
         buf: PoolBuf,
-        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBuf) + Send + 'static,
-    ) -> Result<(), (TransportError, PoolBuf)> {
+        then: impl FnOnce(Result<WorkSuccess>, PoolBuf) + Send + 'static,
+    ) -> Result<(), (Error, PoolBuf)> {
         self.post_then(OwnedKind::Receive, buf, then)
     }
 
@@ -308,8 +308,8 @@ impl SharedChannel {
         &self,
         data: PoolBytes,
         remote: RemoteMemoryRegion,
-        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBytes) + Send + 'static,
-    ) -> Result<(), (TransportError, PoolBytes)> {
+        then: impl FnOnce(Result<WorkSuccess>, PoolBytes) + Send + 'static,
+    ) -> Result<(), (Error, PoolBytes)> {
         self.post_then(OwnedKind::Write { remote, imm: None }, data, then)
     }
 
@@ -322,8 +322,8 @@ impl SharedChannel {
         &self,
         buf: PoolBuf,
         remote: RemoteMemoryRegion,
-        then: impl FnOnce(TransportResult<WorkSuccess>, PoolBuf) + Send + 'static,
-    ) -> Result<(), (TransportError, PoolBuf)> {
+        then: impl FnOnce(Result<WorkSuccess>, PoolBuf) + Send + 'static,
+    ) -> Result<(), (Error, PoolBuf)> {
         self.post_then(OwnedKind::Read { remote }, buf, then)
     }
 
@@ -337,8 +337,8 @@ impl SharedChannel {
     pub fn post_batch_then(
         &self,
         reqs: Vec<OwnedRequest>,
-        then: impl FnOnce(TransportResult<WorkSuccess>, Vec<OwnedRequest>) + Send + 'static,
-    ) -> Result<(), (TransportError, Vec<OwnedRequest>)> {
+        then: impl FnOnce(Result<WorkSuccess>, Vec<OwnedRequest>) + Send + 'static,
+    ) -> Result<(), (Error, Vec<OwnedRequest>)> {
         self.post_then(batch_kind(&reqs), reqs, then)
     }
 
@@ -346,8 +346,8 @@ impl SharedChannel {
         &self,
         kind: OwnedKind,
         buf: B,
-        then: impl FnOnce(TransportResult<WorkSuccess>, B) + Send + 'static,
-    ) -> Result<(), (TransportError, B)> {
+        then: impl FnOnce(Result<WorkSuccess>, B) + Send + 'static,
+    ) -> Result<(), (Error, B)> {
         let cb = Box::new(move |outcome, held| {
             let (outcome, buf) = finish(kind, (outcome, held));
             then(outcome, buf)
@@ -367,7 +367,7 @@ impl SharedChannel {
     ///
     /// # Errors
     /// If polling the completion queue fails.
-    pub fn run_callbacks(&self) -> TransportResult<usize> {
+    pub fn run_callbacks(&self) -> Result<usize> {
         self.queue.run_callbacks()
     }
 
@@ -466,18 +466,18 @@ fn refused_outcome<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> Complet
     (Err(e), buf)
 }
 
-fn refused_parts<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> (TransportError, B) {
+fn refused_parts<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> (Error, B) {
     match refused {
         Refused::Error(e, held) => (e, from_held::<B>(held)),
         Refused::Full(held) => (queue_full(kind), from_held::<B>(held)),
     }
 }
 
-fn queue_full(kind: OwnedKind) -> TransportError {
+fn queue_full(kind: OwnedKind) -> Error {
     let operation = kind.operation();
-    TransportError::Post {
+    Error::Post {
         operation,
-        source: IbvError::InvalidArgument(
+        source: VerbsError::InvalidArgument(
             "the send queue is full (wait for completions or build a deeper channel)".into(),
         ),
     }

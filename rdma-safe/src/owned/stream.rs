@@ -4,7 +4,7 @@
 use super::future::wait;
 use super::{finish, SharedChannel};
 use crate::engine::{Abandon, Held, Notify, OwnedKind, Refused};
-use crate::error::{TransportError, TransportResult};
+use crate::error::{Error, Result};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
 use std::collections::VecDeque;
@@ -38,7 +38,7 @@ impl RecvStream {
     }
 
     /// Keeps `depth` receives posted while the pool has buffers.
-    fn refill(&mut self, cx: &mut Context<'_>) -> TransportResult<()> {
+    fn refill(&mut self, cx: &mut Context<'_>) -> Result<()> {
         while self.posted.len() < self.depth {
             let Poll::Ready(buf) = self.pool.poll_alloc(cx) else {
                 return Ok(());
@@ -67,7 +67,7 @@ impl RecvStream {
     pub fn poll_next(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<TransportResult<(WorkSuccess, PoolBuf)>>> {
+    ) -> Poll<Option<Result<(WorkSuccess, PoolBuf)>>> {
         if self.ended {
             return Poll::Ready(None);
         }
@@ -90,7 +90,7 @@ impl RecvStream {
             if let Some(returned) = queue.poll_owned(front, cx.waker(), self.chan.spin) {
                 self.posted.pop_front();
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
-                if let Err(TransportError::PeerDisconnected { .. }) = outcome {
+                if let Err(Error::PeerDisconnected { .. }) = outcome {
                     // A clean end: the peer of a CM channel disconnected.
                     // The other receives were flushed with it; their
                     // buffers go back to the pool as they are reaped.
@@ -107,7 +107,7 @@ impl RecvStream {
     }
 
     /// Waits for the next message (see [`poll_next`](Self::poll_next)).
-    pub async fn next(&mut self) -> Option<TransportResult<(WorkSuccess, PoolBuf)>> {
+    pub async fn next(&mut self) -> Option<Result<(WorkSuccess, PoolBuf)>> {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
     }
 

@@ -38,7 +38,6 @@ pub use buf::PoolBuf;
 pub use bytes::PoolBytes;
 
 use crate::aligned::AlignedBuffer;
-use crate::error::IbvError;
 use crate::pd::ProtectionDomain;
 use crate::registered::RegisteredBuffer;
 use std::fmt;
@@ -68,12 +67,6 @@ pub enum PoolError {
     /// A size or count is zero or too large.
     #[error("invalid pool geometry: {0}")]
     InvalidSize(String),
-    /// Allocating a slab failed.
-    #[error(transparent)]
-    Alloc(#[from] crate::aligned::AllocError),
-    /// Registering a slab failed (`ibv_reg_mr`; see `ulimit -l`).
-    #[error("registering a pool slab failed: {0}")]
-    Register(#[source] IbvError),
 }
 
 /// A registered slab and the address of its first byte.
@@ -128,9 +121,10 @@ impl BufferPool {
     ///
     /// # Errors
     /// [`PoolError::InvalidSize`] for a zero size or count or a geometry
-    /// that overflows; [`PoolError::Alloc`] / [`PoolError::Register`] when a
-    /// slab cannot be allocated or pinned.
-    pub fn new(pd: &ProtectionDomain, buffer_size: usize, count: usize) -> Result<Self, PoolError> {
+    /// that overflows; [`Error::Alloc`](crate::Error::Alloc) /
+    /// [`Error::Verbs`](crate::Error::Verbs) (`ibv_reg_mr`, see `ulimit -l`)
+    /// when a slab cannot be allocated or pinned.
+    pub fn new(pd: &ProtectionDomain, buffer_size: usize, count: usize) -> crate::Result<Self> {
         Self::with_slab_size(pd, buffer_size, count, DEFAULT_SLAB_BYTES)
     }
 
@@ -144,8 +138,8 @@ impl BufferPool {
         buffer_size: usize,
         count: usize,
         slab_bytes: usize,
-    ) -> Result<Self, PoolError> {
-        let invalid = |what: String| PoolError::InvalidSize(what);
+    ) -> crate::Result<Self> {
+        let invalid = |what: String| crate::Error::from(PoolError::InvalidSize(what));
         if buffer_size == 0 || count == 0 {
             return Err(invalid(format!("{count} buffers of {buffer_size} bytes")));
         }
@@ -165,8 +159,9 @@ impl BufferPool {
             let bytes = n
                 .checked_mul(stride)
                 .ok_or_else(|| invalid(format!("{n} x {stride} bytes")))?;
-            let mut region = RegisteredBuffer::register(pd, AlignedBuffer::new(bytes)?)
-                .map_err(PoolError::Register)?;
+            // Allocating (`Error::Alloc`) or registering (`Error::Verbs`,
+            // `ibv_reg_mr`: see `ulimit -l`) a slab can fail too.
+            let mut region = RegisteredBuffer::register(pd, AlignedBuffer::new(bytes)?)?;
             let lkey = region.region().lkey();
             // The one dereference of the slab: from here on it is reached
             // only through `base` and the chunk handles.
@@ -198,7 +193,7 @@ impl BufferPool {
     ///
     /// # Errors
     /// [`PoolError::Exhausted`] when every buffer is in use.
-    pub fn try_alloc(&self) -> Result<PoolBuf, PoolError> {
+    pub fn try_alloc(&self) -> crate::Result<PoolBuf> {
         let idx = self
             .inner
             .lock()
@@ -212,7 +207,7 @@ impl BufferPool {
     ///
     /// # Errors
     /// [`PoolError::Exhausted`] if none was free within `timeout`.
-    pub fn alloc_timeout(&self, timeout: Duration) -> Result<PoolBuf, PoolError> {
+    pub fn alloc_timeout(&self, timeout: Duration) -> crate::Result<PoolBuf> {
         let deadline = Instant::now() + timeout;
         let mut free = self.inner.lock();
         loop {
@@ -222,7 +217,7 @@ impl BufferPool {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(self.exhausted());
+                return Err(self.exhausted().into());
             }
             free = self
                 .inner

@@ -7,7 +7,7 @@ fn misuse(channel: &mut Channel, mr: &MemoryRegion, buf: &mut [u8]) {
         let g = [mr.gather_element(buf)];
         s.post_send(SendWorkRequest::new(&g))?.wait()?;
         buf.fill(0);
-        Ok::<_, rdma_safe::TransportError>(())
+        Ok::<_, rdma_safe::Error>(())
     });
 }
 

@@ -1,10 +1,10 @@
 // A second scope on a channel that a scope already holds is rejected.
-use rdma_safe::{Channel, TransportError};
+use rdma_safe::{Channel, Error};
 
 fn misuse(channel: &mut Channel) {
     let _ = channel.scope(|_outer| {
-        let _ = channel.scope(|_inner| Ok::<_, TransportError>(()));
-        Ok::<_, TransportError>(())
+        let _ = channel.scope(|_inner| Ok::<_, Error>(()));
+        Ok::<_, Error>(())
     });
 }
 

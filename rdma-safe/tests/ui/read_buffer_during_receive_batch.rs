@@ -15,7 +15,7 @@ fn misuse(channel: &mut Channel, mr: &MemoryRegion, buf: &mut Vec<u8>) {
             r.wait()?;
         }
         println!("{}", buf[0]);
-        Ok::<_, rdma_safe::TransportError>(())
+        Ok::<_, rdma_safe::Error>(())
     });
 }
 

@@ -5,7 +5,7 @@ fn misuse(channel: &mut Channel, mr: &MemoryRegion, buf: &[u8]) {
     let mut outer: Option<ScopedPendingWork<'_>> = None;
     let _ = channel.scope(|s| {
         outer = Some(s.post_send(SendWorkRequest::new(&[mr.gather_element(buf)]))?);
-        Ok::<_, rdma_safe::TransportError>(())
+        Ok::<_, rdma_safe::Error>(())
     });
     drop(outer);
 }

@@ -252,7 +252,7 @@ async fn connect_cm(pd: &ProtectionDomain, o: &Options, host: &str) -> Result<Ch
         };
         match attempt.await {
             Ok(channel) => return Ok(channel),
-            Err(rdma_safe::Error::Verbs(rdma_safe::IbvError::Cm { event, .. }))
+            Err(rdma_safe::Error::Verbs(rdma_safe::error::VerbsError::Cm { event, .. }))
                 if event == "RDMA_CM_EVENT_REJECTED" && start.elapsed() < net::CONNECT_RETRY =>
             {
                 tokio::time::sleep(Duration::from_millis(200)).await;

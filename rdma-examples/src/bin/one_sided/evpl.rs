@@ -5,13 +5,13 @@
 
 use rdma_safe::{
     GatherElement, PollingScope, ReadWorkRequest, RemoteMemoryRegion, ScatterElement,
-    ScopedPendingWork, TransportResult, WorkSuccess, WriteWorkRequest,
+    ScopedPendingWork, WorkSuccess, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 
 /// A completion callback (libevpl's `void (*callback)(int status, void
 /// *private_data)`, with the private data captured by the closure).
-pub(crate) type Callback<'cb> = Box<dyn FnOnce(TransportResult<WorkSuccess>) + 'cb>;
+pub(crate) type Callback<'cb> = Box<dyn FnOnce(rdma_safe::Result<WorkSuccess>) + 'cb>;
 
 /// Operations in flight and their callbacks; [`poll`](Self::poll) fires the
 /// callbacks of those that completed.
@@ -97,8 +97,8 @@ pub(crate) fn rdma_write<'scope, 'cb>(
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &[GatherElement<'scope>],
-    callback: impl FnOnce(TransportResult<WorkSuccess>) + 'cb,
-) -> TransportResult<()> {
+    callback: impl FnOnce(rdma_safe::Result<WorkSuccess>) + 'cb,
+) -> rdma_safe::Result<()> {
     q.poll_until(q.depth - 1);
     let work = s.post_write(WriteWorkRequest::new(iov, remote))?;
     q.push(work, Box::new(callback));
@@ -116,8 +116,8 @@ pub(crate) fn rdma_read<'scope, 'cb>(
     q: &mut Completions<'scope, 'cb>,
     remote: RemoteMemoryRegion,
     iov: &mut [ScatterElement<'scope>],
-    callback: impl FnOnce(TransportResult<WorkSuccess>) + 'cb,
-) -> TransportResult<()> {
+    callback: impl FnOnce(rdma_safe::Result<WorkSuccess>) + 'cb,
+) -> rdma_safe::Result<()> {
     q.poll_until(q.depth - 1);
     let work = s.post_read(ReadWorkRequest::new(iov, remote))?;
     q.push(work, Box::new(callback));

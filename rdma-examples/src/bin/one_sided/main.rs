@@ -47,8 +47,8 @@ use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{cli, device, flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, TransportResult,
-    WorkSuccess, REMOTE_REGION_ENCODED_LEN,
+    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, WorkSuccess,
+    REMOTE_REGION_ENCODED_LEN,
 };
 use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
@@ -227,7 +227,7 @@ impl Tally {
         &'a self,
         what: String,
         expected: usize,
-    ) -> impl FnOnce(TransportResult<WorkSuccess>) + 'a {
+    ) -> impl FnOnce(rdma_safe::Result<WorkSuccess>) + 'a {
         move |outcome| {
             self.fired.set(self.fired.get() + 1);
             match outcome {

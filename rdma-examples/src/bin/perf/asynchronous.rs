@@ -20,7 +20,7 @@ use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
     BufferPool, Op, OwnedBuffer, OwnedRequest, PoolBuf, PoolBytes, RemoteMemoryRegion,
-    SharedChannel, TransportResult, WorkSuccess,
+    SharedChannel, WorkSuccess,
 };
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -53,7 +53,7 @@ fn on_runtime<T>(
 /// A future posted (polled once) or already resolved.
 enum InFlight<'a, B: OwnedBuffer> {
     Posted(Op<'a, B>),
-    Done((TransportResult<WorkSuccess>, B)),
+    Done((rdma_safe::Result<WorkSuccess>, B)),
 }
 
 impl<'a, B: OwnedBuffer> InFlight<'a, B> {
@@ -69,7 +69,7 @@ impl<'a, B: OwnedBuffer> InFlight<'a, B> {
         .map_or(InFlight::Posted(op), InFlight::Done)
     }
 
-    async fn finish(self) -> (TransportResult<WorkSuccess>, B) {
+    async fn finish(self) -> (rdma_safe::Result<WorkSuccess>, B) {
         match self {
             InFlight::Posted(op) => op.await,
             InFlight::Done(done) => done,

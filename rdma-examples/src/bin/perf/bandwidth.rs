@@ -11,7 +11,7 @@ use rdma_examples::stats::Bandwidth;
 use rdma_examples::{flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
     PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScatterElement,
-    ScopedPendingWork, SendWorkRequest, TransportResult, WriteWorkRequest,
+    ScopedPendingWork, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -245,7 +245,7 @@ fn pump<'scope>(
     depth: usize,
     size: usize,
     batch: usize,
-    post: &mut dyn FnMut(usize, usize) -> TransportResult<ScopedPendingWork<'scope>>,
+    post: &mut dyn FnMut(usize, usize) -> rdma_safe::Result<ScopedPendingWork<'scope>>,
 ) -> Result<()> {
     let mut inflight: VecDeque<(ScopedPendingWork<'scope>, usize)> = VecDeque::with_capacity(depth);
     let (mut next, mut outstanding) = (0, 0);

@@ -55,8 +55,7 @@ use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::support::{self, Feature};
 use rdma_examples::{cli, device, flatten_scope, page_size, BoxError, Result};
 use rdma_safe::{
-    ConnectOptions, Endpoint, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
-    TransportError,
+    ConnectOptions, Endpoint, Error, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
 };
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -404,7 +403,7 @@ fn finish_server_exchange(link: &mut Link, me: &Dest) -> Result<()> {
 /// buffer is a local length error by the verbs specification and a local
 /// QP operation error on rxe; the sender sees a remote invalid request or
 /// remote operation error.
-fn size_hint(e: TransportError, size: usize) -> BoxError {
+fn size_hint(e: Error, size: usize) -> BoxError {
     let hint = match e.status() {
         Some(WcStatus::LocalLengthError | WcStatus::LocalQpOperationError) => {
             format!("a message longer than -s {size} bytes arrived")

@@ -1,8 +1,6 @@
 // The patterns the compile-fail tests forbid, done right: buffers are read
 // after the scope, handles are polled inside it, two channels' scopes nest.
-use rdma_safe::{
-    Channel, MemoryRegion, ReceiveWorkRequest, ScopeError, SendWorkRequest, TransportError,
-};
+use rdma_safe::{Channel, MemoryRegion, ReceiveWorkRequest, ScopeError, SendWorkRequest, Error};
 
 fn send_then_reuse(
     a: &mut Channel,
@@ -41,14 +39,14 @@ fn send_then_reuse(
 fn forget_is_fine(channel: &mut Channel, mr: &MemoryRegion, buf: &[u8]) {
     let _ = channel.scope(|s| {
         std::mem::forget(s.post_send(SendWorkRequest::new(&[mr.gather_element(buf)]))?);
-        Ok::<_, TransportError>(())
+        Ok::<_, Error>(())
     });
 }
 
 // Scatter elements built before the scope can be moved into it and posted
 // (their data lifetime outlives the scope), and `?` flattens the scope's
-// error into a `TransportError`.
-fn elements_built_outside(channel: &mut Channel, mr: &MemoryRegion, rx: &mut [u8]) -> Result<usize, TransportError> {
+// error into a `Error`.
+fn elements_built_outside(channel: &mut Channel, mr: &MemoryRegion, rx: &mut [u8]) -> Result<usize, Error> {
     let element = mr.scatter_element(rx);
     let got = channel.scope(move |s| {
         let mut scatter = [element];
