@@ -2,7 +2,7 @@
 //! given, so that a server fails at start-up, not when a client arrives.
 
 use crate::Result;
-use rdma_safe::{Context, ProtectionDomain};
+use rdma_safe::{channel::Context, ProtectionDomain};
 
 /// Opens the device called `name`, or the first device if `None`, and
 /// allocates a protection domain on it — on the connection manager's

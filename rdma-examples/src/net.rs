@@ -3,7 +3,7 @@
 //! whose every read and write has a deadline, so a silent or stopped peer
 //! ends in a timeout error instead of a hang.
 
-use rdma_safe::{Channel, Endpoint};
+use rdma_safe::{channel::Endpoint, Channel};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -289,7 +289,7 @@ pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoi
     channel
         .handshake(link.stream()?)
         .map_err(|e| match e.kind() {
-            rdma_safe::ErrorKind::TimedOut => timed_out(timeout, what).into(),
+            rdma_safe::error::ErrorKind::TimedOut => timed_out(timeout, what).into(),
             _ => e.into(),
         })
 }

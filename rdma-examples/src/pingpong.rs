@@ -3,7 +3,7 @@
 //! number (6), PSN (6), GID (32 hex digits, bytes in network order) —
 //! NUL-terminated in a fixed 52-byte buffer.
 
-use rdma_safe::Gid;
+use rdma_safe::channel::Gid;
 use std::fmt::Write as _;
 
 /// Bytes of one address message on the wire (the size of the C

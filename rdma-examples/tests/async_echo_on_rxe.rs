@@ -266,7 +266,7 @@ fn a_silent_cm_client_is_closed_after_the_server_timeout() {
     let silent = rdma_safe::Channel::connect_to_with(
         format!("{ip}:{port}").as_str(),
         &[],
-        &rdma_safe::CmOptions::default().timeout(Duration::from_secs(20)),
+        &rdma_safe::cm::CmOptions::default().timeout(Duration::from_secs(20)),
     )
     .expect("connect through the CM");
     let start = Instant::now();

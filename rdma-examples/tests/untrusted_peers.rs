@@ -15,7 +15,7 @@
 mod common;
 
 use common::*;
-use rdma_safe::{RemoteMemoryRegion, ENDPOINT_ENCODED_LEN};
+use rdma_safe::{channel::ENDPOINT_ENCODED_LEN, RemoteMemoryRegion};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::thread;
@@ -396,7 +396,7 @@ fn perf_passive_server_gives_up_on_a_client_that_stops() {
     let (p, mut s) = perf_server_gets("write_bw", 19350, line_.as_bytes());
     assert_eq!(line(&mut s), "OK");
     echo_handshake(&mut s);
-    let mut region = [0u8; rdma_safe::REMOTE_REGION_ENCODED_LEN];
+    let mut region = [0u8; rdma_safe::memory::REMOTE_REGION_ENCODED_LEN];
     s.read_exact(&mut region).unwrap();
     assert_eq!(line(&mut s), "GO 4096");
     fails_with(p, 1, "timed out");

@@ -19,7 +19,8 @@
 //! runs it (rdma-safe's `examples` test).
 
 use rdma_safe::{
-    BufferPool, Channel, CmOptions, Connector, Listener, PoolBuf, ProtectionDomain, SharedChannel,
+    cm::CmOptions, cm::Connector, pool::PoolBuf, BufferPool, Channel, Listener, ProtectionDomain,
+    SharedChannel,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;

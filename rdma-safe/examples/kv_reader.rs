@@ -14,8 +14,8 @@
 //! runs it (rdma-safe's `examples` test).
 
 use rdma_safe::{
-    CmOptions, Listener, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer,
-    RemoteAccessBuffer, RemoteMemoryRegion, SendWorkRequest,
+    cm::CmOptions, Listener, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest,
+    RegisteredBuffer, RemoteAccessBuffer, RemoteMemoryRegion, SendWorkRequest,
 };
 use std::net::SocketAddr;
 

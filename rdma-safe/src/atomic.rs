@@ -22,8 +22,8 @@
 //! The old value is written in the order the NIC keeps 64-bit values in
 //! memory: host order on rxe (read it with `u64::from_ne_bytes`).
 
-use crate::remote::RemoteMemoryRegion;
-use crate::sge::ScatterElement;
+use crate::memory::element::ScatterElement;
+use crate::memory::remote::RemoteMemoryRegion;
 
 /// Bytes an atomic operates on, and the size of its result element.
 pub const ATOMIC_SIZE: usize = 8;

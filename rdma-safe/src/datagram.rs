@@ -19,12 +19,12 @@
 //! posting.
 
 use crate::channel::DEFAULT_TIMEOUT;
-use crate::datagram_options::DatagramOptions;
+pub use crate::datagram_options::DatagramOptions;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
+use crate::memory::element::GatherElement;
+use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
-use crate::remote_access::RemoteAccessBuffer;
-use crate::sge::GatherElement;
 use crate::work::{ReceiveWorkRequest, WorkSuccess};
 use rdma_core::{
     AccessFlags, AddressHandle, AddressVector, CompQueue, Gid, Mtu, QpCapabilities, QpType,

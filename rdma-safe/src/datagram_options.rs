@@ -5,7 +5,7 @@
 /// Options of [`DatagramEndpoint::with_options`](crate::DatagramEndpoint::with_options).
 ///
 /// ```
-/// # use rdma_safe::DatagramOptions;
+/// # use rdma_safe::datagram::DatagramOptions;
 /// let o = DatagramOptions::default().port(1).service_level(3).completion_events(true);
 /// assert_eq!((o.port, o.service_level, o.completion_events), (1, 3, true));
 /// ```

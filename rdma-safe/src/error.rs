@@ -16,12 +16,11 @@ use rdma_core::{QpState, WcStatus};
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::aligned::AllocError;
 pub use crate::endpoint::EndpointDecodeError;
 pub use crate::exchange::HandshakeError;
-pub use crate::pool::PoolError;
-pub use crate::remote::RemoteRegionError;
-pub use crate::sge::ScatterGatherElementError;
+pub use crate::memory::aligned::AllocError;
+pub use crate::memory::element::ScatterGatherElementError;
+pub use crate::memory::remote::RemoteRegionError;
 /// The verbs layer's error (rdma-core's): the detail of [`Error::Verbs`],
 /// [`Error::Post`] and [`Error::Poll`].
 pub use rdma_core::Error as VerbsError;
@@ -70,6 +69,24 @@ impl fmt::Display for Operation {
             Operation::InvalidateWindow => "memory window invalidation",
         })
     }
+}
+
+/// Why a pool could not be created or could not hand out a buffer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// Every buffer is in use (held by the program or by in-flight
+    /// operations). Drop buffers, wait for operations, or make a larger pool.
+    #[error("buffer pool exhausted: all {capacity} buffers of {buffer_size} bytes are in use")]
+    Exhausted {
+        /// Buffers in the pool.
+        capacity: usize,
+        /// Bytes per buffer.
+        buffer_size: usize,
+    },
+    /// A size or count is zero or too large.
+    #[error("invalid pool geometry: {0}")]
+    InvalidSize(String),
 }
 
 /// Every error of this crate.
@@ -379,7 +396,6 @@ impl<E: Into<Error>> From<ScopeError<E>> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::PoolError;
 
     /// `BufferPool::new(..)?` in a function returning `rdma_safe::Result`.
     #[test]

@@ -64,6 +64,26 @@
 //!   returns. A timed-out call therefore never returns while the NIC may
 //!   still touch borrowed memory, and never waits forever.
 //!
+//! # Where things are
+//!
+//! The crate root holds what a program starts from: [`ProtectionDomain`],
+//! [`Channel`] and its builder, the memory types, the elements and work
+//! requests, [`PollingScope`], [`SharedChannel`] and [`BufferPool`],
+//! [`Listener`], [`DatagramEndpoint`], [`SharedReceiveQueue`], and the one
+//! [`Error`] with its [`Result`]. Everything else lives in its module:
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`channel`] | connecting: [`ConnectOptions`](channel::ConnectOptions), [`Endpoint`](channel::Endpoint), the verbs-layer parameter types |
+//! | [`cm`] | the connection manager: options, [`Connector`](cm::Connector), [`Incoming`](cm::Incoming) |
+//! | [`memory`] | why registration is sound; [`AccessFlags`](memory::AccessFlags), [`AlignedBuffer`](memory::AlignedBuffer), [`StableBuffer`](memory::StableBuffer) |
+//! | [`work`] | atomics' operands, [`PendingWork`](work::PendingWork), completion opcodes and statuses |
+//! | [`scope`] | how scopes keep borrowed memory sound |
+//! | [`owned`] | owned operations: requests, futures, streams, reactors |
+//! | [`pool`] | pool buffers |
+//! | [`datagram`], [`srq`], [`window`] | datagrams, shared receive queues, memory windows |
+//! | [`error`] | the error's kinds and details, [`Operation`](error::Operation) |
+//!
 //! # Which memory for which job
 //!
 //! | the job | use | why |
@@ -119,7 +139,7 @@
 //!    `rdma_core::WrBatch` (`rdma-core/src/qp_ex.rs`) that first checks the
 //!    device's `send_ops_flags`, with a device test in
 //!    `rdma-core/tests/`.
-//! 2. **Its name**: a variant of [`Operation`] (`error.rs`), which every
+//! 2. **Its name**: a variant of [`Operation`](error::Operation) (`error.rs`), which every
 //!    error of the verb carries.
 //! 3. **Its typed request**: a type holding the borrowed elements and the
 //!    remote side (`atomic.rs`, `work.rs`), whose lifetimes tie the memory
@@ -138,12 +158,11 @@
 //!
 //! Optional, each on its own: the blocking form (a method in
 //! `channel/<verb>.rs`), the scoped form ([`PollingScope`]'s `post_*` in
-//! `scope.rs`), the owned form (a variant of [`OwnedRequest`] and of the
+//! `scope.rs`), the owned form (a variant of [`OwnedRequest`](owned::OwnedRequest) and of the
 //! engine's `OwnedKind`), and a `perf` test in `rdma-examples`.
 
-mod aligned;
 mod atomic;
-mod channel;
+pub mod channel;
 pub mod cm;
 pub mod datagram;
 mod datagram_options;
@@ -158,43 +177,29 @@ mod owned_request;
 mod pd;
 mod pending;
 pub mod pool;
-mod registered;
-mod remote;
-pub mod remote_access;
 pub mod scope;
-mod sge;
 pub mod srq;
 pub mod window;
-mod work;
+pub mod work;
 
-pub use aligned::{AlignedBuffer, AllocError, StableBuffer};
-pub use atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
-pub use channel::{Channel, ChannelBuilder, ConnectOptions, DEFAULT_TIMEOUT};
-pub use cm::{CmOptions, Connector, Incoming, Listener};
-pub use datagram::{Datagram, DatagramAddress, DatagramEndpoint, DatagramPeer, GRH_SIZE};
-pub use datagram_options::DatagramOptions;
-pub use endpoint::{Endpoint, EndpointDecodeError, ENDPOINT_ENCODED_LEN};
-pub use error::{Error, ErrorKind, Operation, Result, ScopeError};
-pub use exchange::HandshakeError;
-pub use memory::{AccessFlags, MemoryRegion};
-#[cfg(feature = "tokio")]
-pub use owned::TokioReactor;
-pub use owned::{Completed, CompletionReactor, Op, OwnedBuffer, RecvStream, SharedChannel};
-pub use owned_request::{OwnedRequest, OWNED_BATCH_MAX};
-pub use pd::ProtectionDomain;
-pub use pending::PendingWork;
-pub use pool::{BufferPool, PoolBuf, PoolBytes, PoolError};
-pub use registered::RegisteredBuffer;
-pub use remote::{RemoteMemoryRegion, RemoteRegionError, REMOTE_REGION_ENCODED_LEN};
-pub use remote_access::RemoteAccessBuffer;
-pub use scope::{PollingScope, ScopedPendingWork};
-pub use sge::{GatherElement, ScatterElement, ScatterGatherElementError};
-pub use srq::{SharedReceive, SharedReceiveQueue};
-pub use work::{
-    ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
+// What a program starts from; everything else lives in its module.
+pub use channel::{Channel, ChannelBuilder};
+pub use cm::Listener;
+pub use datagram::DatagramEndpoint;
+pub use error::{Error, Result, ScopeError};
+pub use memory::{
+    GatherElement, MemoryRegion, RegisteredBuffer, RemoteAccessBuffer, RemoteMemoryRegion,
+    ScatterElement,
 };
-
-pub use rdma_core::{Context, Gid, Mtu, QpCapabilities, QpState, WcOpcode, WcStatus};
+pub use owned::SharedChannel;
+pub use pd::ProtectionDomain;
+pub use pool::BufferPool;
+pub use scope::PollingScope;
+pub use srq::SharedReceiveQueue;
+pub use work::{
+    AtomicWorkRequest, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess,
+    WriteWorkRequest,
+};
 
 /// The README's program compiles (`cargo test --doc`).
 #[cfg(doctest)]

@@ -3,8 +3,8 @@
 //! and friends), holding the pool memory it names.
 
 use crate::error::Operation;
+use crate::memory::remote::RemoteMemoryRegion;
 use crate::pool::{PoolBuf, PoolBytes};
-use crate::remote::RemoteMemoryRegion;
 
 /// The most requests one owning batch may hold. Their SGEs and work
 /// requests are built on the stack, so posting a batch allocates nothing.

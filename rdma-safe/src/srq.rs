@@ -18,12 +18,12 @@
 //! completion queue, each naming the channel's QP number; the channels'
 //! own completion queues see only their sends.
 
-use crate::aligned::AllocError;
 use crate::engine::DeviceWatch;
 use crate::error::{Error, Operation, Result};
+use crate::memory::aligned::AllocError;
+use crate::memory::element::scatter_sges;
+use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
-use crate::remote_access::RemoteAccessBuffer;
-use crate::sge::scatter_sges;
 use rdma_core::{AccessFlags, CompQueue, RecvRequest, WorkCompletion};
 use std::collections::VecDeque;
 use std::fmt;

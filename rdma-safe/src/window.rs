@@ -59,7 +59,7 @@
 use crate::channel::Channel;
 use crate::error::VerbsError;
 use crate::fatal::{abort_with, AbortOnUnwind};
-use crate::remote::RemoteMemoryRegion;
+use crate::memory::remote::RemoteMemoryRegion;
 use rdma_core::{AccessFlags, MemoryRegion, MemoryWindow, MwType};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -79,7 +79,7 @@ impl Channel {
     /// threat model.
     ///
     /// ```no_run
-    /// # use rdma_safe::{AccessFlags, Channel, ProtectionDomain};
+    /// # use rdma_safe::{memory::AccessFlags, Channel, ProtectionDomain};
     /// # fn main() -> Result<(), rdma_safe::Error> {
     /// # let pd = ProtectionDomain::open("rxe0")?;
     /// # let mut channel = pd.create_channel()?;

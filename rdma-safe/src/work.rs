@@ -1,8 +1,11 @@
 //! Work requests and their successful outcome.
 
-use crate::remote::RemoteMemoryRegion;
-use crate::sge::{GatherElement, ScatterElement};
-use rdma_core::WcOpcode;
+pub use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
+use crate::memory::element::{GatherElement, ScatterElement};
+use crate::memory::remote::RemoteMemoryRegion;
+pub use crate::pending::PendingWork;
+/// The verbs layer's completion opcode and status.
+pub use rdma_core::{WcOpcode, WcStatus};
 
 /// A send: the gather list is the payload, optionally with 32 bits of
 /// immediate data delivered in the receiver's completion.

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{pair, pair_with, pd, registered};
-use rdma_safe::{AtomicWorkRequest, BufferPool, OwnedRequest, RemoteAccessBuffer};
+use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -8,8 +8,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AtomicWorkRequest, Channel, Error, ProtectionDomain, RegisteredBuffer, RemoteAccessBuffer,
-    WcOpcode,
+    work::WcOpcode, AtomicWorkRequest, Channel, Error, ProtectionDomain, RegisteredBuffer,
+    RemoteAccessBuffer,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Barrier;

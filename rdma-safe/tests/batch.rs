@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Error, Operation, ReceiveWorkRequest, SendWorkRequest, WcStatus, WriteWorkRequest,
+    error::Operation, work::WcStatus, Error, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest,
 };
 use std::time::Duration;
 

@@ -8,9 +8,9 @@ mod common;
 
 use common::{assert_bytes, pattern, registered, seed};
 use rdma_safe::{
-    error::VerbsError, BufferPool, Channel, CmOptions, Error, Incoming, Listener,
-    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
-    REMOTE_REGION_ENCODED_LEN,
+    cm::CmOptions, cm::Incoming, error::VerbsError, memory::REMOTE_REGION_ENCODED_LEN, BufferPool,
+    Channel, Error, Listener, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
+    SendWorkRequest, WriteWorkRequest,
 };
 use std::net::SocketAddr;
 use std::thread;
@@ -88,7 +88,7 @@ fn private_data_both_ways_then_a_write_to_the_advertised_region() {
             .expect("send done");
         data
     });
-    let connector = rdma_safe::Connector::resolve(addr, &opts(Duration::from_secs(20)))
+    let connector = rdma_safe::cm::Connector::resolve(addr, &opts(Duration::from_secs(20)))
         .expect("resolve the listener's address");
     let mut sink = vec![0u8; 8192];
     // SAFETY: `sink` outlives the region (declared first, dropped last) and

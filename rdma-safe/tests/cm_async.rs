@@ -8,8 +8,8 @@ mod common;
 
 use common::{assert_bytes, pattern, seed};
 use rdma_safe::{
-    error::VerbsError, BufferPool, Channel, CmOptions, Connector, Error, Listener, PoolBuf,
-    ProtectionDomain, SharedChannel,
+    cm::CmOptions, cm::Connector, error::VerbsError, pool::PoolBuf, BufferPool, Channel, Error,
+    Listener, ProtectionDomain, SharedChannel,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ fn request(client: usize, k: usize) -> Vec<u8> {
     m
 }
 
-fn filled(mut buf: PoolBuf, data: &[u8]) -> rdma_safe::PoolBytes {
+fn filled(mut buf: PoolBuf, data: &[u8]) -> rdma_safe::pool::PoolBytes {
     buf.fill_from(data);
     buf.freeze()
 }

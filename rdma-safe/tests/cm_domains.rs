@@ -6,7 +6,7 @@
 mod common;
 
 use common::{pattern, seed};
-use rdma_safe::{BufferPool, Channel, CmOptions, Context, Listener, ProtectionDomain};
+use rdma_safe::{channel::Context, cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain};
 use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;

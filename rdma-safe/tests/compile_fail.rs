@@ -25,7 +25,7 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::Channel>();
     send_sync::<rdma_safe::ProtectionDomain>();
     send_sync::<rdma_safe::MemoryRegion>();
-    send_sync::<rdma_safe::AlignedBuffer>();
+    send_sync::<rdma_safe::memory::AlignedBuffer>();
     send_sync::<rdma_safe::RegisteredBuffer>();
     send_sync::<rdma_safe::RegisteredBuffer<Vec<u8>>>();
     send_sync::<rdma_safe::RegisteredBuffer<Box<[u8]>>>();
@@ -33,13 +33,13 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::RemoteMemoryRegion>();
     send_sync::<rdma_safe::RemoteAccessBuffer>();
     send_sync::<rdma_safe::DatagramEndpoint>();
-    send_sync::<rdma_safe::DatagramPeer>();
+    send_sync::<rdma_safe::datagram::DatagramPeer>();
     send_sync::<rdma_safe::SharedReceiveQueue>();
     send_sync::<rdma_safe::AtomicWorkRequest<'static, 'static>>();
     send_sync::<rdma_safe::GatherElement<'static>>();
     send_sync::<rdma_safe::ScatterElement<'static>>();
-    send_sync::<rdma_safe::PendingWork<'static>>();
-    send_sync::<rdma_safe::ScopedPendingWork<'static>>();
+    send_sync::<rdma_safe::work::PendingWork<'static>>();
+    send_sync::<rdma_safe::scope::ScopedPendingWork<'static>>();
     send_sync::<rdma_safe::Error>();
     send_sync::<rdma_safe::ScopeError<rdma_safe::Error>>();
     send_sync::<rdma_safe::Error>();

@@ -7,9 +7,9 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AccessFlags, Error, MemoryRegion, Operation, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteMemoryRegion, ScatterGatherElementError, ScopeError, SendWorkRequest, WcStatus,
-    WriteWorkRequest,
+    error::Operation, error::ScatterGatherElementError, memory::AccessFlags, work::WcStatus, Error,
+    MemoryRegion, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScopeError,
+    SendWorkRequest, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 

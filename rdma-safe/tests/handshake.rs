@@ -5,9 +5,9 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Channel, Endpoint, EndpointDecodeError, Error, HandshakeError, ReceiveWorkRequest,
-    RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest, ENDPOINT_ENCODED_LEN,
-    REMOTE_REGION_ENCODED_LEN,
+    channel::Endpoint, channel::ENDPOINT_ENCODED_LEN, error::EndpointDecodeError,
+    error::HandshakeError, memory::REMOTE_REGION_ENCODED_LEN, Channel, Error, ReceiveWorkRequest,
+    RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -5,8 +5,8 @@ mod common;
 
 use common::{pair, pd, registered};
 use rdma_safe::{
-    AccessFlags, BufferPool, Channel, QpCapabilities, ReceiveWorkRequest, RemoteAccessBuffer,
-    SendWorkRequest,
+    channel::QpCapabilities, memory::AccessFlags, BufferPool, Channel, ReceiveWorkRequest,
+    RemoteAccessBuffer, SendWorkRequest,
 };
 
 #[test]
@@ -69,7 +69,7 @@ fn connecting_to_loopback_says_why_it_cannot_work() {
     let err = Channel::connect_to_with(
         "127.0.0.1:7471",
         &[],
-        &rdma_safe::CmOptions::default().timeout(std::time::Duration::from_secs(5)),
+        &rdma_safe::cm::CmOptions::default().timeout(std::time::Duration::from_secs(5)),
     )
     .expect_err("no RDMA device on lo");
     let msg = err.to_string();

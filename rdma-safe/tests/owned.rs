@@ -5,13 +5,13 @@
 mod common;
 
 use common::{assert_bytes, assert_idle, pair_with, pattern, pd, seed, shared_mr};
-use rdma_safe::{BufferPool, Error, PoolError, RemoteMemoryRegion};
+use rdma_safe::{error::PoolError, BufferPool, Error, RemoteMemoryRegion};
 use std::time::Duration;
 
 const NEEDS_DEVICE: &str = "needs an RDMA device: run `cargo xtask test-rxe`";
 
 /// Buffers of `size` bytes filled with `data` and frozen.
-fn bytes_of(pool: &BufferPool, data: &[u8]) -> rdma_safe::PoolBytes {
+fn bytes_of(pool: &BufferPool, data: &[u8]) -> rdma_safe::pool::PoolBytes {
     let mut buf = pool.try_alloc().expect("a free buffer");
     buf.fill_from(data);
     buf.freeze()

@@ -7,7 +7,10 @@
 mod common;
 
 use common::{assert_bytes, assert_whole, frozen, pair_with, pattern, pd, seed, shared_mr};
-use rdma_safe::{BufferPool, Error, OwnedRequest, RemoteMemoryRegion, WcStatus, OWNED_BATCH_MAX};
+use rdma_safe::{
+    owned::OwnedRequest, owned::OWNED_BATCH_MAX, work::WcStatus, BufferPool, Error,
+    RemoteMemoryRegion,
+};
 use std::time::{Duration, Instant};
 
 /// Piece `k` of a batch test's data.

@@ -15,8 +15,8 @@ mod common;
 
 use common::{assert_bytes, assert_idle, pattern, pd, registered, seed};
 use rdma_safe::{
-    BufferPool, Channel, Error, OwnedRequest, PoolBuf, QpState, ReadWorkRequest,
-    ReceiveWorkRequest, RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue,
+    channel::QpState, owned::OwnedRequest, pool::PoolBuf, BufferPool, Channel, Error,
+    ReadWorkRequest, ReceiveWorkRequest, RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue,
 };
 use std::future::Future;
 use std::pin::pin;

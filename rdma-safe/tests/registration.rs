@@ -10,10 +10,11 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    error::VerbsError, AlignedBuffer, AllocError, Channel, Endpoint, Error, Operation,
-    ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
-    RemoteRegionError, ScatterGatherElementError, ScopeError, SendWorkRequest, StableBuffer,
-    WcOpcode, WriteWorkRequest,
+    channel::Endpoint, error::AllocError, error::Operation, error::RemoteRegionError,
+    error::ScatterGatherElementError, error::VerbsError, memory::AlignedBuffer,
+    memory::StableBuffer, work::WcOpcode, Channel, Error, ProtectionDomain, ReadWorkRequest,
+    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, ScopeError, SendWorkRequest,
+    WriteWorkRequest,
 };
 use std::ops::Bound;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -275,7 +276,7 @@ fn new_buffer_is_zeroed_page_aligned_and_exactly_registered() {
     assert_eq!(mr.length(), 10_000);
     assert_eq!(
         mr.access(),
-        rdma_safe::AccessFlags::LOCAL_WRITE,
+        rdma_safe::memory::AccessFlags::LOCAL_WRITE,
         "local access only"
     );
     let mut v = vec![7u8; 300];

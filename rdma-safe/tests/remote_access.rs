@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AtomicWorkRequest, Error, ReadWorkRequest, RemoteAccessBuffer, WcStatus, WriteWorkRequest,
+    work::WcStatus, AtomicWorkRequest, Error, ReadWorkRequest, RemoteAccessBuffer, WriteWorkRequest,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 

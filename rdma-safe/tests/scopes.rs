@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Error, ReceiveWorkRequest, ScopeError, ScopedPendingWork, SendWorkRequest, WcOpcode,
-    WorkSuccess,
+    scope::ScopedPendingWork, work::WcOpcode, Error, ReceiveWorkRequest, ScopeError,
+    SendWorkRequest, WorkSuccess,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;

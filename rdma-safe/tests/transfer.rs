@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    Channel, Error, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, SendWorkRequest,
-    WcOpcode, WriteWorkRequest,
+    work::WcOpcode, Channel, Error, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
+    SendWorkRequest, WriteWorkRequest,
 };
 
 /// Immediate value for a test tag and size.

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    PendingWork, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WcOpcode, WorkSuccess,
-    WriteWorkRequest,
+    work::PendingWork, work::WcOpcode, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest,
+    WorkSuccess, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    AccessFlags, Error, Operation, ReadWorkRequest, RemoteMemoryRegion, WcStatus, WriteWorkRequest,
+    error::Operation, memory::AccessFlags, work::WcStatus, Error, ReadWorkRequest,
+    RemoteMemoryRegion, WriteWorkRequest,
 };
 
 #[track_caller]

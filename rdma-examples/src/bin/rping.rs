@@ -40,7 +40,7 @@ use clap::Parser;
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    Channel, CmOptions, Error, GatherElement, Listener, MemoryRegion, ReadWorkRequest,
+    cm::CmOptions, Channel, Error, GatherElement, Listener, MemoryRegion, ReadWorkRequest,
     ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
 };
 use std::process::ExitCode;
@@ -195,7 +195,7 @@ fn cm_options() -> CmOptions {
 
 fn client(o: &Options) -> Result<()> {
     let host = o.addr.as_deref().expect("checked by options()");
-    let connector = rdma_safe::Connector::resolve((host, o.port), &cm_options())?;
+    let connector = rdma_safe::cm::Connector::resolve((host, o.port), &cm_options())?;
     let pd = connector.pd().clone();
     let mut source = vec![0u8; o.size];
     let mut sink = vec![0u8; o.size];

@@ -39,7 +39,8 @@ use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::support::{self, Feature};
 use rdma_examples::{cli, device, page_size, Result};
 use rdma_safe::{
-    Channel, ConnectOptions, Endpoint, RegisteredBuffer, SendWorkRequest, SharedReceiveQueue,
+    channel::ConnectOptions, channel::Endpoint, Channel, RegisteredBuffer, SendWorkRequest,
+    SharedReceiveQueue,
 };
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

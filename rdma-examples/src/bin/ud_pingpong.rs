@@ -30,7 +30,9 @@ use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::{cli, device, page_size, Result};
-use rdma_safe::{DatagramAddress, DatagramEndpoint, DatagramOptions, Gid};
+use rdma_safe::{
+    channel::Gid, datagram::DatagramAddress, datagram::DatagramOptions, DatagramEndpoint,
+};
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -5,7 +5,7 @@ use super::Channel;
 use crate::endpoint::Endpoint;
 use crate::error::Result;
 use crate::exchange::{self, HandshakeError};
-use crate::remote::RemoteMemoryRegion;
+use crate::memory::remote::RemoteMemoryRegion;
 use rdma_core::{AddressVector, Mtu, RtrParams, RtsParams};
 use std::io;
 use std::net::TcpStream;

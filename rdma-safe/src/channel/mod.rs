@@ -1,7 +1,7 @@
-//! [`Channel`]: the user's reliable connection — a façade over the engine
-//! ([`WorkQueue`]) with its protection domain, endpoints and timeout.
-//!
-//! [`WorkQueue`]: crate::engine::WorkQueue
+//! [`Channel`]: a reliable connection, and how one is built and connected
+//! ([`ChannelBuilder`], [`ConnectOptions`], [`Endpoint`]). The channel is
+//! a façade over the crate's engine (its work queue) with its protection
+//! domain, endpoints and timeout.
 
 mod atomic;
 mod builder;
@@ -9,15 +9,16 @@ mod cm;
 mod connect;
 mod ops;
 
+pub use crate::endpoint::{Endpoint, ENDPOINT_ENCODED_LEN};
 pub use builder::ChannelBuilder;
 pub(crate) use cm::CmQueue;
 pub use connect::ConnectOptions;
+/// The verbs-layer types a channel is described by.
+pub use rdma_core::{Context, Gid, GidEntry, Mtu, QpCapabilities, QpState};
 
-use crate::endpoint::Endpoint;
 use crate::engine::WorkQueue;
 use crate::error::Result;
 use crate::pd::ProtectionDomain;
-use rdma_core::{GidEntry, QpCapabilities};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,7 +127,7 @@ impl Channel {
     }
 
     /// Work requests posted and not yet completed and claimed. Always 0
-    /// outside a scope, except for leaked [`PendingWork`](crate::PendingWork).
+    /// outside a scope, except for leaked [`PendingWork`](crate::work::PendingWork).
     pub fn outstanding(&self) -> usize {
         self.queue.counters().3
     }

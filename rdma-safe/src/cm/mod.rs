@@ -72,7 +72,7 @@ pub struct CmOptions {
     /// peer (default 16 each; an accept grants at most what was asked for).
     pub rd_atomic: u8,
     /// Local ACK timeout exponent: 4.096 µs · 2^n (default 17 ≈ 0.54 s, as
-    /// for [`ConnectOptions`](crate::ConnectOptions); the CM's own is 18 on
+    /// for [`ConnectOptions`](crate::channel::ConnectOptions); the CM's own is 18 on
     /// RoCE).
     pub ack_timeout: u8,
     /// Transport retries (default 6: with the default ACK timeout a dead

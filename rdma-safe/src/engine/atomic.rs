@@ -4,7 +4,7 @@
 use super::WorkQueue;
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::error::{Error, Operation, Result, VerbsError};
-use crate::sge::scatter_sges;
+use crate::memory::element::scatter_sges;
 use crate::work::WorkSuccess;
 use rdma_core::SendRequest;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result, VerbsError};
-use crate::sge::{gather_sges, GatherElement};
+use crate::memory::element::{gather_sges, GatherElement};
 use rdma_core::{AddressHandle, SendRequest};
 
 impl WorkQueue {

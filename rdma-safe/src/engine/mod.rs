@@ -13,7 +13,7 @@
 //! drained (or reset).
 //!
 //! [`Channel`]: crate::Channel
-//! [`PendingWork`]: crate::PendingWork
+//! [`PendingWork`]: crate::work::PendingWork
 
 mod atomic;
 mod attached;

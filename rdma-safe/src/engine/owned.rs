@@ -15,7 +15,7 @@ use super::post::check_remote_len;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result, VerbsError};
-use crate::remote::RemoteMemoryRegion;
+use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use rdma_core::{CompChannel, RecvRequest, SendRequest, Sge};
 use std::sync::atomic::Ordering;

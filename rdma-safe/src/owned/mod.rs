@@ -32,7 +32,7 @@
 //! # Batches
 //!
 //! [`SharedChannel::post_batch_async`] (and its blocking and callback
-//! forms) posts up to [`OWNED_BATCH_MAX`](crate::OWNED_BATCH_MAX)
+//! forms) posts up to [`OWNED_BATCH_MAX`]
 //! [`OwnedRequest`]s with one `ibv_post_send` call, only the last signaled.
 //! The whole `Vec` moves into one slot and comes back with the last
 //! request's completion; on a reliable connection the send queue completes
@@ -63,6 +63,7 @@ mod future;
 mod reactor;
 mod stream;
 
+pub use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
 pub use buffer::OwnedBuffer;
 pub use future::Op;
 pub use reactor::CompletionReactor;
@@ -73,9 +74,8 @@ pub use stream::RecvStream;
 use crate::channel::Channel;
 use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
-use crate::owned_request::OwnedRequest;
+use crate::memory::remote::RemoteMemoryRegion;
 use crate::pool::{BufferPool, PoolBuf, PoolBytes};
-use crate::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use buffer::{from_held, into_held};
 use driver::DriverHandle;
@@ -246,7 +246,7 @@ impl SharedChannel {
         self.blocking(OwnedKind::Read { remote }, buf)
     }
 
-    /// Posts `reqs` (1 to [`OWNED_BATCH_MAX`](crate::OWNED_BATCH_MAX) send-queue requests) as one
+    /// Posts `reqs` (1 to [`OWNED_BATCH_MAX`] send-queue requests) as one
     /// batch — one `ibv_post_send` call, only the last request signaled —
     /// and blocks until the last completes, which on a reliable connection
     /// means every one did. The requests come back with the outcome: the

@@ -37,9 +37,10 @@ mod bytes;
 pub use buf::PoolBuf;
 pub use bytes::PoolBytes;
 
-use crate::aligned::AlignedBuffer;
+use crate::error::PoolError;
+use crate::memory::aligned::AlignedBuffer;
+use crate::memory::registered::RegisteredBuffer;
 use crate::pd::ProtectionDomain;
-use crate::registered::RegisteredBuffer;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -50,24 +51,6 @@ use std::time::{Duration, Instant};
 const CHUNK_ALIGN: usize = 64;
 /// Default bytes per slab (one registration).
 const DEFAULT_SLAB_BYTES: usize = 4 << 20;
-
-/// Why a pool could not be created or could not hand out a buffer.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PoolError {
-    /// Every buffer is in use (held by the program or by in-flight
-    /// operations). Drop buffers, wait for operations, or make a larger pool.
-    #[error("buffer pool exhausted: all {capacity} buffers of {buffer_size} bytes are in use")]
-    Exhausted {
-        /// Buffers in the pool.
-        capacity: usize,
-        /// Bytes per buffer.
-        buffer_size: usize,
-    },
-    /// A size or count is zero or too large.
-    #[error("invalid pool geometry: {0}")]
-    InvalidSize(String),
-}
 
 /// A registered slab and the address of its first byte.
 struct Slab {

@@ -11,8 +11,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use rdma_safe::{
-    Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain, RegisteredBuffer,
-    ScatterElement, StableBuffer,
+    memory::StableBuffer, Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain,
+    RegisteredBuffer, ScatterElement,
 };
 use std::ops::Range;
 use std::time::Duration;
@@ -250,7 +250,7 @@ pub fn live_qp_numbers_or_skip(test: &str) -> Option<Vec<u32>> {
 }
 
 /// A pool buffer holding `data`, frozen into a shared slice.
-pub fn frozen(pool: &rdma_safe::BufferPool, data: &[u8]) -> rdma_safe::PoolBytes {
+pub fn frozen(pool: &rdma_safe::BufferPool, data: &[u8]) -> rdma_safe::pool::PoolBytes {
     let mut b = pool.try_alloc().expect("a free buffer");
     b.fill_from(data);
     b.freeze()

@@ -1,5 +1,5 @@
 // A writable pool buffer has exactly one handle: it cannot be cloned.
-use rdma_safe::PoolBuf;
+use rdma_safe::pool::PoolBuf;
 
 fn misuse(buf: PoolBuf) -> (PoolBuf, PoolBuf) {
     let other = buf.clone();

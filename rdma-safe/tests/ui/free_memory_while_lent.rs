@@ -1,5 +1,5 @@
 // Memory lent to a peer cannot be freed inside the scope that lends it.
-use rdma_safe::{AccessFlags, Channel};
+use rdma_safe::{memory::AccessFlags, Channel};
 
 fn misuse(channel: &mut Channel) {
     let mut memory = vec![0u8; 64];

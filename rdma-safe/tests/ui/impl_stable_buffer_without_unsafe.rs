@@ -1,5 +1,5 @@
 // Only an `unsafe impl` may declare a buffer type's pages stable (StableBuffer).
-use rdma_safe::StableBuffer;
+use rdma_safe::memory::StableBuffer;
 use std::ops::{Deref, DerefMut};
 
 struct Growable(Vec<u8>);

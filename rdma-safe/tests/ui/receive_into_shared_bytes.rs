@@ -1,5 +1,5 @@
 // The NIC writes a receive's buffer: shared, immutable bytes are refused.
-use rdma_safe::{PoolBytes, SharedChannel};
+use rdma_safe::{pool::PoolBytes, SharedChannel};
 
 async fn misuse(channel: &SharedChannel, bytes: PoolBytes) {
     let _ = channel.receive_async(bytes).await;

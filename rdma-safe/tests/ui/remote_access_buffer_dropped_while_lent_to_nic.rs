@@ -1,8 +1,6 @@
 // A RemoteAccessBuffer cannot be dropped (deregistered and freed) while a
 // scatter element over it is still in use by an operation.
-use rdma_safe::{
-    AtomicWorkRequest, Channel, ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion,
-};
+use rdma_safe::{AtomicWorkRequest, Channel, ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion};
 
 fn misuse(pd: &ProtectionDomain, channel: &mut Channel, target: RemoteMemoryRegion) {
     let results = RemoteAccessBuffer::new(pd, 8).unwrap();

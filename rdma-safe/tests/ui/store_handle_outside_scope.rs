@@ -1,5 +1,5 @@
 // A scoped handle cannot be stored in a variable that outlives the scope.
-use rdma_safe::{Channel, MemoryRegion, ScopedPendingWork, SendWorkRequest};
+use rdma_safe::{Channel, MemoryRegion, scope::ScopedPendingWork, SendWorkRequest};
 
 fn misuse(channel: &mut Channel, mr: &MemoryRegion, buf: &[u8]) {
     let mut outer: Option<ScopedPendingWork<'_>> = None;

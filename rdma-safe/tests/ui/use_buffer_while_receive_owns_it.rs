@@ -1,6 +1,6 @@
 // A buffer given to an owning receive is moved into the operation: the
 // program cannot read or write it until the operation gives it back.
-use rdma_safe::{PoolBuf, SharedChannel};
+use rdma_safe::{pool::PoolBuf, SharedChannel};
 
 async fn misuse(channel: &SharedChannel, mut buf: PoolBuf) {
     let op = channel.receive_async(buf);

@@ -1,5 +1,5 @@
 // Shared pool bytes are immutable: another handle may be in a send.
-use rdma_safe::PoolBytes;
+use rdma_safe::pool::PoolBytes;
 
 fn misuse(bytes: PoolBytes) {
     bytes[0] = 1;

@@ -6,7 +6,9 @@
 
 use super::{cm_options, connect, Load, Options, RX_DEPTH};
 use rdma_examples::{net, pattern, stats, BoxError, Result};
-use rdma_safe::{BufferPool, Channel, Connector, ProtectionDomain, RecvStream, SharedChannel};
+use rdma_safe::{
+    cm::Connector, owned::RecvStream, BufferPool, Channel, ProtectionDomain, SharedChannel,
+};
 use std::time::{Duration, Instant};
 
 /// The first wait before connecting again, doubled up to [`BACKOFF_MAX`].

@@ -40,7 +40,7 @@ use rdma_examples::device::open_checked;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, Result};
-use rdma_safe::{BufferPool, Channel, CmOptions, Listener, ProtectionDomain, SharedChannel};
+use rdma_safe::{cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 //! private)`; [`Completions`] fires the callbacks as completions arrive.
 
 use rdma_safe::{
-    GatherElement, PollingScope, ReadWorkRequest, RemoteMemoryRegion, ScatterElement,
-    ScopedPendingWork, WorkSuccess, WriteWorkRequest,
+    scope::ScopedPendingWork, GatherElement, PollingScope, ReadWorkRequest, RemoteMemoryRegion,
+    ScatterElement, WorkSuccess, WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 

@@ -47,8 +47,8 @@ use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{cli, device, flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, WorkSuccess,
-    REMOTE_REGION_ENCODED_LEN,
+    memory::REMOTE_REGION_ENCODED_LEN, Channel, GatherElement, ProtectionDomain, RegisteredBuffer,
+    ScatterElement, WorkSuccess,
 };
 use std::cell::{Cell, RefCell};
 use std::process::ExitCode;

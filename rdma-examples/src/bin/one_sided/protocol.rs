@@ -11,7 +11,7 @@
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, ALIVE};
 use rdma_examples::Result;
-use rdma_safe::{RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN};
+use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
 use std::time::Duration;
 
 /// Bytes the server exposes (`--size`), also the most a client accepts.

@@ -19,8 +19,8 @@ use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
-    BufferPool, Op, OwnedBuffer, OwnedRequest, PoolBuf, PoolBytes, RemoteMemoryRegion,
-    SharedChannel, WorkSuccess,
+    owned::Op, owned::OwnedBuffer, owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool,
+    RemoteMemoryRegion, SharedChannel, WorkSuccess,
 };
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};

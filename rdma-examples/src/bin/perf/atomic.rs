@@ -28,8 +28,8 @@ use rdma_examples::net::{self, Link};
 use rdma_examples::stats::{Bandwidth, Latency};
 use rdma_examples::{flatten_scope, BoxError, Result};
 use rdma_safe::{
-    AccessFlags, AtomicWorkRequest, RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement,
-    ScopedPendingWork, ATOMIC_SIZE,
+    memory::AccessFlags, scope::ScopedPendingWork, work::ATOMIC_SIZE, AtomicWorkRequest,
+    RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement,
 };
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

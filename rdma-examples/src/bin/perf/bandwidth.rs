@@ -10,8 +10,8 @@ use rdma_examples::net::Link;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion, ScatterElement,
-    ScopedPendingWork, SendWorkRequest, WriteWorkRequest,
+    scope::ScopedPendingWork, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

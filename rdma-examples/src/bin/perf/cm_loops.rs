@@ -138,7 +138,7 @@ pub(crate) fn send_lat(
         }
         ctl.hand_shake(dest)?;
         let take = |recvs: &mut VecDeque<_>, i: usize| -> Result<(), BoxError> {
-            let pending: rdma_safe::ScopedPendingWork<'_> =
+            let pending: rdma_safe::scope::ScopedPendingWork<'_> =
                 recvs.pop_front().ok_or("no receive posted")?;
             let got = pending.wait()?;
             if got.bytes() != size {

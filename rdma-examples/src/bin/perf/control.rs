@@ -12,7 +12,8 @@ use crate::perftest_wire::DEST_LEN;
 use rdma_core::QpCapabilities;
 use rdma_examples::{flatten_scope, BoxError, Result};
 use rdma_safe::{
-    Channel, CmOptions, Connector, Listener, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
+    cm::CmOptions, cm::Connector, Channel, Listener, ReceiveWorkRequest, RegisteredBuffer,
+    SendWorkRequest,
 };
 use std::time::{Duration, Instant};
 

@@ -10,8 +10,8 @@ use rdma_examples::net::Link;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{flatten_scope, pattern, BoxError, Result};
 use rdma_safe::{
-    GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
-    ScatterElement, ScopedPendingWork, SendWorkRequest, WriteWorkRequest,
+    scope::ScopedPendingWork, GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -82,7 +82,8 @@ use protocol::{Params, Test};
 use rdma_examples::net::{self, Link};
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    Channel, ProtectionDomain, RegisteredBuffer, RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN,
+    memory::REMOTE_REGION_ENCODED_LEN, Channel, ProtectionDomain, RegisteredBuffer,
+    RemoteMemoryRegion,
 };
 use report::{Out, RULE};
 use std::process::ExitCode;

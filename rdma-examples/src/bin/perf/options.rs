@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser};
 use rdma_examples::cli;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
-use rdma_safe::{Mtu, ATOMIC_SIZE};
+use rdma_safe::{channel::Mtu, work::ATOMIC_SIZE};
 use std::time::Duration;
 
 #[derive(Debug, Parser)]

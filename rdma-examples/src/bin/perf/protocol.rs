@@ -19,7 +19,7 @@
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, MAX_LINE};
 use rdma_examples::Result;
-use rdma_safe::{RemoteMemoryRegion, REMOTE_REGION_ENCODED_LEN};
+use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
 use std::time::Duration;
 
 /// Largest size of `-a`.
@@ -256,11 +256,11 @@ impl Params {
             }
         }
         match (test, iters, tx_depth, rx_depth, inline, events) {
-            (Some(test), ..) if test.is_atomic() && sizes != [rdma_safe::ATOMIC_SIZE] => {
+            (Some(test), ..) if test.is_atomic() && sizes != [rdma_safe::work::ATOMIC_SIZE] => {
                 Err(format!(
                     "{} operates on {} bytes, not sizes={}",
                     test.name(),
-                    rdma_safe::ATOMIC_SIZE,
+                    rdma_safe::work::ATOMIC_SIZE,
                     sizes
                         .iter()
                         .map(usize::to_string)

@@ -53,7 +53,9 @@ use crate::Side;
 use rdma_core::QpCapabilities;
 use rdma_examples::stats::Latency;
 use rdma_examples::{pattern, Result};
-use rdma_safe::{Channel, CmOptions, Connector, Listener, RegisteredBuffer, RemoteMemoryRegion};
+use rdma_safe::{
+    cm::CmOptions, cm::Connector, Channel, Listener, RegisteredBuffer, RemoteMemoryRegion,
+};
 use std::time::{Duration, Instant};
 
 /// The largest page size a peer may announce (it sizes our exposed buffer).

@@ -55,7 +55,8 @@ use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::support::{self, Feature};
 use rdma_examples::{cli, device, flatten_scope, page_size, BoxError, Result};
 use rdma_safe::{
-    ConnectOptions, Endpoint, Error, Gid, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest,
+    channel::ConnectOptions, channel::Endpoint, channel::Gid, Error, ReceiveWorkRequest,
+    RegisteredBuffer, SendWorkRequest,
 };
 use std::collections::VecDeque;
 use std::process::ExitCode;

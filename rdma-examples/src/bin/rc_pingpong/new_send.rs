@@ -22,7 +22,7 @@ use rdma_core::{
 };
 use rdma_examples::pingpong::Dest;
 use rdma_examples::Result;
-use rdma_safe::{Gid, ProtectionDomain, RegisteredBuffer};
+use rdma_safe::{channel::Gid, ProtectionDomain, RegisteredBuffer};
 use std::time::{Duration, Instant};
 
 /// `wr_id` of receives and sends (the C program's).

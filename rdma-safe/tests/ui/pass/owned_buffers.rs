@@ -1,6 +1,6 @@
 // The correct counterparts: the buffer comes back with the outcome, and a
 // shared payload can be sent while clones of it are kept.
-use rdma_safe::{PoolBuf, PoolBytes, SharedChannel};
+use rdma_safe::{pool::PoolBuf, pool::PoolBytes, SharedChannel};
 
 async fn receive_then_use(channel: &SharedChannel, buf: PoolBuf) -> u8 {
     let (outcome, mut buf) = channel.receive_async(buf).await;

@@ -2,10 +2,7 @@
 // a registration grows and is freed after the registration is dropped, an
 // owned buffer is read after its scope and taken back with `into_inner`, and
 // raw registration is written inside `unsafe` with its contract.
-use rdma_safe::{
-    AlignedBuffer, Channel, MemoryRegion, ProtectionDomain, ReceiveWorkRequest, RegisteredBuffer,
-    SendWorkRequest,
-};
+use rdma_safe::{memory::AlignedBuffer, Channel, MemoryRegion, ProtectionDomain, ReceiveWorkRequest, RegisteredBuffer, SendWorkRequest};
 
 fn borrowed_then_grown(
     pd: &ProtectionDomain,

@@ -59,11 +59,11 @@
 //! time, so code should copy out what it needs and validate it, exactly as
 //! with data received from a socket.
 
-use crate::aligned::AllocError;
+use crate::memory::aligned::AllocError;
+use crate::memory::element::{GatherElement, ScatterElement, ScatterGatherElementError};
+use crate::memory::remote::RemoteMemoryRegion;
 use crate::memory::MemoryRegion;
 use crate::pd::ProtectionDomain;
-use crate::remote::RemoteMemoryRegion;
-use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
 use rdma_core::AccessFlags;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -270,7 +270,7 @@ impl RemoteAccessBuffer {
         &self,
         range: impl RangeBounds<usize>,
     ) -> Result<(*const u8, usize), ScatterGatherElementError> {
-        let r = crate::registered::bounds(&range, self.len())?;
+        let r = crate::memory::registered::bounds(&range, self.len())?;
         if u32::try_from(r.len()).is_err() {
             return Err(ScatterGatherElementError::TooLong(r.len()));
         }

@@ -16,11 +16,11 @@
 //!
 //! [`memory`]: crate::memory
 
-use crate::aligned::{AlignedBuffer, StableBuffer};
 use crate::error::Result;
+use crate::memory::aligned::{AlignedBuffer, StableBuffer};
+use crate::memory::element::{GatherElement, ScatterElement, ScatterGatherElementError};
 use crate::memory::MemoryRegion;
 use crate::pd::ProtectionDomain;
-use crate::sge::{GatherElement, ScatterElement, ScatterGatherElementError};
 use rdma_core::AccessFlags;
 use std::fmt;
 use std::mem::ManuallyDrop;
