@@ -18,6 +18,7 @@
 //! `rxe0`) at `$RXE_IPV4` (default `10.0.2.15`); `cargo xtask test-rxe`
 //! runs it (rdma-safe's `examples` test).
 
+use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Connector, pool::PoolBuf, BufferPool, Channel, Listener, ProtectionDomain,
     SharedChannel,
@@ -68,7 +69,7 @@ pub(crate) async fn server(
                 let mut reply = pool.alloc().await;
                 reply.fill_from(&reply_to(&request[..done.bytes()]));
                 drop(request);
-                let (sent, _) = shared.send_async(reply.freeze()).await;
+                let (sent, _) = shared.submit(Request::send(reply.freeze())).await;
                 sent?;
                 answered += 1;
             }
@@ -137,7 +138,7 @@ pub(crate) async fn client(
         waiting.lock().expect("router map").insert(rid, tx);
         let shared = shared.clone();
         calls.spawn(async move {
-            let (sent, _) = shared.send_async(request.freeze()).await;
+            let (sent, _) = shared.submit(Request::send(request.freeze())).await;
             sent?;
             let reply = tokio::time::timeout(Duration::from_secs(30), rx)
                 .await

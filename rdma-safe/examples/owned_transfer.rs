@@ -4,6 +4,7 @@
 //! soft-RoCE device (rdma-safe's `examples` test); the `pool` and `owned`
 //! module docs show it.
 
+use rdma_safe::owned::Request;
 use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 
 /// The whole program on `device`.
@@ -24,8 +25,8 @@ pub(crate) fn run(device: &str) -> rdma_safe::Result<()> {
         tx.fill_from(b"owned, then given back");
         // The receive goes first (on another thread: a blocking receive
         // waits for the send).
-        let receiver = std::thread::spawn(move || sb.receive(rx));
-        let (sent, _tx) = sa.send(tx.freeze());
+        let receiver = std::thread::spawn(move || sb.run(Request::receive(rx)));
+        let (sent, _tx) = sa.run(Request::send(tx.freeze()));
         sent?;
         receiver.join().expect("the receiving thread")
     };
@@ -40,10 +41,10 @@ pub(crate) fn run(device: &str) -> rdma_safe::Result<()> {
     rt.block_on(async {
         let sa: SharedChannel = a.shared().with_tokio()?;
         let sb: SharedChannel = b.shared().with_tokio()?;
-        let receive = sb.receive_async(pool.alloc().await);
+        let receive = sb.submit(Request::receive(pool.alloc().await));
         let mut tx = pool.alloc().await;
         tx.fill_from(b"and as futures");
-        let ((sent, _), (got, rx)) = tokio::join!(sa.send_async(tx.freeze()), receive);
+        let ((sent, _), (got, rx)) = tokio::join!(sa.submit(Request::send(tx.freeze())), receive);
         sent?;
         let n = got?.bytes();
         assert_eq!(&rx[..n], b"and as futures");

@@ -1,6 +1,6 @@
 //! [`OwnedRequest`]: one request of an owning batch
-//! ([`SharedChannel::post_batch_async`](crate::SharedChannel::post_batch_async)
-//! and friends), holding the pool memory it names.
+//! ([`Request::batch`](crate::owned::Request::batch)), holding the pool
+//! memory it names.
 
 use crate::error::Operation;
 use crate::memory::remote::RemoteMemoryRegion;

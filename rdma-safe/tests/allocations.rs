@@ -7,6 +7,7 @@
 mod common;
 
 use common::{pair, pair_with, pd, registered};
+use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +62,10 @@ fn owned_operations_allocate_nothing_per_operation() {
             let mut tx = pool.try_alloc().expect("tx");
             tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
             let rx = pool.try_alloc().expect("rx");
-            let (r, s) = tokio::join!(sb.receive_async(rx), sa.send_async(tx.freeze()));
+            let (r, s) = tokio::join!(
+                sb.submit(Request::receive(rx)),
+                sa.submit(Request::send(tx.freeze()))
+            );
             let (got, buf) = (r.0.expect("receive"), r.1);
             s.0.expect("send");
             assert_eq!(got.bytes(), 256);
@@ -76,12 +80,12 @@ fn owned_operations_allocate_nothing_per_operation() {
         for round in 0..ROUNDS {
             let mut tx = pool.try_alloc().expect("tx");
             tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
-            sb.receive_then(pool.try_alloc().expect("rx"), |r, _| {
+            sb.run_then(Request::receive(pool.try_alloc().expect("rx")), |r, _| {
                 r.expect("receive");
             })
             .map_err(|(e, _)| e)
             .expect("post receive");
-            let (s, _) = sa.send(tx.freeze());
+            let (s, _) = sa.run(Request::send(tx.freeze()));
             s.expect("send");
             while sb.run_callbacks().expect("callbacks") == 0 {
                 std::thread::sleep(Duration::from_micros(10));
@@ -121,7 +125,10 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
                 counted = ALLOCATIONS.load(Ordering::Relaxed);
             }
             let rx = pool.try_alloc().expect("rx");
-            let (r, s) = tokio::join!(sb.receive_async(rx), sa.send_async(data.clone()));
+            let (r, s) = tokio::join!(
+                sb.submit(Request::receive(rx)),
+                sa.submit(Request::send(data.clone()))
+            );
             assert_eq!(r.0.expect("receive").bytes(), 64);
             s.0.expect("send");
         }
@@ -193,7 +200,7 @@ fn owned_batch_futures_allocate_nothing_per_batch() {
                 let at = remote.slice((64 * k) as u64, 64).expect("piece");
                 OwnedRequest::write(data.clone(), at)
             }));
-            let (done, back) = sa.post_batch_async(reqs).await;
+            let (done, back) = sa.submit(Request::batch(reqs)).await;
             assert_eq!(done.expect("batch").bytes(), 64 * PER);
             reqs = back;
             reqs.clear();

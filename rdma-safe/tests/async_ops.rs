@@ -9,6 +9,7 @@ mod common;
 use common::{
     assert_bytes, assert_whole, frozen, live_qp_numbers_or_skip, pair_with, pattern, pd, seed,
 };
+use rdma_safe::owned::Request;
 use rdma_safe::{BufferPool, Channel, ProtectionDomain, SharedChannel};
 use std::future::Future;
 use std::pin::pin;
@@ -92,7 +93,7 @@ fn thousands_of_operations_from_many_tasks() {
                     buf.fill_from(&message(task, seq, LEN));
                     let (sa, data) = (sa.clone(), buf.freeze());
                     ops.spawn(async move {
-                        let (r, back) = sa.send_async(data).await;
+                        let (r, back) = sa.submit(Request::send(data)).await;
                         r.expect("send");
                         back
                     });
@@ -154,12 +155,12 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
         for (i, &r) in order.iter().enumerate() {
             match r % 6 {
                 // Before post: never polled; the buffer goes straight back.
-                0 => drop(sb.receive_async(pool.try_alloc().expect("rx"))),
-                1 => drop(sa.send_async(frozen(&pool, &message(0, i, 64)))),
+                0 => drop(sb.submit(Request::receive(pool.try_alloc().expect("rx")))),
+                1 => drop(sa.submit(Request::send(frozen(&pool, &message(0, i, 64))))),
                 // After post: polled once (posted), then dropped. A receive
                 // stays posted holding its buffer until a message or flush.
                 2 => {
-                    let mut op = pin!(sb.receive_async(pool.try_alloc().expect("rx")));
+                    let mut op = pin!(sb.submit(Request::receive(pool.try_alloc().expect("rx"))));
                     let polled = op.as_mut().poll(&mut Context::from_waker(&noop));
                     posted += 1;
                     if polled.is_ready() {
@@ -171,8 +172,8 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                     // A receive and a send, each polled once and dropped.
                     // Every round posts its receive before its send, so
                     // every send finds a posted receive (no RNR stall).
-                    let mut rx = pin!(sb.receive_async(pool.try_alloc().expect("rx")));
-                    let mut tx = pin!(sa.send_async(frozen(&pool, &message(0, i, 64))));
+                    let mut rx = pin!(sb.submit(Request::receive(pool.try_alloc().expect("rx"))));
+                    let mut tx = pin!(sa.submit(Request::send(frozen(&pool, &message(0, i, 64)))));
                     for polled in [
                         rx.as_mut().poll(&mut Context::from_waker(&noop)).is_ready(),
                         tx.as_mut().poll(&mut Context::from_waker(&noop)).is_ready(),
@@ -186,7 +187,9 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                 // round's receive is the one the next message reaches.
                 _ => {
                     for k in 0..std::mem::take(&mut unmatched) {
-                        let (r, _) = sa.send_async(frozen(&pool, &message(4, k, 64))).await;
+                        let (r, _) = sa
+                            .submit(Request::send(frozen(&pool, &message(4, k, 64))))
+                            .await;
                         r.expect("send to an abandoned receive");
                         posted += 1;
                         claimed += 1;
@@ -194,8 +197,8 @@ fn futures_dropped_at_any_point_lose_and_leak_nothing() {
                     let mut w = pool.try_alloc().expect("w");
                     w.set_len(64);
                     let src = frozen(&pool, &message(1, i, 64));
-                    let rx = sb.receive_async(w);
-                    let op = sa.send_async(src);
+                    let rx = sb.submit(Request::receive(w));
+                    let op = sa.submit(Request::send(src));
                     let (r, s) = tokio::join!(rx, op);
                     if let Err(e) = s.0.as_ref().and(r.0.as_ref()) {
                         panic!(
@@ -264,13 +267,13 @@ fn a_killed_peer_ends_every_pending_future_with_an_error() {
         let mut pending = tokio::task::JoinSet::new();
         for _ in 0..64 {
             let (sa, buf) = (sa.clone(), pool.try_alloc().expect("rx"));
-            pending.spawn(async move { sa.receive_async(buf).await.0 });
+            pending.spawn(async move { sa.submit(Request::receive(buf)).await.0 });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(b); // the peer's queue pair is destroyed
         for i in 0..64 {
             let (sa, data) = (sa.clone(), frozen(&pool, &message(2, i, 4096)));
-            pending.spawn(async move { sa.send_async(data).await.0 });
+            pending.spawn(async move { sa.submit(Request::send(data)).await.0 });
         }
         let start = Instant::now();
         let mut errors = 0;
@@ -323,7 +326,7 @@ fn an_exhausted_pool_is_back_pressure_not_a_hang() {
                 // The pool's own back-pressure: wait for a free buffer.
                 let mut b = tx_pool.alloc().await;
                 b.fill_from(&message(3, seq, 256));
-                sa.send_async(b.freeze()).await.0.expect("send");
+                sa.submit(Request::send(b.freeze())).await.0.expect("send");
             }
             (sa, tx_pool)
         });
@@ -354,12 +357,15 @@ fn a_forgotten_future_stalls_no_other() {
         let pool = BufferPool::new(&pd, 256, 16).expect("pool");
         // B waits first...
         let (sb2, rx) = (sb.clone(), pool.try_alloc().expect("rx"));
-        let waiting = tokio::spawn(async move { sb2.receive_async(rx).await.0.map(|s| s.bytes()) });
+        let waiting =
+            tokio::spawn(
+                async move { sb2.submit(Request::receive(rx)).await.0.map(|s| s.bytes()) },
+            );
         tokio::time::sleep(Duration::from_millis(200)).await;
         // ...then a future is polled (it sleeps on the reactor last) and
         // forgotten: its task will never poll it again.
         let noop = Waker::from(Arc::new(Noop));
-        let mut forgotten = Box::pin(sb.receive_async(pool.try_alloc().expect("rx")));
+        let mut forgotten = Box::pin(sb.submit(Request::receive(pool.try_alloc().expect("rx"))));
         assert!(forgotten
             .as_mut()
             .poll(&mut Context::from_waker(&noop))
@@ -367,7 +373,9 @@ fn a_forgotten_future_stalls_no_other() {
         std::mem::forget(forgotten);
         // B's message (the first: B's receive was posted first) still wakes B.
         for i in 0..2 {
-            let (r, _) = sa.send_async(frozen(&pool, &message(5, i, 100))).await;
+            let (r, _) = sa
+                .submit(Request::send(frozen(&pool, &message(5, i, 100))))
+                .await;
             r.expect("send");
         }
         let got = tokio::time::timeout(Duration::from_secs(60), waiting)

@@ -9,6 +9,7 @@
 mod common;
 
 use common::{assert_whole, frozen, pair_with, pattern, pd, seed};
+use rdma_safe::owned::Request;
 use rdma_safe::BufferPool;
 use std::future::Future;
 use std::pin::Pin;
@@ -81,7 +82,7 @@ fn one_completion_wakes_one_task() {
                 std::thread::sleep(Duration::from_millis(2));
                 let mut data = pattern(seed("wakes", seq), LEN);
                 data[..8].copy_from_slice(&(seq as u64).to_le_bytes());
-                let (r, _) = sa.send(frozen(&pool, &data));
+                let (r, _) = sa.run(Request::send(frozen(&pool, &data)));
                 r.expect("send");
             }
         })
@@ -95,7 +96,7 @@ fn one_completion_wakes_one_task() {
                 inner: Box::pin(async move {
                     for _ in 0..PER_TASK {
                         let buf = pool.try_alloc().expect("a receive buffer");
-                        let (r, buf) = sb.receive_async(buf).await;
+                        let (r, buf) = sb.submit(Request::receive(buf)).await;
                         assert_eq!(r.expect("receive").bytes(), LEN);
                         let seq = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
                         let mut want = pattern(seed("wakes", seq as usize), LEN);

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{assert_bytes, pattern, registered, seed};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Incoming, error::VerbsError, memory::REMOTE_REGION_ENCODED_LEN, BufferPool,
     Channel, Error, Listener, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
@@ -382,7 +383,7 @@ fn a_cm_channel_serves_async_operations() {
                 for _ in 0..MESSAGES {
                     let (got, buf) = incoming.next().await.expect("open").expect("receive");
                     assert_eq!(got.bytes(), LEN);
-                    let (r, _) = s.send_async(buf.freeze()).await;
+                    let (r, _) = s.submit(Request::send(buf.freeze())).await;
                     r.expect("server echo");
                 }
                 // The next receive waits for a message that never comes: the
@@ -398,7 +399,7 @@ fn a_cm_channel_serves_async_operations() {
             let out = pattern(seed("cm-async", i), LEN);
             let mut tx = c_pool.alloc().await;
             tx.fill_from(&out);
-            let (r, _) = c.send_async(tx.freeze()).await;
+            let (r, _) = c.submit(Request::send(tx.freeze())).await;
             r.expect("client send");
             let (got, back) = echoes.next().await.expect("stream open").expect("echo");
             assert_eq!(got.bytes(), LEN);
@@ -452,9 +453,11 @@ fn a_shared_channel_keeps_the_connection_after_the_channel_is_dropped() {
     let shared = channel.shared();
     drop(channel);
     // Only the shared handle is left: send, then receive the reply.
-    let (sent, _) = shared.send(common::frozen(&pool, &out));
+    let (sent, _) = shared.run(Request::send(common::frozen(&pool, &out)));
     sent.expect("a send on the shared handle after the channel was dropped");
-    let (got, rx) = shared.receive(pool.try_alloc().expect("a receive buffer"));
+    let (got, rx) = shared.run(Request::receive(
+        pool.try_alloc().expect("a receive buffer"),
+    ));
     assert_eq!(got.expect("the reply").bytes(), out.len());
     assert_bytes(&rx[..out.len()], &out, "the reply");
     drop(rx);

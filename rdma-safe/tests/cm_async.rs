@@ -7,6 +7,7 @@
 mod common;
 
 use common::{assert_bytes, pattern, seed};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Connector, error::VerbsError, pool::PoolBuf, BufferPool, Channel, Error,
     Listener, ProtectionDomain, SharedChannel,
@@ -58,14 +59,14 @@ async fn echo(channel: Channel, pool: BufferPool) -> (usize, Option<String>) {
     let shared = channel.shared().with_tokio().expect("register with tokio");
     let mut echoed = 0;
     loop {
-        let (got, req) = shared.receive_async(pool.alloc().await).await;
+        let (got, req) = shared.submit(Request::receive(pool.alloc().await)).await;
         let n = match got {
             Ok(s) => s.bytes(),
             Err(err) => return (echoed, Some(err.to_string())),
         };
         let reply = filled(pool.alloc().await, &req[..n]);
         drop(req);
-        let (sent, _) = shared.send_async(reply).await;
+        let (sent, _) = shared.submit(Request::send(reply)).await;
         if let Err(err) = sent {
             return (echoed, Some(err.to_string()));
         }
@@ -85,8 +86,10 @@ async fn client(pd: ProtectionDomain, addr: SocketAddr, pool: BufferPool, id: us
     for k in 0..REQUESTS {
         let want = request(id, k);
         // The reply's receive is posted before the request leaves.
-        let reply = shared.receive_async(pool.alloc().await);
-        let (sent, _) = shared.send_async(filled(pool.alloc().await, &want)).await;
+        let reply = shared.submit(Request::receive(pool.alloc().await));
+        let (sent, _) = shared
+            .submit(Request::send(filled(pool.alloc().await, &want)))
+            .await;
         sent.expect("the request");
         let (got, buf) = reply.await;
         assert_eq!(got.expect("the reply").bytes(), LEN);
@@ -139,7 +142,7 @@ fn a_tokio_service_accepts_64_clients_on_one_domain_and_one_pool() {
                         .expect("connect");
                     let shared = channel.shared().with_tokio().expect("tokio");
                     let (sent, _) = shared
-                        .send_async(filled(pool.alloc().await, &request(999, 0)))
+                        .submit(Request::send(filled(pool.alloc().await, &request(999, 0))))
                         .await;
                     sent.expect("the rude request");
                     drop(shared);
@@ -314,7 +317,7 @@ fn a_broken_connection_fails_waiting_futures_at_once() {
                 for _ in 0..4 {
                     let (shared, buf) = (shared.clone(), pool.alloc().await);
                     waiting.spawn(async move {
-                        let (got, _) = shared.receive_async(buf).await;
+                        let (got, _) = shared.submit(Request::receive(buf)).await;
                         got
                     });
                 }

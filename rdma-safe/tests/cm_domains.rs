@@ -6,6 +6,7 @@
 mod common;
 
 use common::{pattern, seed};
+use rdma_safe::owned::Request;
 use rdma_safe::{channel::Context, cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain};
 use std::net::SocketAddr;
 use std::thread;
@@ -47,12 +48,14 @@ fn one_domain_and_one_pool_serve_many_clients() {
                 let pool = pool.clone();
                 served.push(thread::spawn(move || {
                     let shared = channel.shared();
-                    let (got, req) = shared.receive(pool.try_alloc().expect("a request buffer"));
+                    let (got, req) = shared.run(Request::receive(
+                        pool.try_alloc().expect("a request buffer"),
+                    ));
                     let n = got.expect("a request").bytes();
                     let mut reply = pool.try_alloc().expect("a reply buffer");
                     reply.fill_from(&req[..n]);
                     drop(req);
-                    let (sent, _) = shared.send(reply.freeze());
+                    let (sent, _) = shared.run(Request::send(reply.freeze()));
                     sent.expect("the reply");
                     channel
                 }));

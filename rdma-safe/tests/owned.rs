@@ -5,6 +5,7 @@
 mod common;
 
 use common::{assert_bytes, assert_idle, pair_with, pattern, pd, seed, shared_mr};
+use rdma_safe::owned::Request;
 use rdma_safe::{error::PoolError, BufferPool, Error, RemoteMemoryRegion};
 use std::time::Duration;
 
@@ -84,10 +85,10 @@ fn blocking_owned_send_receive_write_read_move_the_right_bytes() {
         // The receive first (on another thread: it blocks), then the send.
         let rx = pool.try_alloc().expect("rx buffer");
         let b2 = b.clone();
-        let receiver = std::thread::spawn(move || b2.receive(rx));
+        let receiver = std::thread::spawn(move || b2.run(Request::receive(rx)));
         let tx = bytes_of(&pool, &data);
         // The receive may not be posted yet: the sender's RNR retries wait.
-        let (sent, tx) = a.send(tx);
+        let (sent, tx) = a.run(Request::send(tx));
         assert_eq!(sent.expect("send").bytes(), size);
         assert_bytes(&tx, &data, "the sent slice comes back unchanged");
         let (got, rx) = receiver.join().expect("receiver thread");
@@ -101,12 +102,12 @@ fn blocking_owned_send_receive_write_read_move_the_right_bytes() {
     let mr = unsafe { shared_mr(&pd, &mut target) };
     let remote: RemoteMemoryRegion = mr.remote();
     let data = pattern(seed("owned-write", 65536 + 13), 65536 + 13);
-    let (wrote, _) = a.write(bytes_of(&pool, &data), remote);
+    let (wrote, _) = a.run(Request::write(bytes_of(&pool, &data), remote));
     assert_eq!(wrote.expect("write").bytes(), data.len());
     let mut rd = pool.try_alloc().expect("read target");
     rd.set_len(data.len());
     rd.fill(0);
-    let (read, rd) = a.read(rd, remote);
+    let (read, rd) = a.run(Request::read(rd, remote));
     assert_eq!(read.expect("read").bytes(), data.len());
     assert_bytes(&rd, &data, "read back");
     drop(rd);
@@ -119,7 +120,7 @@ fn blocking_owned_send_receive_write_read_move_the_right_bytes() {
     // A source longer than the remote region is refused before posting,
     // and the slice comes back.
     let small = remote.slice(0, 4).expect("sub-region");
-    let (refused, back) = a.write(bytes_of(&pool, &[1; 8]), small);
+    let (refused, back) = a.run(Request::write(bytes_of(&pool, &[1; 8]), small));
     assert!(refused.is_err(), "8 bytes into a 4-byte region");
     assert_eq!(&back[..], &[1; 8][..]);
     drop(back);
@@ -142,14 +143,17 @@ fn callbacks_get_their_outcome_and_buffer_once() {
     let sends_done = Arc::new(AtomicUsize::new(0));
     for _ in 0..N {
         let rec = received.clone();
-        b.receive_then(pool.try_alloc().expect("rx"), move |r, buf| {
-            let s = r.expect("receive");
-            let i = u16::from_le_bytes([buf[0], buf[1]]) as usize;
-            assert_eq!(s.bytes(), buf.len());
-            let mut slots = rec.lock().unwrap();
-            assert!(slots[i].is_none(), "message {i} delivered twice");
-            slots[i] = Some(buf.to_vec());
-        })
+        b.run_then(
+            Request::receive(pool.try_alloc().expect("rx")),
+            move |r, buf| {
+                let s = r.expect("receive");
+                let i = u16::from_le_bytes([buf[0], buf[1]]) as usize;
+                assert_eq!(s.bytes(), buf.len());
+                let mut slots = rec.lock().unwrap();
+                assert!(slots[i].is_none(), "message {i} delivered twice");
+                slots[i] = Some(buf.to_vec());
+            },
+        )
         .map_err(|(e, _)| e)
         .expect("post receive");
     }
@@ -157,7 +161,7 @@ fn callbacks_get_their_outcome_and_buffer_once() {
         let mut msg = pattern(seed("callbacks", i), 64 + i);
         msg[..2].copy_from_slice(&(i as u16).to_le_bytes());
         let done = sends_done.clone();
-        a.send_then(bytes_of(&pool, &msg), move |r, _bytes| {
+        a.run_then(Request::send(bytes_of(&pool, &msg)), move |r, _bytes| {
             r.expect("send");
             done.fetch_add(1, Ordering::SeqCst);
         })

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{assert_bytes, assert_whole, frozen, pair_with, pattern, pd, seed, shared_mr};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     owned::OwnedRequest, owned::OWNED_BATCH_MAX, work::WcStatus, BufferPool, Error,
     RemoteMemoryRegion,
@@ -43,7 +44,7 @@ fn owned_batches_write_read_and_send_every_piece() {
         let reqs: Vec<_> = (0..n)
             .map(|k| OwnedRequest::write(frozen(&pool, &piece("bw", k + n, lens[k])), at(k)))
             .collect();
-        let (done, back) = a.post_batch(reqs);
+        let (done, back) = a.run(Request::batch(reqs));
         let total: usize = lens.iter().sum();
         assert_eq!(done.expect("write batch").bytes(), total, "n {n}");
         assert_eq!(back.len(), n, "every request comes back");
@@ -60,7 +61,7 @@ fn owned_batches_write_read_and_send_every_piece() {
                 OwnedRequest::read(buf, at(k))
             })
             .collect();
-        let (done, back) = a.post_batch(reqs);
+        let (done, back) = a.run(Request::batch(reqs));
         assert_eq!(done.expect("read batch").bytes(), total);
         for (k, req) in back.into_iter().enumerate() {
             let buf = req.into_buf().expect("a read gives its buffer back");
@@ -78,7 +79,7 @@ fn owned_batches_write_read_and_send_every_piece() {
         receives
             .into_iter()
             .map(|rx| {
-                let (got, rx) = b2.receive(rx);
+                let (got, rx) = b2.run(Request::receive(rx));
                 let got = got.expect("receive");
                 (got.immediate(), rx.to_vec())
             })
@@ -90,7 +91,7 @@ fn owned_batches_write_read_and_send_every_piece() {
         })
         .collect();
     // The receives may not all be posted yet: RNR retries wait for them.
-    let (sent, back) = a.post_batch(reqs);
+    let (sent, back) = a.run(Request::batch(reqs));
     sent.expect("send batch");
     drop(back);
     let got = receiver.join().expect("receiver");
@@ -132,7 +133,7 @@ fn an_owned_batch_failing_midway_reports_it_and_gives_every_buffer_back() {
         })
         .collect();
     let started = Instant::now();
-    let (done, back) = a.post_batch(reqs);
+    let (done, back) = a.run(Request::batch(reqs));
     match done {
         Err(Error::WorkCompletion { status, .. }) => assert_eq!(
             status,
@@ -183,12 +184,12 @@ fn owned_batches_refused_before_posting_leave_the_channel_usable() {
         }
         assert_eq!(back.len(), n, "{what}: the requests come back");
     };
-    refused(a.post_batch(Vec::new()), 0, "an empty batch");
+    refused(a.run(Request::batch(Vec::new())), 0, "an empty batch");
     let too_many: Vec<_> = (0..=OWNED_BATCH_MAX)
         .map(|_| OwnedRequest::write(frozen(&pool, &[1; 8]), remote))
         .collect();
     refused(
-        a.post_batch(too_many),
+        a.run(Request::batch(too_many)),
         OWNED_BATCH_MAX + 1,
         "one request too many",
     );
@@ -197,11 +198,18 @@ fn owned_batches_refused_before_posting_leave_the_channel_usable() {
         OwnedRequest::write(frozen(&pool, &[2; 4]), small),
         OwnedRequest::write(frozen(&pool, &[2; 8]), small),
     ];
-    refused(a.post_batch(too_long), 2, "8 bytes into a 4-byte region");
+    refused(
+        a.run(Request::batch(too_long)),
+        2,
+        "8 bytes into a 4-byte region",
+    );
     assert_eq!(a.unusable_reason(), None, "refusals post nothing");
     assert_whole(&a, &pool, "after the refusals");
     // Still usable.
-    let (done, _) = a.post_batch(vec![OwnedRequest::write(frozen(&pool, &[9; 64]), remote)]);
+    let (done, _) = a.run(Request::batch(vec![OwnedRequest::write(
+        frozen(&pool, &[9; 64]),
+        remote,
+    )]));
     done.expect("a batch after the refusals");
     drop(mr);
     assert_eq!(target, vec![9u8; 64]);
@@ -240,7 +248,7 @@ fn batch_futures_from_many_tasks_keep_the_pool_whole_when_dropped() {
                                 OwnedRequest::write(frozen(&pool, &data), at(k))
                             })
                             .collect();
-                        let op = a.post_batch_async(reqs);
+                        let op = a.submit(Request::batch(reqs));
                         if i % 5 == 3 {
                             // Dropped after posting (the first poll posts):
                             // the engine keeps the buffers until the

@@ -14,6 +14,7 @@
 mod common;
 
 use common::{assert_bytes, assert_idle, pattern, pd, registered, seed};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     channel::QpState, owned::OwnedRequest, pool::PoolBuf, BufferPool, Channel, Error,
     ReadWorkRequest, ReceiveWorkRequest, RemoteAccessBuffer, SendWorkRequest, SharedReceiveQueue,
@@ -69,7 +70,7 @@ fn owned_posts_on_an_unconnected_channel_are_refused_and_never_run_later() {
 
     // A single owned read, and a batch of two: refused before the verb,
     // every buffer back.
-    let (r, rx) = sa.read(filled(&pool, 0x11), remote);
+    let (r, rx) = sa.run(Request::read(filled(&pool, 0x11), remote));
     assert_not_ready(r, "owned read in INIT");
     let batch = vec![
         OwnedRequest::Read {
@@ -81,7 +82,7 @@ fn owned_posts_on_an_unconnected_channel_are_refused_and_never_run_later() {
             remote,
         },
     ];
-    let (r, batch) = sa.post_batch(batch);
+    let (r, batch) = sa.run(Request::batch(batch));
     assert_not_ready(r, "owned read batch in INIT");
     assert_eq!(batch.len(), 2);
     assert!(
@@ -106,7 +107,7 @@ fn owned_posts_on_an_unconnected_channel_are_refused_and_never_run_later() {
 
     // Connected, the channel rings doorbells: a refused read must not run.
     Channel::connect_pair(&mut a, &mut b).expect("connect");
-    let (r, back) = sa.read(filled(&pool, 0), remote);
+    let (r, back) = sa.run(Request::read(filled(&pool, 0), remote));
     r.expect("an owned read after connecting");
     assert_bytes(&back, &data[..REGION], "the read after connecting");
     std::thread::sleep(Duration::from_millis(100));
@@ -161,7 +162,7 @@ fn a_post_that_fails_after_queueing_returns_only_once_nothing_can_run() {
     a.skip_readiness_check();
     let sa = a.shared();
     let start = Instant::now();
-    let (r, rx) = sa.read(filled(&pool, 0x11), remote);
+    let (r, rx) = sa.run(Request::read(filled(&pool, 0x11), remote));
     let took = start.elapsed();
     eprintln!("owned read on INIT, check skipped: {r:?} after {took:?}");
     assert!(r.is_err(), "the verb refuses a doorbell in INIT");
@@ -185,7 +186,7 @@ fn a_post_that_fails_after_queueing_returns_only_once_nothing_can_run() {
             remote,
         })
         .collect();
-    let (r, batch) = sc.post_batch(batch);
+    let (r, batch) = sc.run(Request::batch(batch));
     eprintln!("owned batch on INIT, check skipped: {r:?}");
     assert!(r.is_err());
     assert_eq!(batch.len(), 3, "every request comes back");
@@ -289,10 +290,10 @@ fn a_future_waiting_for_room_has_one_registration_however_often_polled() {
     let mut cx = Context::from_waker(&waker);
     // The peer posts no receive: the send waits in RNR retries and keeps
     // the one send-queue entry.
-    let mut first = pin!(sa.send_async(common::frozen(&pool, b"first")));
+    let mut first = pin!(sa.submit(Request::send(common::frozen(&pool, b"first"))));
     assert!(first.as_mut().poll(&mut cx).is_pending(), "posted");
     // Boxed, so that dropping it drops the future.
-    let mut second = Box::pin(sa.send_async(common::frozen(&pool, b"second")));
+    let mut second = Box::pin(sa.submit(Request::send(common::frozen(&pool, b"second"))));
     for _ in 0..200 {
         assert!(second.as_mut().poll(&mut cx).is_pending(), "no room");
     }
@@ -302,7 +303,7 @@ fn a_future_waiting_for_room_has_one_registration_however_often_polled() {
     // Let the first complete: the peer posts a receive.
     let sb = b.shared();
     let rx = filled(&pool, 0);
-    let got = std::thread::spawn(move || sb.receive(rx).0.map(|w| w.bytes()));
+    let got = std::thread::spawn(move || sb.run(Request::receive(rx)).0.map(|w| w.bytes()));
     let out = loop {
         if let Poll::Ready(out) = first.as_mut().poll(&mut cx) {
             break out;

@@ -8,6 +8,7 @@
 mod common;
 
 use common::{pair_with, pd, registered};
+use rdma_safe::owned::Request;
 use rdma_safe::{BufferPool, Error, ReceiveWorkRequest};
 use std::time::{Duration, Instant};
 
@@ -38,7 +39,7 @@ fn a_one_millisecond_timeout_fires_within_milliseconds() {
         let pool = BufferPool::new(&pd, 64, 1).expect("pool");
         let sb = b.shared();
         let start = Instant::now();
-        let (r, buf) = sb.receive(pool.try_alloc().expect("buffer"));
+        let (r, buf) = sb.run(Request::receive(pool.try_alloc().expect("buffer")));
         let took = start.elapsed();
         eprintln!("owned receive, events {events}, timeout {timeout:?}: {took:?}");
         assert!(

@@ -9,8 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// The future of an owning operation ([`SharedChannel::send_async`] and
-/// friends): resolves to the outcome and the buffer.
+/// The future of an owning operation ([`SharedChannel::submit`]):
+/// resolves to the outcome and the buffer.
 ///
 /// The first poll posts the request (waiting for send-queue room if the
 /// queue is full). Dropping the future before that drops the buffer;

@@ -31,8 +31,7 @@
 //!
 //! # Batches
 //!
-//! [`SharedChannel::post_batch_async`] (and its blocking and callback
-//! forms) posts up to [`OWNED_BATCH_MAX`]
+//! [`Request::batch`], run or submitted, posts up to [`OWNED_BATCH_MAX`]
 //! [`OwnedRequest`]s with one `ibv_post_send` call, only the last signaled.
 //! The whole `Vec` moves into one slot and comes back with the last
 //! request's completion; on a reliable connection the send queue completes
@@ -55,12 +54,16 @@
 //! (`rdma-safe/examples/owned_transfer.rs`, run on a soft-RoCE device by
 //! `cargo xtask test-rxe`); a service built this way is
 //! `rdma-safe/examples/cm_service.rs`:
+//!
+//! [`PoolBuf`]: crate::pool::PoolBuf
+//! [`PoolBytes`]: crate::pool::PoolBytes
 #![doc = concat!("```no_run\n", include_str!("../../examples/owned_transfer.rs"), "```")]
 
 mod buffer;
 mod driver;
 mod future;
 mod reactor;
+mod request;
 mod stream;
 
 pub use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
@@ -69,13 +72,13 @@ pub use future::Op;
 pub use reactor::CompletionReactor;
 #[cfg(feature = "tokio")]
 pub use reactor::TokioReactor;
+pub use request::Request;
 pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
-use crate::error::{Error, Operation, Result, VerbsError};
-use crate::memory::remote::RemoteMemoryRegion;
-use crate::pool::{BufferPool, PoolBuf, PoolBytes};
+use crate::error::{Error, Result, VerbsError};
+use crate::pool::BufferPool;
 use crate::work::WorkSuccess;
 use buffer::{from_held, into_held};
 use driver::DriverHandle;
@@ -206,148 +209,39 @@ impl SharedChannel {
         self.queue.assume_ready();
     }
 
-    // ----- blocking --------------------------------------------------------
+    // ----- the three ways to run a request --------------------------------
 
-    /// Sends `data` and blocks until the send completes (bounded by the
-    /// timeout; spin, then sleep on the completion channel if it has one).
-    /// The slice comes back with the outcome.
+    /// Runs `req` and blocks until it completes (bounded by the timeout;
+    /// spin, then sleep on the completion channel if it has one). The
+    /// buffer comes back with the outcome.
     ///
     /// # Errors
-    /// In the outcome: posting failed (e.g. the send queue is full), the
-    /// completion reports an error, or the timeout passed (the channel is
-    /// then shut down and drained).
-    pub fn send(&self, data: PoolBytes) -> Completed<PoolBytes> {
-        self.blocking(OwnedKind::Send { imm: None }, data)
-    }
-
-    /// Receives one message into `buf` and blocks until it arrives; `buf`
-    /// comes back with its length set to the message's.
-    ///
-    /// # Errors
-    /// As [`send`](Self::send).
-    pub fn receive(&self, buf: PoolBuf) -> Completed<PoolBuf> {
-        self.blocking(OwnedKind::Receive, buf)
-    }
-
-    /// RDMA-writes `data` to the start of `remote` and blocks until done.
-    ///
-    /// # Errors
-    /// As [`send`](Self::send); also when `data` does not fit `remote`.
-    pub fn write(&self, data: PoolBytes, remote: RemoteMemoryRegion) -> Completed<PoolBytes> {
-        self.blocking(OwnedKind::Write { remote, imm: None }, data)
-    }
-
-    /// RDMA-reads `buf.len()` bytes from the start of `remote` into `buf`
-    /// and blocks until done.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub fn read(&self, buf: PoolBuf, remote: RemoteMemoryRegion) -> Completed<PoolBuf> {
-        self.blocking(OwnedKind::Read { remote }, buf)
-    }
-
-    /// Posts `reqs` (1 to [`OWNED_BATCH_MAX`] send-queue requests) as one
-    /// batch — one `ibv_post_send` call, only the last request signaled —
-    /// and blocks until the last completes, which on a reliable connection
-    /// means every one did. The requests come back with the outcome: the
-    /// last's on success (its `bytes` are the batch's total), the first
-    /// failure's otherwise.
-    ///
-    /// # Errors
-    /// In the outcome: an empty or oversized batch, a request that does not
-    /// fit its remote region (nothing is posted then), the send queue
-    /// lacking room for the whole batch, a failed request, or the timeout.
-    pub fn post_batch(&self, reqs: Vec<OwnedRequest>) -> Completed<Vec<OwnedRequest>> {
-        self.blocking(batch_kind(&reqs), reqs)
-    }
-
-    fn blocking<B: OwnedBuffer>(&self, kind: OwnedKind, buf: B) -> Completed<B> {
+    /// In the outcome: posting failed (e.g. the send queue is full, or a
+    /// request does not fit its remote region), the completion reports an
+    /// error, or the timeout passed (the channel is then shut down and
+    /// drained).
+    pub fn run<B: OwnedBuffer>(&self, req: Request<B>) -> Completed<B> {
+        let Request { kind, buf } = req;
         match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
             Ok(id) => finish(kind, self.queue.wait_owned(id, self.timeout, self.spin)),
             Err(refused) => refused_outcome(kind, refused),
         }
     }
 
-    // ----- callbacks ---------------------------------------------------------
-
-    /// Posts a send of `data`; `then` gets the outcome and the slice back
-    /// once the completion was seen, from the next
-    /// [`run_callbacks`](Self::run_callbacks) (the libevpl model). Costs one
-    /// allocation (the boxed callback).
+    /// Posts `req`; `then` gets the outcome and the buffer back once the
+    /// completion was seen, from the next
+    /// [`run_callbacks`](Self::run_callbacks) (the libevpl model). Costs
+    /// one allocation (the boxed callback).
     ///
     /// # Errors
-    /// If posting fails, the error and `data` come back at once and `then`
-    /// is dropped unrun.
-    pub fn send_then(
+    /// If posting fails, the error and the buffer come back at once and
+    /// `then` is dropped unrun.
+    pub fn run_then<B: OwnedBuffer>(
         &self,
-        data: PoolBytes,
-        then: impl FnOnce(Result<WorkSuccess>, PoolBytes) + Send + 'static,
-    ) -> Result<(), (Error, PoolBytes)> {
-        self.post_then(OwnedKind::Send { imm: None }, data, then)
-    }
-
-    /// Posts a receive into `buf`; `then` gets the outcome and the buffer
-    /// (its length set to the message's). See [`send_then`](Self::send_then).
-    ///
-    /// # Errors
-    /// As [`send_then`](Self::send_then).
-    pub fn receive_then(
-        &self,
-        buf: PoolBuf,
-        then: impl FnOnce(Result<WorkSuccess>, PoolBuf) + Send + 'static,
-    ) -> Result<(), (Error, PoolBuf)> {
-        self.post_then(OwnedKind::Receive, buf, then)
-    }
-
-    /// Posts an RDMA write of `data` to `remote`; see
-    /// [`send_then`](Self::send_then).
-    ///
-    /// # Errors
-    /// As [`send_then`](Self::send_then).
-    pub fn write_then(
-        &self,
-        data: PoolBytes,
-        remote: RemoteMemoryRegion,
-        then: impl FnOnce(Result<WorkSuccess>, PoolBytes) + Send + 'static,
-    ) -> Result<(), (Error, PoolBytes)> {
-        self.post_then(OwnedKind::Write { remote, imm: None }, data, then)
-    }
-
-    /// Posts an RDMA read of `buf.len()` bytes from `remote` into `buf`; see
-    /// [`send_then`](Self::send_then).
-    ///
-    /// # Errors
-    /// As [`send_then`](Self::send_then).
-    pub fn read_then(
-        &self,
-        buf: PoolBuf,
-        remote: RemoteMemoryRegion,
-        then: impl FnOnce(Result<WorkSuccess>, PoolBuf) + Send + 'static,
-    ) -> Result<(), (Error, PoolBuf)> {
-        self.post_then(OwnedKind::Read { remote }, buf, then)
-    }
-
-    /// Posts `reqs` as one batch (see [`post_batch`](Self::post_batch));
-    /// `then` gets the outcome and the requests back. See
-    /// [`send_then`](Self::send_then).
-    ///
-    /// # Errors
-    /// As [`send_then`](Self::send_then); also the batch errors of
-    /// [`post_batch`](Self::post_batch), and a full send queue.
-    pub fn post_batch_then(
-        &self,
-        reqs: Vec<OwnedRequest>,
-        then: impl FnOnce(Result<WorkSuccess>, Vec<OwnedRequest>) + Send + 'static,
-    ) -> Result<(), (Error, Vec<OwnedRequest>)> {
-        self.post_then(batch_kind(&reqs), reqs, then)
-    }
-
-    fn post_then<B: OwnedBuffer>(
-        &self,
-        kind: OwnedKind,
-        buf: B,
+        req: Request<B>,
         then: impl FnOnce(Result<WorkSuccess>, B) + Send + 'static,
     ) -> Result<(), (Error, B)> {
+        let Request { kind, buf } = req;
         let cb = Box::new(move |outcome, held| {
             let (outcome, buf) = finish(kind, (outcome, held));
             then(outcome, buf)
@@ -371,47 +265,13 @@ impl SharedChannel {
         self.queue.run_callbacks()
     }
 
-    // ----- futures -----------------------------------------------------------
-
-    /// A future that sends `data` and resolves to the outcome and the slice.
-    /// Nothing is posted before the first poll. Dropping it at any point is
-    /// safe (see the [module](self) docs).
-    pub fn send_async(&self, data: PoolBytes) -> Op<'_, PoolBytes> {
-        Op::new(self, OwnedKind::Send { imm: None }, data)
-    }
-
-    /// [`send_async`](Self::send_async) with 32 bits of immediate data,
-    /// which the peer's receive completion carries.
-    pub fn send_with_immediate_async(&self, data: PoolBytes, imm: u32) -> Op<'_, PoolBytes> {
-        Op::new(self, OwnedKind::Send { imm: Some(imm) }, data)
-    }
-
-    /// A future that receives one message into `buf` and resolves to the
-    /// outcome and the buffer (its length set to the message's). Dropped
-    /// after posting, the receive stays posted: the message it takes is
-    /// discarded and the buffer returns to the pool.
-    pub fn receive_async(&self, buf: PoolBuf) -> Op<'_, PoolBuf> {
-        Op::new(self, OwnedKind::Receive, buf)
-    }
-
-    /// A future that RDMA-writes `data` to `remote`.
-    pub fn write_async(&self, data: PoolBytes, remote: RemoteMemoryRegion) -> Op<'_, PoolBytes> {
-        Op::new(self, OwnedKind::Write { remote, imm: None }, data)
-    }
-
-    /// A future that RDMA-reads `buf.len()` bytes from `remote` into `buf`.
-    pub fn read_async(&self, buf: PoolBuf, remote: RemoteMemoryRegion) -> Op<'_, PoolBuf> {
-        Op::new(self, OwnedKind::Read { remote }, buf)
-    }
-
-    /// A future that posts `reqs` as one batch (see
-    /// [`post_batch`](Self::post_batch): one doorbell, one completion) and
-    /// resolves to the outcome and the requests. It waits for send-queue
-    /// room for the whole batch. Dropping it at any point is safe: once
-    /// posted, every request's memory stays with the engine until the
-    /// batch's completion is seen.
-    pub fn post_batch_async(&self, reqs: Vec<OwnedRequest>) -> Op<'_, Vec<OwnedRequest>> {
-        Op::new(self, batch_kind(&reqs), reqs)
+    /// A future that runs `req` and resolves to the outcome and the
+    /// buffer. Nothing is posted before the first poll; a batch waits for
+    /// send-queue room for all of it. Dropping the future at any point is
+    /// safe: once posted, the memory stays with the engine until the
+    /// completion is seen (see the [module](self) docs).
+    pub fn submit<B: OwnedBuffer>(&self, req: Request<B>) -> Op<'_, B> {
+        Op::new(self, req.kind, req.buf)
     }
 
     /// A stream of received messages: keeps up to `depth` receives posted
@@ -455,12 +315,6 @@ fn finish<B: OwnedBuffer>(kind: OwnedKind, (outcome, held): Returned) -> Complet
 }
 
 /// The kind of a batch of `reqs`, named after its last request.
-fn batch_kind(reqs: &[OwnedRequest]) -> OwnedKind {
-    OwnedKind::Batch {
-        op: reqs.last().map_or(Operation::Send, OwnedRequest::operation),
-    }
-}
-
 fn refused_outcome<B: OwnedBuffer>(kind: OwnedKind, refused: Refused) -> Completed<B> {
     let (e, buf) = refused_parts(kind, refused);
     (Err(e), buf)

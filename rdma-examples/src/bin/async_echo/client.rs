@@ -6,6 +6,7 @@
 
 use super::{cm_options, connect, Load, Options, RX_DEPTH};
 use rdma_examples::{net, pattern, stats, BoxError, Result};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::Connector, owned::RecvStream, BufferPool, Channel, ProtectionDomain, SharedChannel,
 };
@@ -154,7 +155,7 @@ async fn exchange(
         buf.set_len(load.size);
         pattern::fill(&mut buf, seed, 0);
         let t = Instant::now();
-        let (sent, _) = shared.send_async(buf.freeze()).await;
+        let (sent, _) = shared.submit(Request::send(buf.freeze())).await;
         sent.map_err(|e| Stop::Broken(e.into()))?;
         let (got, echo) = echoes
             .next()

@@ -40,6 +40,7 @@ use rdma_examples::device::open_checked;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, Result};
+use rdma_safe::owned::Request;
 use rdma_safe::{cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -328,7 +329,7 @@ async fn echo_all(shared: &SharedChannel, pool: BufferPool, idle: Duration) -> R
         };
         let Ok((_, buf)) = item else { break };
         // The received buffer goes back out as is: no copy.
-        let (sent, _) = shared.send_async(buf.freeze()).await;
+        let (sent, _) = shared.submit(Request::send(buf.freeze())).await;
         sent?;
         echoed += 1;
     }

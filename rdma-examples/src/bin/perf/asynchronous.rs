@@ -18,6 +18,7 @@ use rdma_examples::clock::{self, Stamp};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
+use rdma_safe::owned::Request;
 use rdma_safe::{
     owned::Op, owned::OwnedBuffer, owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool,
     RemoteMemoryRegion, SharedChannel, WorkSuccess,
@@ -231,7 +232,10 @@ impl Pump<'_, '_> {
                     break;
                 }
                 let t0 = Stamp::now();
-                inflight.push_back((InFlight::post(self.ch.post_batch_async(reqs)).await, n));
+                inflight.push_back((
+                    InFlight::post(self.ch.submit(Request::batch(reqs))).await,
+                    n,
+                ));
                 if self.verbose {
                     self.tl.post_time += t0.elapsed();
                 }
@@ -291,7 +295,7 @@ pub(crate) fn run_lat(
                 buf.fill(0);
                 for _ in 0..iters {
                     let t0 = Stamp::now();
-                    let (outcome, back) = ch.read_async(buf, remote).await;
+                    let (outcome, back) = ch.submit(Request::read(buf, remote)).await;
                     samples.push(Stamp::now().ticks_since(t0));
                     outcome?;
                     buf = back;
@@ -315,7 +319,7 @@ pub(crate) fn run_lat(
                     buf.fill_from(&source);
                     let data = buf.freeze();
                     let t0 = Stamp::now();
-                    let (outcome, _) = ch.write_async(data, remote).await;
+                    let (outcome, _) = ch.submit(Request::write(data, remote)).await;
                     outcome?;
                     wait_for_byte(exposed, size - 1, mark(i), timeout)?;
                     samples.push(Stamp::now().ticks_since(t0));
@@ -345,12 +349,13 @@ async fn send_lat(
     let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
     let mut posted = 0;
     while posted < LAT_RECEIVES_AHEAD.min(iters) {
-        recvs.push_back(InFlight::post(ch.receive_async(pool.try_alloc()?)).await);
+        recvs.push_back(InFlight::post(ch.submit(Request::receive(pool.try_alloc()?))).await);
         posted += 1;
     }
     for i in 0..iters {
         let t0 = Stamp::now();
-        let sent = InFlight::post(ch.send_with_immediate_async(data.clone(), i as u32)).await;
+        let sent =
+            InFlight::post(ch.submit(Request::send(data.clone()).with_immediate(i as u32))).await;
         let answer = recvs.pop_front().ok_or("no receive posted")?;
         let (outcome, buf) = answer.finish().await;
         samples.push(Stamp::now().ticks_since(t0));
@@ -360,7 +365,7 @@ async fn send_lat(
             .map_err(|m| format!("reply {i} received from the server: {m}"))?;
         sent.finish().await.0?;
         if posted < iters {
-            recvs.push_back(InFlight::post(ch.receive_async(buf)).await);
+            recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);
             posted += 1;
         }
     }
