@@ -55,7 +55,7 @@ pub enum AtomicOp {
 /// # let mut channel = pd.create_channel()?;
 /// # let counter = RemoteMemoryRegion::new(0x1000, 8, 1);
 /// let mut old = RegisteredBuffer::new(&pd, 8)?;
-/// channel.atomic(AtomicWorkRequest::fetch_and_add(counter, 1, &mut old.scatter(..8)))?;
+/// channel.run(AtomicWorkRequest::fetch_and_add(counter, 1, &mut old.scatter(..8)))?;
 /// let before = u64::from_ne_bytes(old[..8].try_into().unwrap());
 /// # Ok(())
 /// # }

@@ -44,10 +44,9 @@
 //!   before the scope returns, even if handles were `mem::forget`-ed or the
 //!   closure panicked (see the [`scope`] module). The `*_unpolled` methods
 //!   rely on `Drop` and are therefore `unsafe`.
-//! * **Batches**. [`Channel::send_batch`], [`Channel::write_batch`],
-//!   [`Channel::read_batch`] and their scoped forms post many requests with
-//!   one doorbell and signal only the
-//!   last: a reliable connection completes its send queue in order, so the
+//! * **Batches**. [`Channel::run_batch`] and [`PollingScope::post_batch`]
+//!   post many sends, writes, reads or atomics with one doorbell and
+//!   signal only the last: a reliable connection completes its send queue in order, so the
 //!   last completion (success, error or flush) covers the whole batch.
 //!   [`PollingScope::post_receive_batch`] posts many receives with one
 //!   `ibv_post_recv` call; receives complete one by one, so each keeps its
@@ -151,15 +150,23 @@
 //!    the verb admission (usable channel, queue pair state, queue room),
 //!    tracking, the bounded wait, and the settling of a failed post for
 //!    free — never call the verb directly.
-//! 5. **Device tests** (`rdma-safe/tests/<verb>.rs`): every byte checked,
+//! 5. **Its one path** (`verb.rs`): implement the sealed
+//!    [`SendQueueRequest`](work::SendQueueRequest) for the request type —
+//!    how one is posted and how a batch is (and, if the engine has a
+//!    cheaper blocking path, how one is posted and waited for). That is
+//!    all the blocking ([`Channel::run`], [`Channel::run_batch`]) and
+//!    scoped ([`PollingScope::post`], [`PollingScope::post_batch`]) modes
+//!    need: they are generic over it.
+//! 6. **Device tests** (`rdma-safe/tests/<verb>.rs`): every byte checked,
 //!    a malformed request refused before posting, and a peer error
 //!    reported with its status; on a device without the verb, a test
 //!    pinning the "not supported by this device" error.
 //!
-//! Optional, each on its own: the blocking form (a method in
-//! `channel/<verb>.rs`), the scoped form ([`PollingScope`]'s `post_*` in
-//! `scope.rs`), the owned form (a variant of [`OwnedRequest`](owned::OwnedRequest) and of the
-//! engine's `OwnedKind`), and a `perf` test in `rdma-examples`.
+//! Optional, each on its own: a named one-line form (as `send` is
+//! [`Channel::run`] of a send), the owned form (a constructor of
+//! [`owned::Request`] and a variant of the engine's `OwnedKind`; a batch
+//! member: a variant of [`OwnedRequest`](owned::OwnedRequest)), and a
+//! `perf` test in `rdma-examples`.
 
 mod atomic;
 pub mod channel;
@@ -179,6 +186,7 @@ mod pending;
 pub mod pool;
 pub mod scope;
 pub mod srq;
+mod verb;
 pub mod window;
 pub mod work;
 

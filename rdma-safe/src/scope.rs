@@ -15,10 +15,11 @@
 //! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
 
-use crate::atomic::AtomicWorkRequest;
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
 use crate::error::{Error, Result};
+use crate::verb::sealed::Queue;
+use crate::verb::SendQueueRequest;
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
@@ -114,17 +115,76 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         }
     }
 
-    /// Posts a send; its data stays borrowed until the scope ends.
+    /// Posts one send-queue request — a [`SendWorkRequest`],
+    /// [`WriteWorkRequest`], [`ReadWorkRequest`] or
+    /// [`AtomicWorkRequest`](crate::AtomicWorkRequest);
+    /// its memory stays borrowed (a read's or an atomic's result
+    /// exclusively) until the scope ends.
+    ///
+    /// # Errors
+    /// As [`Channel::run`]'s posting errors.
+    pub fn post<W: SendQueueRequest<'scope>>(
+        &mut self,
+        mut wr: W,
+    ) -> Result<ScopedPendingWork<'scope>> {
+        let id = wr.post(Queue(self.queue))?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts a batch of send-queue requests of one kind with one
+    /// `ibv_post_send` call (one doorbell), only the last one signaled; one
+    /// handle covers the batch. Their memory stays borrowed until the scope
+    /// ends. Nothing is posted if one of them is malformed.
+    ///
+    /// # Errors
+    /// As [`Channel::run_batch`]'s posting errors.
+    pub fn post_batch<'d: 'scope, W: SendQueueRequest<'d>>(
+        &mut self,
+        wrs: &mut [W],
+    ) -> Result<ScopedPendingWork<'scope>> {
+        let id = W::post_batch(wrs, Queue(self.queue))?;
+        Ok(self.handle(id))
+    }
+
+    /// Posts a send; its data stays borrowed until the scope ends:
+    /// [`post`](Self::post) of a send, the design's name.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
     pub fn post_send(
         &mut self,
         wr: SendWorkRequest<'_, 'scope>,
     ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_send(&wr)?;
-        Ok(self.handle(id))
+        self.post(wr)
+    }
+
+    /// Posts an RDMA write: [`post`](Self::post) of a write.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    pub fn post_write(
+        &mut self,
+        wr: WriteWorkRequest<'_, 'scope>,
+    ) -> Result<ScopedPendingWork<'scope>> {
+        self.post(wr)
+    }
+
+    /// Posts an RDMA read: [`post`](Self::post) of a read.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
+    pub fn post_read(
+        &mut self,
+        wr: ReadWorkRequest<'_, 'scope>,
+    ) -> Result<ScopedPendingWork<'scope>> {
+        self.post(wr)
     }
 
     /// Posts a receive; its buffers stay exclusively borrowed until the scope
     /// ends.
+    ///
+    /// # Errors
+    /// As [`post`](Self::post).
     pub fn post_receive(
         &mut self,
         mut wr: ReceiveWorkRequest<'_, 'scope>,
@@ -142,6 +202,9 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// If the device refuses part of the list (a full receive queue, say),
     /// the receives it took stay posted and are waited for when the scope
     /// ends; the error is returned and their handles are not.
+    ///
+    /// # Errors
+    /// The verb's refusal, as above.
     pub fn post_receive_batch<'d: 'scope>(
         &mut self,
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
@@ -149,83 +212,6 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         let (ids, outcome) = self.queue.post_recv_batch(wrs);
         let handles: Vec<_> = ids.map(|id| self.handle(id)).collect();
         outcome.map(|()| handles)
-    }
-
-    /// Posts an RDMA write; its data stays borrowed until the scope ends.
-    pub fn post_write(
-        &mut self,
-        wr: WriteWorkRequest<'_, 'scope>,
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_write(&wr)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts a batch of sends with one `ibv_post_send` call (one doorbell),
-    /// only the last one signaled; one handle covers the batch. Their data
-    /// stays borrowed until the scope ends.
-    pub fn post_send_batch<'d: 'scope>(
-        &mut self,
-        wrs: &[SendWorkRequest<'_, 'd>],
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_send_batch(wrs)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
-    /// last one signaled; one handle covers the batch. Their data stays
-    /// borrowed until the scope ends.
-    pub fn post_write_batch<'d: 'scope>(
-        &mut self,
-        wrs: &[WriteWorkRequest<'_, 'd>],
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_write_batch(wrs)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
-    /// last one signaled; one handle covers the batch. Each read's buffers
-    /// stay exclusively borrowed until the scope ends.
-    pub fn post_read_batch<'d: 'scope>(
-        &mut self,
-        wrs: &mut [ReadWorkRequest<'_, 'd>],
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_read_batch(wrs)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts an RDMA read; its buffers stay exclusively borrowed until the
-    /// scope ends.
-    pub fn post_read(
-        &mut self,
-        mut wr: ReadWorkRequest<'_, 'scope>,
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_read(&mut wr)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts a 64-bit atomic (see [`Channel::atomic`]); its result element
-    /// stays exclusively borrowed until the scope ends.
-    ///
-    /// # Errors
-    /// As [`Channel::atomic`]'s posting errors.
-    pub fn post_atomic(
-        &mut self,
-        mut wr: AtomicWorkRequest<'_, 'scope>,
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_atomic(&mut wr)?;
-        Ok(self.handle(id))
-    }
-
-    /// Posts a batch of atomics with one `ibv_post_send` call, only the last
-    /// one signaled; one handle covers the batch. Each atomic's result
-    /// element stays exclusively borrowed until the scope ends. Nothing is
-    /// posted if any of them is malformed.
-    pub fn post_atomic_batch<'d: 'scope>(
-        &mut self,
-        wrs: &mut [AtomicWorkRequest<'_, 'd>],
-    ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_atomic_batch(wrs)?;
-        Ok(self.handle(id))
     }
 
     /// Asks that, if the closure fails (returns `Err` or panics), the work it

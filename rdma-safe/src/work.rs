@@ -4,6 +4,7 @@ pub use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::memory::element::{GatherElement, ScatterElement};
 use crate::memory::remote::RemoteMemoryRegion;
 pub use crate::pending::PendingWork;
+pub use crate::verb::SendQueueRequest;
 /// The verbs layer's completion opcode and status.
 pub use rdma_core::{WcOpcode, WcStatus};
 

@@ -153,7 +153,7 @@ fn blocking_atomics_allocate_nothing_per_operation() {
         if round == WARM {
             counted = ALLOCATIONS.load(Ordering::Relaxed);
         }
-        a.atomic(AtomicWorkRequest::fetch_and_add(
+        a.run(AtomicWorkRequest::fetch_and_add(
             counter,
             1,
             &mut old.scatter(..),

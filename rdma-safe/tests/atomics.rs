@@ -51,7 +51,7 @@ fn fetch_and_add_from_several_channels_adds_up_exactly() {
                         // Half blocking, half scoped, from every channel.
                         if (i + k) % 2 == 0 {
                             let done = a
-                                .atomic(AtomicWorkRequest::fetch_and_add(
+                                .run(AtomicWorkRequest::fetch_and_add(
                                     counter,
                                     1,
                                     &mut old.scatter(..),
@@ -63,7 +63,7 @@ fn fetch_and_add_from_several_channels_adds_up_exactly() {
                             a.scope(|s| {
                                 let mut result = old.scatter(..);
                                 let wr = AtomicWorkRequest::fetch_and_add(counter, 1, &mut result);
-                                s.post_atomic(wr)?.wait()
+                                s.post(wr)?.wait()
                             })
                             .expect("scoped fetch-and-add");
                         }
@@ -120,7 +120,7 @@ fn compare_and_swap_races_have_exactly_one_winner() {
                         let mut result = old.scatter(..);
                         let wr =
                             AtomicWorkRequest::compare_and_swap(word, 0, k as u64 + 1, &mut result);
-                        let done = a.atomic(wr).expect("compare-and-swap");
+                        let done = a.run(wr).expect("compare-and-swap");
                         assert_eq!(done.opcode(), WcOpcode::CompareSwap);
                         seen.push(value(&old));
                     }
@@ -170,7 +170,7 @@ fn malformed_atomics_are_refused_before_posting() {
 
     let misaligned = remote.slice(4, 8).unwrap();
     let e = a
-        .atomic(AtomicWorkRequest::fetch_and_add(
+        .run(AtomicWorkRequest::fetch_and_add(
             misaligned,
             1,
             &mut old.scatter(..8),
@@ -180,7 +180,7 @@ fn malformed_atomics_are_refused_before_posting() {
 
     let short = remote.slice(56, 4).unwrap();
     let e = a
-        .atomic(AtomicWorkRequest::compare_and_swap(
+        .run(AtomicWorkRequest::compare_and_swap(
             short,
             0,
             1,
@@ -191,7 +191,7 @@ fn malformed_atomics_are_refused_before_posting() {
 
     for len in [0, 4, 16] {
         let e = a
-            .atomic(AtomicWorkRequest::fetch_and_add(
+            .run(AtomicWorkRequest::fetch_and_add(
                 remote,
                 1,
                 &mut old.scatter(..len),
@@ -203,7 +203,7 @@ fn malformed_atomics_are_refused_before_posting() {
         .scope(|s| {
             let mut result = old.scatter(1..9);
             let wr = AtomicWorkRequest::fetch_and_add(misaligned, 1, &mut result);
-            s.post_atomic(wr).map(|_| ())
+            s.post(wr).map(|_| ())
         })
         .unwrap_err();
     match e {
@@ -217,7 +217,7 @@ fn malformed_atomics_are_refused_before_posting() {
     assert!(a.is_usable());
     assert!(target.to_vec().iter().all(|&x| x == 0));
     target.words()[7].store(41, Ordering::Release);
-    a.atomic(AtomicWorkRequest::fetch_and_add(
+    a.run(AtomicWorkRequest::fetch_and_add(
         remote.slice(56, 8).unwrap(),
         1,
         &mut old.scatter(8..16),
@@ -240,7 +240,7 @@ fn atomic_result_can_land_in_a_remote_access_buffer() {
     target.words()[1].store(7, Ordering::Release);
     let word = target.remote().slice(8, 8).unwrap();
     let mut result = results.scatter(8..16).expect("element");
-    a.atomic(AtomicWorkRequest::compare_and_swap(word, 7, 9, &mut result))
+    a.run(AtomicWorkRequest::compare_and_swap(word, 7, 9, &mut result))
         .expect("compare-and-swap");
     assert_eq!(results.words()[1].load(Ordering::Acquire), 7);
     assert_untouched(&results.to_vec()[..8], "the other word");

@@ -26,7 +26,7 @@ fn write_batch_lands_every_piece() {
     let gathers: Vec<_> = (0..n)
         .map(|i| [src.gather(i * piece..(i + 1) * piece)])
         .collect();
-    let wrs: Vec<_> = (0..n)
+    let mut wrs: Vec<_> = (0..n)
         .rev()
         .map(|i| {
             WriteWorkRequest::new(
@@ -36,11 +36,11 @@ fn write_batch_lands_every_piece() {
         })
         .collect();
     let done = a
-        .scope(|s| s.post_write_batch(&wrs)?.wait())
+        .scope(|s| s.post_batch(&mut wrs)?.wait())
         .expect("batch of writes");
     assert_eq!(done.bytes(), n * piece);
     // Blocking form (rewrites the same bytes).
-    let done = a.write_batch(&wrs[..3]).expect("blocking batch");
+    let done = a.run_batch(&mut wrs[..3]).expect("blocking batch");
     assert_eq!(done.bytes(), 3 * piece);
     drop(dst_mr);
     assert_bytes(&dst[..n * piece], &src, "written pieces");
@@ -67,10 +67,10 @@ fn send_batch_delivers_messages_in_order() {
         let gathers: Vec<_> = (0..n)
             .map(|i| [src.gather(i * size..(i + 1) * size)])
             .collect();
-        let wrs: Vec<_> = (0..n)
+        let mut wrs: Vec<_> = (0..n)
             .map(|i| SendWorkRequest::new(&gathers[i]).with_immediate(i as u32))
             .collect();
-        let sent = a.send_batch(&wrs)?;
+        let sent = a.run_batch(&mut wrs)?;
         assert_eq!(sent.bytes(), n * size);
         for (i, r) in recvs.into_iter().enumerate() {
             let got = r.wait()?;
@@ -105,13 +105,13 @@ fn error_in_the_middle_of_a_batch_fails_the_batch() {
         good.rkey() ^ 0x5a5a_0000,
     );
     let g = [src.gather(..)];
-    let wrs = [
+    let mut wrs = [
         WriteWorkRequest::new(&g, good),
         WriteWorkRequest::new(&g, bad),
         WriteWorkRequest::new(&g, good),
         WriteWorkRequest::new(&g, good),
     ];
-    match a.write_batch(&wrs) {
+    match a.run_batch(&mut wrs) {
         Err(Error::WorkCompletion {
             operation: Operation::Write,
             status,
@@ -146,9 +146,9 @@ fn batch_larger_than_the_send_queue_is_refused_before_posting() {
     // SAFETY: as in `write_batch_lands_every_piece`.
     let dst_mr = unsafe { shared_mr(&pd, &mut dst) };
     let g = [src.gather(..)];
-    let too_many =
+    let mut too_many =
         vec![WriteWorkRequest::new(&g, dst_mr.remote()); a.capabilities().max_send_wr as usize + 1];
-    match a.write_batch(&too_many) {
+    match a.run_batch(&mut too_many) {
         Err(Error::Post {
             operation: Operation::Write,
             ..
@@ -156,8 +156,11 @@ fn batch_larger_than_the_send_queue_is_refused_before_posting() {
         other => panic!("expected a post error, got {other:?}"),
     }
     assert!(a.is_usable(), "a refused batch leaves the channel usable");
-    assert!(a.write_batch(&[]).is_err(), "an empty batch is refused");
-    a.write_batch(&too_many[..4]).expect("a batch that fits");
+    assert!(
+        a.run_batch(&mut [] as &mut [WriteWorkRequest]).is_err(),
+        "an empty batch is refused"
+    );
+    a.run_batch(&mut too_many[..4]).expect("a batch that fits");
     assert_quiescent(&a, "a");
     drop(dst_mr);
     drop(b);
@@ -193,7 +196,7 @@ fn read_batch_fills_every_chunk() {
                 rdma_safe::ReadWorkRequest::new(e, remote.slice(from, piece as u64).unwrap())
             })
             .collect();
-        let done = a.read_batch(&mut reqs).expect("batch of reads");
+        let done = a.run_batch(&mut reqs).expect("batch of reads");
         assert_eq!(done.bytes(), n * piece);
     }
     for i in 0..n {
@@ -205,7 +208,11 @@ fn read_batch_fills_every_chunk() {
         );
     }
     assert_untouched(&dst[n * piece..], "bytes after the chunks");
-    assert!(a.read_batch(&mut []).is_err(), "an empty batch is refused");
+    assert!(
+        a.run_batch(&mut [] as &mut [rdma_safe::ReadWorkRequest])
+            .is_err(),
+        "an empty batch is refused"
+    );
     assert_quiescent(&a, "a");
     drop(exposed_mr);
     drop(b);
@@ -244,12 +251,12 @@ fn receive_batch_completes_each_receive_in_order() {
             .zip(&starts)
             .map(|(&n, &at)| [src.gather(at..at + n)])
             .collect();
-        let sends: Vec<_> = gathers
+        let mut sends: Vec<_> = gathers
             .iter()
             .enumerate()
             .map(|(i, g)| SendWorkRequest::new(g).with_immediate(1000 + i as u32))
             .collect();
-        a.send_batch(&sends)?;
+        a.run_batch(&mut sends)?;
         for (i, r) in recvs.into_iter().enumerate() {
             let got = r.wait()?;
             assert_eq!(got.bytes(), sizes[i], "receive {i} took message {i}");
@@ -303,8 +310,8 @@ fn receive_batch_beyond_the_receive_queue_keeps_what_was_posted() {
         let gathers: Vec<_> = (0..taken)
             .map(|i| [src.gather(i * size..(i + 1) * size)])
             .collect();
-        let sends: Vec<_> = gathers.iter().map(|g| SendWorkRequest::new(g)).collect();
-        a.send_batch(&sends)?;
+        let mut sends: Vec<_> = gathers.iter().map(|g| SendWorkRequest::new(g)).collect();
+        a.run_batch(&mut sends)?;
         Ok::<_, Error>(err)
     });
     match refused {

@@ -138,8 +138,8 @@ fn borrowed_sends_on_an_unconnected_channel_are_errors_not_aborts() {
     let buf = registered(&pd, vec![7u8; 64]);
     let gather = [buf.gather(..)];
     assert_not_ready(a.send(SendWorkRequest::new(&gather)), "send in INIT");
-    let wrs = [SendWorkRequest::new(&gather), SendWorkRequest::new(&gather)];
-    assert_not_ready(a.send_batch(&wrs), "send batch in INIT");
+    let mut wrs = [SendWorkRequest::new(&gather), SendWorkRequest::new(&gather)];
+    assert_not_ready(a.run_batch(&mut wrs), "send batch in INIT");
     assert!(a.is_usable(), "a refusal leaves the channel usable");
     assert_eq!(a.outstanding(), 0);
 }

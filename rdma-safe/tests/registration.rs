@@ -451,7 +451,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
 
         let pieces: Vec<_> = (0..MEMBERS).map(|_| [src.gather(..PIECE)]).collect();
         let oversized = [src.gather(..limit + 1)];
-        let bad: Vec<_> = (0..MEMBERS)
+        let mut bad: Vec<_> = (0..MEMBERS)
             .map(|i| {
                 if i == OVERSIZED {
                     SendWorkRequest::new(&oversized)
@@ -463,7 +463,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
             })
             .collect();
         let before = a.totals();
-        match a.send_batch(&bad) {
+        match a.run_batch(&mut bad) {
             Err(Error::Post {
                 operation: Operation::Send,
                 ..
@@ -474,7 +474,7 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
         assert_eq!(a.totals(), before, "nothing counted");
         assert!(a.is_usable(), "a refused batch leaves the channel usable");
         // The scoped form refuses it the same way.
-        match a.scope(|s| s.post_send_batch(&bad).map(|_| ())) {
+        match a.scope(|s| s.post_batch(&mut bad).map(|_| ())) {
             Err(ScopeError::ClosureError(Error::Post {
                 operation: Operation::Send,
                 ..
@@ -485,12 +485,12 @@ fn send_batch_with_an_oversized_inline_member_posts_nothing() {
         assert_eq!(a.totals(), before);
 
         // Without the oversized member the batch goes through.
-        let good: Vec<_> = (0..MEMBERS)
+        let mut good: Vec<_> = (0..MEMBERS)
             .filter(|&i| i != OVERSIZED)
             .enumerate()
             .map(|(k, i)| SendWorkRequest::new(&pieces[i]).with_immediate(k as u32))
             .collect();
-        let sent = a.send_batch(&good)?;
+        let sent = a.run_batch(&mut good)?;
         assert_eq!(sent.bytes(), (MEMBERS - 1) * PIECE);
         for (k, r) in recvs.into_iter().enumerate() {
             let got = r.wait()?;
@@ -537,7 +537,7 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
 
     let pieces: Vec<_> = (0..MEMBERS).map(|_| [src.gather(..PIECE)]).collect();
     let oversized = [src.gather(..limit + 1)];
-    let bad: Vec<_> = (0..MEMBERS)
+    let mut bad: Vec<_> = (0..MEMBERS)
         .map(|i| {
             if i == OVERSIZED {
                 WriteWorkRequest::new(&oversized, target(MEMBERS + i, limit + 1)).inline(true)
@@ -547,7 +547,7 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
         })
         .collect();
     let before = a.totals();
-    match a.write_batch(&bad) {
+    match a.run_batch(&mut bad) {
         Err(Error::Post {
             operation: Operation::Write,
             ..
@@ -557,7 +557,7 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
     assert_eq!(a.outstanding(), 0, "nothing posted");
     assert_eq!(a.totals(), before, "nothing counted");
     assert!(a.is_usable(), "a refused batch leaves the channel usable");
-    match a.scope(|s| s.post_write_batch(&bad).map(|_| ())) {
+    match a.scope(|s| s.post_batch(&mut bad).map(|_| ())) {
         Err(ScopeError::ClosureError(Error::Post {
             operation: Operation::Write,
             ..
@@ -567,12 +567,12 @@ fn write_batch_with_an_oversized_inline_member_posts_nothing() {
     assert_eq!(a.outstanding(), 0);
     assert_eq!(a.totals(), before);
 
-    let good: Vec<_> = (0..MEMBERS)
+    let mut good: Vec<_> = (0..MEMBERS)
         .filter(|&i| i != OVERSIZED)
         .map(|i| WriteWorkRequest::new(&pieces[i], target(i, PIECE)))
         .collect();
     let done = a
-        .write_batch(&good)
+        .run_batch(&mut good)
         .expect("the batch without the oversized member");
     assert_eq!(done.bytes(), (MEMBERS - 1) * PIECE);
     drop(exposed_mr);

@@ -98,7 +98,7 @@ fn concurrent_peer_atomics_are_seen_as_whole_values() {
         });
         let mut old = registered(&pd, vec![0u8; 8]);
         for i in 0..ADDS {
-            a.atomic(AtomicWorkRequest::fetch_and_add(
+            a.run(AtomicWorkRequest::fetch_and_add(
                 word,
                 STEP,
                 &mut old.scatter(..),

@@ -3,7 +3,6 @@
 //! a façade over the crate's engine (its work queue) with its protection
 //! domain, endpoints and timeout.
 
-mod atomic;
 mod builder;
 mod cm;
 mod connect;

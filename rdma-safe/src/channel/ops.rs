@@ -4,6 +4,8 @@ use super::Channel;
 use crate::error::{Result, ScopeError};
 use crate::pending::PendingWork;
 use crate::scope::PollingScope;
+use crate::verb::sealed::{Post, Queue};
+use crate::verb::SendQueueRequest;
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
@@ -16,58 +18,81 @@ impl Channel {
     // memory and the channel for the call only: an element list can be
     // reused, and the channel used, right after.
 
-    /// Posts a send and blocks until it completes (bounded by the timeout).
+    /// Posts one send-queue request — a [`SendWorkRequest`],
+    /// [`WriteWorkRequest`], [`ReadWorkRequest`] or
+    /// [`AtomicWorkRequest`](crate::AtomicWorkRequest) — and blocks until it completes (bounded by the timeout). The generic
+    /// form of [`send`](Self::send), [`write`](Self::write) and
+    /// [`read`](Self::read); an atomic's previous remote value is then in
+    /// its result element.
+    ///
+    /// # Errors
+    /// [`Error::Post`](crate::Error::Post) before anything is posted for a
+    /// malformed request (an atomic's misaligned target, a remote region
+    /// shorter than 8 bytes or a result element that is not 8 bytes; an
+    /// inline send above the channel's inline size; too many elements);
+    /// [`NotReady`](crate::Error::NotReady) on a channel that is not
+    /// connected; a [`WorkCompletion`](crate::Error::WorkCompletion) error
+    /// when the NIC or the peer fails it (`RemAccessErr`: wrong key, no
+    /// access, or outside the peer's region);
+    /// [`Timeout`](crate::Error::Timeout),
+    /// [`PeerDisconnected`](crate::Error::PeerDisconnected) and
+    /// [`Unusable`](crate::Error::Unusable) as for every operation.
+    pub fn run<'d, W: SendQueueRequest<'d>>(&mut self, mut wr: W) -> Result<WorkSuccess> {
+        let outcome = wr.post_and_wait(Queue(&self.queue), self.timeout);
+        self.peer_gone(outcome)
+    }
+
+    /// Posts a batch of send-queue requests of one kind with one
+    /// `ibv_post_send` call, only the last one signaled, and blocks until
+    /// all completed (bounded by the timeout): a reliable connection
+    /// completes its send queue in order, so the last completion covers
+    /// the batch. Fewer doorbells and completions than one call per
+    /// request: the way to move many small messages. The outcome reports
+    /// the total bytes; the first failure of any member fails the batch,
+    /// and nothing is posted if one is malformed.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run); also a batch larger than the send queue.
+    pub fn run_batch<'d, W: SendQueueRequest<'d>>(&mut self, wrs: &mut [W]) -> Result<WorkSuccess> {
+        let outcome = W::post_batch_and_wait(wrs, Queue(&self.queue), self.timeout);
+        self.peer_gone(outcome)
+    }
+
+    /// Posts a send and blocks until it completes (bounded by the timeout):
+    /// [`run`](Self::run) of a send, the design's name.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
     pub fn send(&mut self, wr: SendWorkRequest<'_, '_>) -> Result<WorkSuccess> {
-        let id = self.queue.post_send(&wr)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
+        self.run(wr)
     }
 
     /// Posts a receive and blocks until a message arrives in it (bounded by
     /// the timeout).
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
     pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_recv(&mut wr)?;
         self.peer_gone(self.queue.wait(id, self.timeout))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the
-    /// timeout).
+    /// timeout): [`run`](Self::run) of a write, the design's name.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
     pub fn write(&mut self, wr: WriteWorkRequest<'_, '_>) -> Result<WorkSuccess> {
-        let id = self.queue.post_write(&wr)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
+        self.run(wr)
     }
 
     /// Posts an RDMA read and blocks until it completes (bounded by the
-    /// timeout).
-    pub fn read(&mut self, mut wr: ReadWorkRequest<'_, '_>) -> Result<WorkSuccess> {
-        let id = self.queue.post_read(&mut wr)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
-    }
-
-    /// Posts a batch of sends with one `ibv_post_send` call, only the last
-    /// one signaled, and blocks until all completed (bounded by the
-    /// timeout). Fewer doorbells and completions than one call per send:
-    /// the way to move many small messages. The outcome reports the total
-    /// bytes; the first failure of any member fails the batch.
-    pub fn send_batch(&mut self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
-        let id = self.queue.post_send_batch(wrs)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
-    }
-
-    /// Posts a batch of RDMA writes with one `ibv_post_send` call, only the
-    /// last one signaled, and blocks until all completed (bounded by the
-    /// timeout). See [`send_batch`](Self::send_batch).
-    pub fn write_batch(&mut self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
-        let id = self.queue.post_write_batch(wrs)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
-    }
-
-    /// Posts a batch of RDMA reads with one `ibv_post_send` call, only the
-    /// last one signaled, and blocks until all completed (bounded by the
-    /// timeout). Each read has its own exclusive scatter list. See
-    /// [`send_batch`](Self::send_batch).
-    pub fn read_batch(&mut self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<WorkSuccess> {
-        let id = self.queue.post_read_batch(wrs)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
+    /// timeout): [`run`](Self::run) of a read, the design's name.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub fn read(&mut self, wr: ReadWorkRequest<'_, '_>) -> Result<WorkSuccess> {
+        self.run(wr)
     }
 
     // ----- unpolled operations ------------------------------------------------
@@ -82,9 +107,9 @@ impl Channel {
     /// prevent this.
     pub unsafe fn send_unpolled<'data>(
         &mut self,
-        wr: SendWorkRequest<'_, 'data>,
+        mut wr: SendWorkRequest<'_, 'data>,
     ) -> Result<PendingWork<'data>> {
-        let id = self.queue.post_send(&wr)?;
+        let id = wr.post(Queue(&self.queue))?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -114,9 +139,9 @@ impl Channel {
     /// prevent this.
     pub unsafe fn write_unpolled<'data>(
         &mut self,
-        wr: WriteWorkRequest<'_, 'data>,
+        mut wr: WriteWorkRequest<'_, 'data>,
     ) -> Result<PendingWork<'data>> {
-        let id = self.queue.post_write(&wr)?;
+        let id = wr.post(Queue(&self.queue))?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 
@@ -132,7 +157,7 @@ impl Channel {
         &mut self,
         mut wr: ReadWorkRequest<'_, 'data>,
     ) -> Result<PendingWork<'data>> {
-        let id = self.queue.post_read(&mut wr)?;
+        let id = wr.post(Queue(&self.queue))?;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 

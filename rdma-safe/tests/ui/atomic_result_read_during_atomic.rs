@@ -6,7 +6,7 @@ fn misuse(pd: &ProtectionDomain, channel: &mut Channel, target: RemoteMemoryRegi
     let mut old = RegisteredBuffer::new(pd, 8).unwrap();
     let _ = channel.scope(|s| {
         let mut result = old.scatter(..);
-        let op = s.post_atomic(AtomicWorkRequest::fetch_and_add(target, 1, &mut result))?;
+        let op = s.post(AtomicWorkRequest::fetch_and_add(target, 1, &mut result))?;
         println!("{}", old[0]);
         op.wait()
     });

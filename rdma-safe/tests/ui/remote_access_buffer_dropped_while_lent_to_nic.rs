@@ -6,7 +6,7 @@ fn misuse(pd: &ProtectionDomain, channel: &mut Channel, target: RemoteMemoryRegi
     let results = RemoteAccessBuffer::new(pd, 8).unwrap();
     let mut old = results.scatter(..).unwrap();
     drop(results);
-    let _ = channel.atomic(AtomicWorkRequest::fetch_and_add(target, 1, &mut old));
+    let _ = channel.run(AtomicWorkRequest::fetch_and_add(target, 1, &mut old));
 }
 
 fn main() {

@@ -268,7 +268,7 @@ fn run_bw(
                     .map(|(j, e)| request(kind, next + j, remote, e))
                     .collect();
                 let t0 = Stamp::now();
-                let handle = s.post_atomic_batch(&mut wrs)?;
+                let handle = s.post_batch(&mut wrs)?;
                 if verbose {
                     *post_time_ref += t0.elapsed();
                 }
@@ -318,7 +318,7 @@ fn run_lat(
         let mut result = results.scatter(..ATOMIC_SIZE)?;
         let wr = request(p.atomic, i, remote, &mut result);
         let t0 = Stamp::now();
-        side.channel.atomic(wr)?;
+        side.channel.run(wr)?;
         samples.push(Stamp::now().ticks_since(t0));
         *old = word.load(Ordering::Acquire);
     }

@@ -111,7 +111,7 @@ pub(crate) fn run_bw(
             Test::WriteBw => {
                 let remote = remote.ok_or("no remote region")?;
                 let g = [mr.gather_element(buf)];
-                let batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                let mut batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
                 pump(
                     verbose,
                     tl_ref,
@@ -120,7 +120,7 @@ pub(crate) fn run_bw(
                     depth,
                     size,
                     batch.len(),
-                    &mut |_, n| s.post_write_batch(&batch[..n]),
+                    &mut |_, n| s.post_batch(&mut batch[..n]),
                 )?;
             }
             Test::ReadBw => {
@@ -143,7 +143,7 @@ pub(crate) fn run_bw(
                             .iter_mut()
                             .map(|e| ReadWorkRequest::new(e, remote))
                             .collect();
-                        s.post_read_batch(&mut reqs)
+                        s.post_batch(&mut reqs)
                     },
                 )?;
             }
@@ -162,7 +162,7 @@ pub(crate) fn run_bw(
                         for (k, wr) in batch[..n].iter_mut().enumerate() {
                             *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
                         }
-                        s.post_send_batch(&batch[..n])
+                        s.post_batch(&mut batch[..n])
                     },
                 )?;
             }
