@@ -1,6 +1,7 @@
 //! Opening a device and checking the port and GID index a program was
 //! given, so that a server fails at start-up, not when a client arrives.
 
+use crate::fail;
 use crate::Result;
 use rdma_safe::{channel::Context, ProtectionDomain};
 
@@ -37,14 +38,14 @@ pub fn open_checked(
     let pd = open_pd(name)?;
     let ctx = pd.context();
     ctx.query_port(port)
-        .map_err(|e| format!("port {port} of {}: {e} (check -i)", ctx.name()))?;
+        .map_err(|e| fail(format!("port {port} of {}: {e} (check -i)", ctx.name())))?;
     match gid_index {
         Some(i) => {
             ctx.query_gid_entry(port, i).map_err(|e| {
-                format!(
+                fail(format!(
                     "GID index {i} of {} port {port}: {e} (check -g/-x)",
                     ctx.name()
-                )
+                ))
             })?;
         }
         None => {

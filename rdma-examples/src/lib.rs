@@ -28,8 +28,6 @@
 //! perftest's units ([`stats`]) and the decoders' fuzzing helpers
 //! ([`fuzz`]).
 
-use rdma_safe::ScopeError;
-
 pub mod cli;
 pub mod clock;
 pub mod device;
@@ -50,24 +48,16 @@ pub mod support;
 #[global_allocator]
 static ALLOC: fuzz::PeakAlloc = fuzz::PeakAlloc;
 
-/// The error type of the example programs: anything, with a message.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// The example programs' result: the library's one error type, so `?`
+/// works across everything they call. A program's own failures (a peer
+/// that broke the protocol, a bad argument) are [`fail`] errors.
+pub use rdma_safe::Result;
 
-/// Result with [`BoxError`].
-pub type Result<T, E = BoxError> = std::result::Result<T, E>;
-
-/// Turns the error of [`Channel::scope`](rdma_safe::Channel::scope) into a
-/// plain [`BoxError`]: the closure's own error as is, a failure found while
-/// draining with a note saying so.
-///
-/// # Errors
-/// Whatever the scope reported.
-pub fn flatten_scope<T>(r: std::result::Result<T, ScopeError<BoxError>>) -> Result<T> {
-    match r {
-        Ok(t) => Ok(t),
-        Err(ScopeError::ClosureError(e)) => Err(e),
-        Err(ScopeError::AutoPollError(e)) => Err(format!("at the end of the scope: {e}").into()),
-    }
+/// A program's own failure, with a message: an
+/// [`io::Error`](std::io::Error) of kind `Other` inside
+/// [`rdma_safe::Error::Io`].
+pub fn fail(msg: impl std::fmt::Display) -> rdma_safe::Error {
+    std::io::Error::other(msg.to_string()).into()
 }
 
 /// The page size `-c` validates by (as rdma-core's examples: the first

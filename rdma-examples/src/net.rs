@@ -290,7 +290,7 @@ pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoi
         .handshake(link.stream()?)
         .map_err(|e| match e.kind() {
             rdma_safe::error::ErrorKind::TimedOut => timed_out(timeout, what).into(),
-            _ => e.into(),
+            _ => e,
         })
 }
 

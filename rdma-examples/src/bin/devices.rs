@@ -19,6 +19,7 @@
 use clap::Parser;
 use rdma_core::{Context, DeviceList, GidEntry, GidType, LinkLayer, NodeType, TransportType};
 use rdma_examples::cli;
+use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::Result;
 use std::process::ExitCode;
@@ -72,12 +73,11 @@ fn run(o: &Options) -> Result<()> {
         let attr = ctx.query_device()?;
         let gids = ctx.gid_table()?;
         if let Some(p) = o.ib_port.filter(|&p| p > attr.phys_port_cnt()) {
-            return Err(format!(
+            return Err(fail(format!(
                 "{} has {} port(s); there is no port {p}",
                 ctx.name(),
                 attr.phys_port_cnt()
-            )
-            .into());
+            )));
         }
         for port in 1..=attr.phys_port_cnt() {
             if o.ib_port.is_some_and(|p| p != port) {

@@ -37,6 +37,7 @@
 //! (persistent server), `-I` (source address), `-q`.
 
 use clap::Parser;
+use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, Result};
 use rdma_safe::{
@@ -236,7 +237,7 @@ fn client(o: &Options) -> Result<()> {
             println!("ping data: {}", c_str(&sink));
         }
         if o.validate && source != sink {
-            return Err("data mismatch!".into());
+            return Err(fail("data mismatch!"));
         }
         ping += 1;
     }
@@ -276,7 +277,7 @@ fn server(o: &Options) -> Result<()> {
         let disconnected = match exchange(&mut channel, &mut rx, last_go_ahead) {
             Ok(()) => false,
             Err(Error::PeerDisconnected { .. }) => true,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(fail(e)),
         };
         if disconnected {
             // The C server's words for the same moment.
@@ -287,16 +288,15 @@ fn server(o: &Options) -> Result<()> {
             // Like the C server, the disconnect is the client's: one made
             // here right after the last "go ahead" can overtake it in a C
             // client, which then reports a failure.
-            return Err(format!("the client sent more than -C {ping} pings").into());
+            return Err(fail(format!("the client sent more than -C {ping} pings")));
         }
         let source = decode(&rx);
         let len = usize::try_from(source.length()).unwrap_or(usize::MAX);
         if len > o.size {
-            return Err(format!(
+            return Err(fail(format!(
                 "the client's ping has {len} bytes, more than this server's -S {}",
                 o.size
-            )
-            .into());
+            )));
         }
         channel.read(ReadWorkRequest::new(&mut [buf.scatter(..len)], source))?;
         if o.verbose {
@@ -310,7 +310,7 @@ fn server(o: &Options) -> Result<()> {
             .position(|&b| b == 0)
             .map_or(len, |n| n + 1);
         if written as u64 > sink.length() {
-            return Err("the client's sink buffer is smaller than its ping".into());
+            return Err(fail("the client's sink buffer is smaller than its ping"));
         }
         channel.write(WriteWorkRequest::new(&[buf.gather(..written)], sink))?;
         ping += 1;

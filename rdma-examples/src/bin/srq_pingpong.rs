@@ -32,6 +32,7 @@
 
 use clap::Parser;
 use rdma_core::Mtu;
+use rdma_examples::fail;
 use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
@@ -91,15 +92,14 @@ fn main() -> ExitCode {
 fn run(o: &Options) -> Result<()> {
     let c = &o.common;
     if o.num_qp > c.rx_depth as usize {
-        return Err(format!(
+        return Err(fail(format!(
             "rx_depth {} is too small for {} QPs -- must have at least one receive per QP.",
             c.rx_depth, o.num_qp
-        )
-        .into());
+        )));
     }
     let pd = device::open_checked(c.ib_dev(), c.ib_port(), c.gid_idx())?;
     if o.odp {
-        support::require(pd.context(), "-o/--odp", Feature::SrqOdp)?;
+        support::require(pd.context(), "-o/--odp", Feature::SrqOdp).map_err(fail)?;
     }
     let mut srq = if c.events {
         SharedReceiveQueue::with_completion_events(&pd, c.rx_depth, o.size)?
@@ -157,7 +157,7 @@ fn run(o: &Options) -> Result<()> {
         }
         None => {
             let listener = net::listen(c.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
+                .map_err(|e| fail(format!("Couldn't listen to port {}: {e}", c.port)))?;
             // Printed once listening, so a script that waits for it knows
             // the port is open.
             print_mine();
@@ -171,7 +171,7 @@ fn run(o: &Options) -> Result<()> {
             }
             let mut done = [0u8; DONE.len()];
             link.read_exact(&mut done, "\"done\"")
-                .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
+                .map_err(|e| fail(format!("Couldn't send/recv local address: {e}")))?;
             remote
         }
     };
@@ -196,20 +196,19 @@ fn run(o: &Options) -> Result<()> {
     while rcnt < iters || scnt < iters {
         let got = srq
             .receive(&mut rx, c.timeout())?
-            .ok_or("no message arrived within the timeout")?;
+            .ok_or_else(|| fail("no message arrived within the timeout"))?;
         rcnt += 1;
         if got.len() != o.size || rx.iter().any(|&b| b != 0) {
-            return Err(format!(
+            return Err(fail(format!(
                 "message {rcnt}: {} bytes, expected {} zero bytes (same -s on both sides?)",
                 got.len(),
                 o.size
-            )
-            .into());
+            )));
         }
         let i = channels
             .iter()
             .position(|c| c.qp_num() == got.qp_num())
-            .ok_or_else(|| format!("Couldn't find QPN {:06x}", got.qp_num()))?;
+            .ok_or_else(|| fail(format!("Couldn't find QPN {:06x}", got.qp_num())))?;
         if scnt < iters {
             channels[i].send(SendWorkRequest::new(&[tx.gather(..)]))?;
             scnt += 1;
@@ -239,7 +238,7 @@ fn run(o: &Options) -> Result<()> {
             println!("invalid data in page {}", i / page);
         }
         if !bad.is_empty() {
-            return Err("received buffer failed validation (-c)".into());
+            return Err(fail("received buffer failed validation (-c)"));
         }
     }
     Ok(())
@@ -251,9 +250,9 @@ fn read_dests(link: &mut Link, n: usize, what: &str) -> Result<Vec<Dest>> {
     for i in 0..MAX_QP {
         let mut msg = [0u8; MSG_LEN];
         link.read_exact(&mut msg, what)
-            .map_err(|e| format!("Couldn't read remote address [{i}]: {e}"))?;
+            .map_err(|e| fail(format!("Couldn't read remote address [{i}]: {e}")))?;
         if i < n {
-            dests.push(Dest::from_wire(&msg)?);
+            dests.push(Dest::from_wire(&msg).map_err(fail)?);
         }
     }
     Ok(dests)
@@ -283,7 +282,7 @@ fn connect_all(channels: &mut [Channel], remote: &[Dest], o: &Options) -> Result
             },
             &attrs,
         )
-        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+        .map_err(|e| fail(format!("Couldn't connect to remote QP: {e}")))?;
     }
     Ok(())
 }

@@ -25,6 +25,7 @@
 //! service level of the address handle ([`DatagramOptions`]).
 
 use clap::Parser;
+use rdma_examples::fail;
 use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
@@ -73,11 +74,10 @@ fn run(o: &Options) -> Result<()> {
     let mut endpoint = DatagramEndpoint::with_options(&pd, QKEY, &options)?;
     endpoint.set_timeout(c.timeout());
     if o.size > endpoint.max_message() {
-        return Err(format!(
+        return Err(fail(format!(
             "Requested size larger than port MTU ({})",
             endpoint.max_message()
-        )
-        .into());
+        )));
     }
     let local = endpoint.address();
     let me = Dest {
@@ -96,31 +96,31 @@ fn run(o: &Options) -> Result<()> {
             link.write_all(&me.to_wire())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the server's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+                .map_err(|e| fail(format!("Couldn't read remote address: {e}")))?;
             link.write_all(DONE)?;
-            Dest::from_wire(&msg)?
+            Dest::from_wire(&msg).map_err(fail)?
         }
         None => {
             let listener = net::listen(c.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
+                .map_err(|e| fail(format!("Couldn't listen to port {}: {e}", c.port)))?;
             println!("  local address:  {}", me.describe());
             let (s, _) = listener.accept()?;
             drop(listener);
             let mut link = Link::new(s, c.timeout())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the client's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            let remote = Dest::from_wire(&msg)?;
+                .map_err(|e| fail(format!("Couldn't read remote address: {e}")))?;
+            let remote = Dest::from_wire(&msg).map_err(fail)?;
             link.write_all(&me.to_wire())?;
             let mut done = [0u8; DONE.len()];
             link.read_exact(&mut done, "\"done\"")
-                .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
+                .map_err(|e| fail(format!("Couldn't send/recv local address: {e}")))?;
             remote
         }
     };
     println!("  remote address: {}", remote.describe());
     if remote.gid == Gid::default() && remote.lid == 0 {
-        return Err("the peer sent neither a GID nor a LID (give it -g)".into());
+        return Err(fail("the peer sent neither a GID nor a LID (give it -g)"));
     }
     let peer = endpoint.peer(&DatagramAddress {
         gid: remote.gid,
@@ -144,21 +144,19 @@ fn run(o: &Options) -> Result<()> {
     for received in 0..iters {
         let got = endpoint.receive(&mut buf)?;
         if got.len() != o.size {
-            return Err(format!(
+            return Err(fail(format!(
                 "datagram {received} has {} bytes, expected {} (same -s on both sides?)",
                 got.len(),
                 o.size
-            )
-            .into());
+            )));
         }
         if let Some(i) = buf.iter().zip(&payload).position(|(a, b)| a != b) {
-            return Err(format!(
+            return Err(fail(format!(
                 "datagram {received}: byte {i} is {:#04x}, expected {:#04x}{}",
                 buf[i],
                 payload[i],
                 if c.chk { "" } else { " (-c on one side only?)" }
-            )
-            .into());
+            )));
         }
         if sent < iters {
             endpoint.send_to(&peer, &payload)?;
@@ -185,7 +183,7 @@ fn run(o: &Options) -> Result<()> {
             println!("invalid data in page {p}");
         }
         if !bad.is_empty() {
-            return Err("received buffer failed validation (-c)".into());
+            return Err(fail("received buffer failed validation (-c)"));
         }
     }
     Ok(())

@@ -5,7 +5,8 @@
 //! dropped silently.
 
 use super::{cm_options, connect, Load, Options, RX_DEPTH};
-use rdma_examples::{net, pattern, stats, BoxError, Result};
+use rdma_examples::fail;
+use rdma_examples::{net, pattern, stats, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::Connector, owned::RecvStream, BufferPool, Channel, ProtectionDomain, SharedChannel,
@@ -35,9 +36,9 @@ struct Run {
 enum Stop {
     /// The connection broke (a failed send or receive, the channel closed):
     /// with `--reconnect`, connect again and resume.
-    Broken(BoxError),
+    Broken(rdma_safe::Error),
     /// An echo was wrong: final.
-    Wrong(BoxError),
+    Wrong(rdma_safe::Error),
 }
 
 pub(super) async fn client(o: Options, load: Load, host: String) -> Result<()> {
@@ -51,7 +52,7 @@ pub(super) async fn client(o: Options, load: Load, host: String) -> Result<()> {
     let mut rtts = Vec::with_capacity(load.clients * load.messages);
     let (mut failures, mut lost, mut reconnects) = (0usize, 0usize, 0usize);
     while let Some(r) = tasks.join_next().await {
-        match r? {
+        match r.map_err(fail)? {
             Ok(mut run) => {
                 rtts.append(&mut run.rtts);
                 lost += run.lost;
@@ -83,7 +84,10 @@ pub(super) async fn client(o: Options, load: Load, host: String) -> Result<()> {
         );
     }
     if failures > 0 {
-        return Err(format!("{failures} of {} clients failed", load.clients).into());
+        return Err(fail(format!(
+            "{failures} of {} clients failed",
+            load.clients
+        )));
     }
     Ok(())
 }
@@ -156,25 +160,22 @@ async fn exchange(
         pattern::fill(&mut buf, seed, 0);
         let t = Instant::now();
         let (sent, _) = shared.submit(Request::send(buf.freeze())).await;
-        sent.map_err(|e| Stop::Broken(e.into()))?;
+        sent.map_err(Stop::Broken)?;
         let (got, echo) = echoes
             .next()
             .await
-            .ok_or_else(|| Stop::Broken("the channel closed".into()))?
-            .map_err(|e| Stop::Broken(e.into()))?;
+            .ok_or_else(|| Stop::Broken(fail("the channel closed")))?
+            .map_err(Stop::Broken)?;
         run.rtts.push(t.elapsed().as_secs_f64() * 1e6);
         if got.bytes() != load.size {
-            return Err(Stop::Wrong(
-                format!(
-                    "client {c}: echo {i} has {} bytes, not {}",
-                    got.bytes(),
-                    load.size
-                )
-                .into(),
-            ));
+            return Err(Stop::Wrong(fail(format!(
+                "client {c}: echo {i} has {} bytes, not {}",
+                got.bytes(),
+                load.size
+            ))));
         }
         pattern::check(&echo, seed, 0)
-            .map_err(|e| Stop::Wrong(format!("client {c}: echo {i}: {e}").into()))?;
+            .map_err(|e| Stop::Wrong(fail(format!("client {c}: echo {i}: {e}"))))?;
         *next += 1;
     }
     Ok(())
@@ -196,7 +197,8 @@ async fn connect_once(
         let channel = connect(&pd2, &o2, &mut stream)?;
         Ok((stream, channel))
     })
-    .await??;
+    .await
+    .map_err(fail)??;
     Ok((Some(stream), channel))
 }
 
@@ -217,7 +219,7 @@ async fn connect_again(
         tokio::time::sleep(wait).await;
         let attempt = tokio::time::timeout(ATTEMPT_MAX, connect_once(pd, o, host))
             .await
-            .unwrap_or_else(|_| Err(format!("no answer within {ATTEMPT_MAX:?}").into()));
+            .unwrap_or_else(|_| Err(fail(format!("no answer within {ATTEMPT_MAX:?}"))));
         match attempt {
             Ok(conn) => {
                 eprintln!(
@@ -231,11 +233,10 @@ async fn connect_again(
                 wait = (wait * 2).min(BACKOFF_MAX);
             }
             Err(e) => {
-                return Err(format!(
+                return Err(fail(format!(
                     "client {c}: no connection again within {:?}: {e}",
                     o.timeout.timeout
-                )
-                .into())
+                )))
             }
         }
     }
@@ -260,7 +261,7 @@ async fn connect_cm(pd: &ProtectionDomain, o: &Options, host: &str) -> Result<Ch
             {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(fail(e)),
         }
     }
 }

@@ -37,6 +37,7 @@ mod client;
 
 use clap::{Parser, Subcommand};
 use rdma_examples::device::open_checked;
+use rdma_examples::fail;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, Result};
@@ -234,7 +235,10 @@ async fn server(o: Options, size: usize) -> Result<()> {
         // silent (the handshake is bounded by the timeout) or leaves costs
         // the server nothing else.
         let accepted = listener.try_clone()?;
-        let (stream, peer) = match tokio::task::spawn_blocking(move || accepted.accept()).await? {
+        let (stream, peer) = match tokio::task::spawn_blocking(move || accepted.accept())
+            .await
+            .map_err(fail)?
+        {
             Ok(conn) => conn,
             Err(e) => {
                 eprintln!("async_echo: accepting a connection failed: {e}");
@@ -254,7 +258,7 @@ async fn server(o: Options, size: usize) -> Result<()> {
             let outcome = match handshake {
                 Ok(Ok((stream, channel))) => serve(stream, channel, pool, idle).await,
                 Ok(Err(e)) => Err(e),
-                Err(e) => Err(e.into()),
+                Err(e) => Err(fail(e)),
             };
             if let Err(e) = outcome {
                 eprintln!("async_echo: client {peer}: connection ended: {e}");
@@ -300,7 +304,7 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
                 let shared = channel.shared().with_tokio()?;
                 let echoed = echo_all(&shared, pool, idle).await?;
                 eprintln!("async_echo: connection closed after {echoed} messages");
-                Ok::<_, rdma_examples::BoxError>(())
+                Ok::<_, rdma_safe::Error>(())
             };
             if let Err(e) = outcome.await {
                 eprintln!("async_echo: client {peer:?}: connection ended: {e}");
@@ -322,9 +326,9 @@ async fn echo_all(shared: &SharedChannel, pool: BufferPool, idle: Duration) -> R
             Ok(Some(item)) => item,
             Ok(None) => break,
             Err(_) => {
-                return Err(
-                    format!("idle for {idle:?} after {echoed} messages: connection closed").into(),
-                )
+                return Err(fail(format!(
+                    "idle for {idle:?} after {echoed} messages: connection closed"
+                )))
             }
         };
         let Ok((_, buf)) = item else { break };

@@ -41,11 +41,12 @@ mod protocol;
 use clap::Parser;
 use evpl::{rdma_read, rdma_write, Completions};
 use protocol::{CHUNK, DEPTH, IOVS, ROUNDS, SIZE};
+use rdma_examples::fail;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{cli, device, flatten_scope, pattern, BoxError, Result};
+use rdma_examples::{cli, device, pattern, Result};
 use rdma_safe::{
     memory::REMOTE_REGION_ENCODED_LEN, Channel, GatherElement, ProtectionDomain, RegisteredBuffer,
     ScatterElement, WorkSuccess,
@@ -152,7 +153,7 @@ fn server(o: &Options) -> Result<()> {
         o.device.ib_port,
         o.gid.gid_index,
     )?;
-    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)")?;
+    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)").map_err(fail)?;
     // SAFETY: no peer knows the buffer yet.
     pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
     // `region` is dropped before `buffer` (declared after it, and dropped
@@ -162,7 +163,7 @@ fn server(o: &Options) -> Result<()> {
     // the buffer in the client's window.
     let region = unsafe { buffer.register(&pd) }?;
     let listener =
-        net::listen(o.port).map_err(|e| format!("can't listen on port {}: {e}", o.port))?;
+        net::listen(o.port).map_err(|e| fail(format!("can't listen on port {}: {e}", o.port)))?;
     println!(
         "one_sided: server exposing {size} bytes, waiting on TCP port {}",
         o.port
@@ -193,7 +194,7 @@ fn server(o: &Options) -> Result<()> {
         Err(mismatch) => {
             let why = format!("the server's buffer is wrong after the client's writes: {mismatch}");
             link.write_line(&format!("BAD {why}"))?;
-            Err(why.into())
+            Err(fail(why))
         }
     }
 }
@@ -247,7 +248,9 @@ impl Tally {
 fn client(o: &Options, host: &str) -> Result<()> {
     let (port, chunk, iovs, depth, rounds) = (o.port, o.chunk, o.iovs, o.depth, o.rounds);
     if chunk < iovs {
-        return Err(format!("--chunk {chunk} is smaller than --iovs {iovs}").into());
+        return Err(fail(format!(
+            "--chunk {chunk} is smaller than --iovs {iovs}"
+        )));
     }
 
     let pd = device::open_checked(
@@ -275,9 +278,11 @@ fn client(o: &Options, host: &str) -> Result<()> {
     let rparts = split(chunk, iovs, true);
     let iovecs = |parts: &[usize], what: &str| -> Result<Vec<RegisteredBuffer>> {
         let mut v = Vec::new();
-        v.try_reserve_exact(parts.len())?;
+        v.try_reserve_exact(parts.len()).map_err(fail)?;
         for p in parts {
-            v.push(RegisteredBuffer::new(&pd, p * chunks).map_err(|e| format!("{what}: {e}"))?);
+            v.push(
+                RegisteredBuffer::new(&pd, p * chunks).map_err(|e| fail(format!("{what}: {e}")))?,
+            );
         }
         Ok(v)
     };
@@ -304,70 +309,77 @@ fn client(o: &Options, host: &str) -> Result<()> {
         let started = Instant::now();
         let (src_ref, dst_ref) = (&src, &mut dst);
         let (wt, rt) = (&writes, &reads);
-        flatten_scope(channel.scope(|s| -> Result<(), BoxError> {
-            // Per chunk: a gather list over the sources, a scatter list over
-            // the targets.
-            let mut gathers: Vec<Vec<GatherElement<'_>>> = vec![Vec::with_capacity(iovs); chunks];
-            for (j, buf) in src_ref.iter().enumerate() {
-                for (k, piece) in buf.chunks(wparts[j]).enumerate() {
-                    gathers[k].push(buf.region().gather_element(piece));
+        channel
+            .scope(|s| -> Result<()> {
+                // Per chunk: a gather list over the sources, a scatter list over
+                // the targets.
+                let mut gathers: Vec<Vec<GatherElement<'_>>> =
+                    vec![Vec::with_capacity(iovs); chunks];
+                for (j, buf) in src_ref.iter().enumerate() {
+                    for (k, piece) in buf.chunks(wparts[j]).enumerate() {
+                        gathers[k].push(buf.region().gather_element(piece));
+                    }
                 }
-            }
-            let mut scatters: Vec<Vec<ScatterElement<'_>>> =
-                (0..chunks).map(|_| Vec::with_capacity(iovs)).collect();
-            for (j, buf) in dst_ref.iter_mut().enumerate() {
-                let (mr, bytes) = buf.split_mut();
-                for (k, piece) in bytes.chunks_mut(rparts[j]).enumerate() {
-                    scatters[k].push(mr.scatter_element(piece));
+                let mut scatters: Vec<Vec<ScatterElement<'_>>> =
+                    (0..chunks).map(|_| Vec::with_capacity(iovs)).collect();
+                for (j, buf) in dst_ref.iter_mut().enumerate() {
+                    let (mr, bytes) = buf.split_mut();
+                    for (k, piece) in bytes.chunks_mut(rparts[j]).enumerate() {
+                        scatters[k].push(mr.scatter_element(piece));
+                    }
                 }
-            }
 
-            let mut q = Completions::new(depth, timeout);
-            for (k, iov) in gathers.iter().enumerate() {
-                let target = remote.slice((k * chunk) as u64, chunk as u64)?;
-                rdma_write(
-                    s,
-                    &mut q,
-                    target,
-                    iov,
-                    wt.callback(format!("write {k}"), chunk),
-                )?;
-            }
-            q.drain();
-            // Reads start once every write's callback has fired.
-            for (k, iov) in scatters.iter_mut().enumerate() {
-                let source = remote.slice((k * chunk) as u64, chunk as u64)?;
-                rdma_read(
-                    s,
-                    &mut q,
-                    source,
-                    iov,
-                    rt.callback(format!("read {k}"), chunk),
-                )?;
-            }
-            q.drain();
-            Ok(())
-        }))?;
+                let mut q = Completions::new(depth, timeout);
+                for (k, iov) in gathers.iter().enumerate() {
+                    let target = remote.slice((k * chunk) as u64, chunk as u64)?;
+                    rdma_write(
+                        s,
+                        &mut q,
+                        target,
+                        iov,
+                        wt.callback(format!("write {k}"), chunk),
+                    )?;
+                }
+                q.drain();
+                // Reads start once every write's callback has fired.
+                for (k, iov) in scatters.iter_mut().enumerate() {
+                    let source = remote.slice((k * chunk) as u64, chunk as u64)?;
+                    rdma_read(
+                        s,
+                        &mut q,
+                        source,
+                        iov,
+                        rt.callback(format!("read {k}"), chunk),
+                    )?;
+                }
+                q.drain();
+                Ok(())
+            })
+            .map_err(rdma_safe::Error::from)?;
         let elapsed = started.elapsed();
 
         for (what, t) in [("RDMA write", &writes), ("RDMA read", &reads)] {
             let errors = t.errors.borrow();
             if !errors.is_empty() {
-                return Err(format!("round {round}: {what} failed: {}", errors.join("; ")).into());
+                return Err(fail(format!(
+                    "round {round}: {what} failed: {}",
+                    errors.join("; ")
+                )));
             }
             if t.fired.get() != chunks {
-                return Err(format!(
+                return Err(fail(format!(
                     "round {round}: {} {what} callbacks fired, expected {chunks}",
                     t.fired.get()
-                )
-                .into());
+                )));
             }
         }
         for (j, buf) in dst.iter().enumerate() {
             let before: usize = rparts[..j].iter().sum();
             for (k, piece) in buf.chunks(rparts[j]).enumerate() {
                 pattern::check(piece, seed, (k * chunk + before) as u64).map_err(|e| {
-                    format!("round {round}: read-back of chunk {k}, iovec {j}: {e}")
+                    fail(format!(
+                        "round {round}: read-back of chunk {k}, iovec {j}: {e}"
+                    ))
                 })?;
             }
         }
@@ -386,7 +398,7 @@ fn client(o: &Options, host: &str) -> Result<()> {
     protocol::decode_verdict(&link.read_line("the server's verdict")?)?;
     let (posted, completed) = channel.totals();
     if completed > posted {
-        return Err(format!("{completed} completions for {posted} posts").into());
+        return Err(fail(format!("{completed} completions for {posted} posts")));
     }
     println!("one_sided: server verified its buffer ({size} bytes); {posted} operations, {completed} completions");
     println!("data verified");

@@ -8,6 +8,7 @@
 //!    `DONE <seed>` once its last operation completed.
 //! 4. The server answers `OK` or `BAD <why>`.
 
+use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, ALIVE};
 use rdma_examples::Result;
@@ -40,7 +41,7 @@ pub(crate) fn decode_region(
     chunk: usize,
 ) -> Result<(RemoteMemoryRegion, usize)> {
     let remote = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| format!("the server's region does not decode: {e}"))?;
+        .map_err(|e| fail(format!("the server's region does not decode: {e}")))?;
     let size = usize::try_from(remote.length())
         .ok()
         .and_then(|n| SIZE.check_usize(n).ok())
@@ -51,11 +52,12 @@ pub(crate) fn decode_region(
                 SIZE.max,
                 SIZE.name
             )
-        })?;
+        })
+        .map_err(fail)?;
     if chunk == 0 || size % chunk != 0 {
-        return Err(
-            format!("the server's {size} bytes are not a multiple of --chunk {chunk}").into(),
-        );
+        return Err(fail(format!(
+            "the server's {size} bytes are not a multiple of --chunk {chunk}"
+        )));
     }
     Ok((remote, size))
 }
@@ -75,7 +77,12 @@ pub(crate) fn decode_client_line(line: &str) -> Result<Option<u64>> {
     }
     let seed = net::rest_after(line, "DONE")
         .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| format!("bad line from the client: `{}`", line.escape_debug()))?;
+        .ok_or_else(|| {
+            fail(format!(
+                "bad line from the client: `{}`",
+                line.escape_debug()
+            ))
+        })?;
     Ok(Some(seed))
 }
 
@@ -101,7 +108,10 @@ pub(crate) fn decode_verdict(line: &str) -> Result<()> {
     if line == "OK" {
         Ok(())
     } else {
-        Err(format!("the server's check failed: {}", line.escape_debug()).into())
+        Err(fail(format!(
+            "the server's check failed: {}",
+            line.escape_debug()
+        )))
     }
 }
 

@@ -15,6 +15,7 @@ use crate::latency::wait_for_byte;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
@@ -43,7 +44,7 @@ fn on_runtime<T>(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the tokio runtime: {e}"))?;
+        .map_err(|e| fail(format!("starting the tokio runtime: {e}")))?;
     rt.block_on(async {
         let shared = side.channel.shared();
         let shared = if events { shared.with_tokio()? } else { shared };
@@ -81,7 +82,7 @@ impl<'a, B: OwnedBuffer> InFlight<'a, B> {
 /// A pool of `count` buffers of `size` bytes for one size's run.
 fn pool(side: &Side, size: usize, count: usize, what: &str) -> Result<BufferPool> {
     BufferPool::new(side.channel.pd(), size.max(1), count.max(1))
-        .map_err(|e| format!("{what} (-s, -t): {e}").into())
+        .map_err(|e| fail(format!("{what} (-s, -t): {e}")))
 }
 
 /// A frozen pool buffer holding the client's pattern for `size`.
@@ -127,7 +128,7 @@ pub(crate) fn run_bw(
                 let data = payload(&pool, size)?;
                 let remote = remote.filter(|_| test == Test::WriteBw);
                 if test == Test::WriteBw && remote.is_none() {
-                    return Err("no remote region".into());
+                    return Err(fail("no remote region"));
                 }
                 pump.run(&mut Vec::new(), |i, _| match remote {
                     Some(r) => Some(OwnedRequest::write(data.clone(), r)),
@@ -136,7 +137,7 @@ pub(crate) fn run_bw(
                 .await?;
             }
             Test::ReadBw => {
-                let remote = remote.ok_or("no remote region")?;
+                let remote = remote.ok_or_else(|| fail("no remote region"))?;
                 let mut free: Vec<PoolBuf> = (0..targets)
                     .map(|_| {
                         pool.try_alloc().map(|mut b| {
@@ -151,15 +152,17 @@ pub(crate) fn run_bw(
                 })
                 .await?;
                 for (c, b) in free.iter().enumerate() {
-                    pattern::check(b, seed(size, BY_SERVER), 0)
-                        .map_err(|m| format!("data read from the server (buffer {c}): {m}"))?;
+                    pattern::check(b, seed(size, BY_SERVER), 0).map_err(|m| {
+                        fail(format!("data read from the server (buffer {c}): {m}"))
+                    })?;
                 }
             }
-            _ => return Err(format!("{} is not a bandwidth test", test.name()).into()),
+            _ => return Err(fail(format!("{} is not a bandwidth test", test.name()))),
         }
         Ok(Instant::now())
     })?;
-    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed).ok_or("no operations")?;
+    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed)
+        .ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: if verbose {
@@ -244,21 +247,22 @@ impl Pump<'_, '_> {
                 next += n;
                 outstanding += n;
             }
-            let (oldest, n) = inflight.pop_front().ok_or("no operation in flight")?;
+            let (oldest, n) = inflight
+                .pop_front()
+                .ok_or_else(|| fail("no operation in flight"))?;
             let (outcome, mut reqs) = oldest.finish().await;
             let done = outcome?;
             let at = (Stamp::now() - self.tl.origin).as_secs_f64();
             self.tl.completed.extend(std::iter::repeat_n(at, n));
             outstanding -= n;
             if done.bytes() != self.size * n {
-                return Err(format!(
+                return Err(fail(format!(
                     "operations {}..{} completed with {} bytes, expected {}",
                     self.tl.completed.len() - n,
                     self.tl.completed.len(),
                     done.bytes(),
                     self.size * n
-                )
-                .into());
+                )));
             }
             free.extend(reqs.drain(..).filter_map(OwnedRequest::into_buf));
             spare.push(reqs);
@@ -289,7 +293,7 @@ pub(crate) fn run_lat(
     on_runtime(side, p.events, async |ch| -> Result<()> {
         match test {
             Test::ReadLat => {
-                let remote = remote.ok_or("no remote region")?;
+                let remote = remote.ok_or_else(|| fail("no remote region"))?;
                 let mut buf = pool.try_alloc()?;
                 buf.set_len(size);
                 buf.fill(0);
@@ -301,10 +305,10 @@ pub(crate) fn run_lat(
                     buf = back;
                 }
                 pattern::check(&buf, seed(size, BY_SERVER), 0)
-                    .map_err(|m| format!("data read from the server: {m}"))?;
+                    .map_err(|m| fail(format!("data read from the server: {m}")))?;
             }
             Test::WriteLat => {
-                let remote = remote.ok_or("no remote region")?;
+                let remote = remote.ok_or_else(|| fail("no remote region"))?;
                 let mut source = vec![0u8; size];
                 pattern::fill(&mut source, seed(size, BY_CLIENT), 0);
                 // SAFETY: the server writes our buffer only in answer to our
@@ -326,7 +330,7 @@ pub(crate) fn run_lat(
                 }
             }
             Test::SendLat => send_lat(ch, &pool, size, iters, &mut samples).await?,
-            _ => return Err(format!("{} is not a latency test", test.name()).into()),
+            _ => return Err(fail(format!("{} is not a latency test", test.name()))),
         }
         Ok(())
     })?;
@@ -356,13 +360,13 @@ async fn send_lat(
         let t0 = Stamp::now();
         let sent =
             InFlight::post(ch.submit(Request::send(data.clone()).with_immediate(i as u32))).await;
-        let answer = recvs.pop_front().ok_or("no receive posted")?;
+        let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
         let (outcome, buf) = answer.finish().await;
         samples.push(Stamp::now().ticks_since(t0));
         let got = outcome?;
         check_message(i, size, got.bytes(), got.immediate())?;
         pattern::check(&buf[..size], seed(size, BY_SERVER), 0)
-            .map_err(|m| format!("reply {i} received from the server: {m}"))?;
+            .map_err(|m| fail(format!("reply {i} received from the server: {m}")))?;
         sent.finish().await.0?;
         if posted < iters {
             recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);

@@ -24,9 +24,10 @@ use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
 use crate::report::{BW_HEADER, LAT_HEADER, RULE};
 use crate::{recv_region, send_region, Side};
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::stats::{Bandwidth, Latency};
-use rdma_examples::{flatten_scope, BoxError, Result};
+use rdma_examples::Result;
 use rdma_safe::{
     memory::AccessFlags, scope::ScopedPendingWork, work::ATOMIC_SIZE, AtomicWorkRequest,
     RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement,
@@ -65,7 +66,9 @@ pub(crate) fn check_old_values(kind: AtomicKind, olds: &[u64]) -> Result<()> {
                 }
                 AtomicKind::FetchAndAdd => "an atomic was lost, repeated or reordered",
             };
-            Err(format!("atomic {i} returned old value {v}, expected {i}: {meaning}").into())
+            Err(fail(format!(
+                "atomic {i} returned old value {v}, expected {i}: {meaning}"
+            )))
         }
     }
 }
@@ -78,11 +81,10 @@ pub(crate) fn check_final_value(iters: usize, value: u64) -> Result<()> {
     if value == iters as u64 {
         Ok(())
     } else {
-        Err(format!(
+        Err(fail(format!(
             "the exposed word is {value} after {iters} atomics, expected {iters}: \
              an atomic was lost or repeated"
-        )
-        .into())
+        )))
     }
 }
 
@@ -90,7 +92,7 @@ pub(crate) fn check_final_value(iters: usize, value: u64) -> Result<()> {
 /// `GO`, waits for `DONE` and checks the word's final value.
 pub(crate) fn serve(p: &Params, side: &mut Side, link: &mut Link, out: &Out) -> Result<()> {
     let word = RemoteAccessBuffer::new(side.channel.pd(), ATOMIC_SIZE)
-        .map_err(|e| format!("the exposed word: {e}"))?;
+        .map_err(|e| fail(format!("the exposed word: {e}")))?;
     send_region(link, &word.remote())?;
     for &size in &p.sizes {
         let outcome = serve_size(p, size, &word, link);
@@ -99,7 +101,7 @@ pub(crate) fn serve(p: &Params, side: &mut Side, link: &mut Link, out: &Out) -> 
             Err(e) => (format!("BAD {size} {e}"), Err(e)),
         };
         let _ = link.write_line(&reply.replace('\n', " "));
-        result.map_err(|e| format!("{size} bytes: {e}"))?;
+        result.map_err(|e| fail(format!("{size} bytes: {e}")))?;
         print_server_size(out, p, size);
     }
     link.expect_line("BYE")?;
@@ -112,12 +114,14 @@ fn serve_size(p: &Params, size: usize, word: &RemoteAccessBuffer, link: &mut Lin
     link.write_line(&format!("GO {size}"))?;
     let limit = p.run_allowance(size, link.timeout());
     let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
-        format!(
-            "expected `DONE {size}` from the client, got `{}`",
-            line.escape_debug()
-        )
-    })?;
+    let done = net::rest_after(&line, "DONE")
+        .ok_or_else(|| {
+            format!(
+                "expected `DONE {size}` from the client, got `{}`",
+                line.escape_debug()
+            )
+        })
+        .map_err(fail)?;
     protocol::expect_size(done, size, "the client finished")?;
     // The client's atomics have all completed: the word holds their sum.
     check_final_value(p.iters, word.words()[0].load(Ordering::Acquire))
@@ -128,11 +132,10 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
     let p = &o.params;
     let remote = recv_region(link, ATOMIC_SIZE)?;
     if remote.address() % ATOMIC_SIZE as u64 != 0 {
-        return Err(format!(
+        return Err(fail(format!(
             "the server's word at {:#x} is not 8-byte aligned",
             remote.address()
-        )
-        .into());
+        )));
     }
     // One result word per operation in flight; nobody but our NIC writes it.
     let results = RemoteAccessBuffer::with_access(
@@ -140,7 +143,7 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
         p.tx_depth * ATOMIC_SIZE,
         AccessFlags::LOCAL_WRITE,
     )
-    .map_err(|e| format!("the result words (-t): {e}"))?;
+    .map_err(|e| fail(format!("the result words (-t): {e}")))?;
     if o.verbose {
         out.say(&clock_cost());
     }
@@ -157,12 +160,12 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
             Test::AtomicBw => Report::Bw(run_bw(p, o.verbose, side, &results, remote, &mut olds)?),
             _ => {
                 let mut samples = run_lat(p, side, &results, remote, &mut olds)?;
-                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+                Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
-        check_old_values(p.atomic, &olds).map_err(|e| format!("{size} bytes: {e}"))?;
+        check_old_values(p.atomic, &olds).map_err(|e| fail(format!("{size} bytes: {e}")))?;
         print_report(out, p, size, &report, o.verbose);
     }
     link.write_line("BYE")?;
@@ -199,7 +202,7 @@ pub(crate) fn lat_unchecked(
 ) -> Result<Latency> {
     let results = unchecked_results(p, side, remote)?;
     let mut samples = run_lat(p, side, &results, remote, &mut vec![0; p.iters])?;
-    Ok(Latency::from_samples(&mut samples).ok_or("no samples")?)
+    Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))
 }
 
 /// The result words of a `-R` run (one per atomic in flight), once the
@@ -210,18 +213,17 @@ fn unchecked_results(
     remote: RemoteMemoryRegion,
 ) -> Result<RemoteAccessBuffer> {
     if !remote.address().is_multiple_of(ATOMIC_SIZE as u64) {
-        return Err(format!(
+        return Err(fail(format!(
             "the peer's word at {:#x} is not 8-byte aligned",
             remote.address()
-        )
-        .into());
+        )));
     }
     RemoteAccessBuffer::with_access(
         side.channel.pd(),
         p.tx_depth.max(1) * ATOMIC_SIZE,
         AccessFlags::LOCAL_WRITE,
     )
-    .map_err(|e| format!("the result words (-t): {e}").into())
+    .map_err(|e| fail(format!("the result words (-t): {e}")))
 }
 
 /// atomic_bw, client side: up to `-t` atomics in flight in one scope,
@@ -245,52 +247,56 @@ fn run_bw(
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let origin = Stamp::now();
     let (posted_ref, completed_ref, post_time_ref) = (&mut posted, &mut completed, &mut post_time);
-    let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
-        // (handle, first operation, operations) of each batch in flight.
-        let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize, usize)> =
-            VecDeque::with_capacity(depth);
-        let (mut next, mut in_ops) = (0, 0);
-        while completed_ref.len() < iters {
-            // Operation `k` uses word `k % depth`; at most `depth` are in
-            // flight, so a word is reused only after its operation completed
-            // and its old value was read.
-            while next < iters && in_ops < depth {
-                let n = batch.min(iters - next).min(depth - in_ops);
-                let mut elements = (next..next + n)
-                    .map(|k| {
-                        let slot = k % depth;
-                        results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut wrs: Vec<AtomicWorkRequest<'_, '_>> = elements
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(j, e)| request(kind, next + j, remote, e))
-                    .collect();
-                let t0 = Stamp::now();
-                let handle = s.post_batch(&mut wrs)?;
-                if verbose {
-                    *post_time_ref += t0.elapsed();
+    let closure_end = side
+        .channel
+        .scope(|s| -> Result<Instant> {
+            // (handle, first operation, operations) of each batch in flight.
+            let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize, usize)> =
+                VecDeque::with_capacity(depth);
+            let (mut next, mut in_ops) = (0, 0);
+            while completed_ref.len() < iters {
+                // Operation `k` uses word `k % depth`; at most `depth` are in
+                // flight, so a word is reused only after its operation completed
+                // and its old value was read.
+                while next < iters && in_ops < depth {
+                    let n = batch.min(iters - next).min(depth - in_ops);
+                    let mut elements = (next..next + n)
+                        .map(|k| {
+                            let slot = k % depth;
+                            results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut wrs: Vec<AtomicWorkRequest<'_, '_>> = elements
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(j, e)| request(kind, next + j, remote, e))
+                        .collect();
+                    let t0 = Stamp::now();
+                    let handle = s.post_batch(&mut wrs)?;
+                    if verbose {
+                        *post_time_ref += t0.elapsed();
+                    }
+                    let at = (t0 - origin).as_secs_f64();
+                    posted_ref.extend(std::iter::repeat_n(at, n));
+                    inflight.push_back((handle, next, n));
+                    next += n;
+                    in_ops += n;
                 }
-                let at = (t0 - origin).as_secs_f64();
-                posted_ref.extend(std::iter::repeat_n(at, n));
-                inflight.push_back((handle, next, n));
-                next += n;
-                in_ops += n;
+                let (oldest, first, n) = inflight.pop_front().expect("a batch is in flight");
+                oldest.wait()?;
+                let at = (Stamp::now() - origin).as_secs_f64();
+                completed_ref.extend(std::iter::repeat_n(at, n));
+                for k in first..first + n {
+                    olds[k] = words[k % depth].load(Ordering::Acquire);
+                }
+                in_ops -= n;
             }
-            let (oldest, first, n) = inflight.pop_front().expect("a batch is in flight");
-            oldest.wait()?;
-            let at = (Stamp::now() - origin).as_secs_f64();
-            completed_ref.extend(std::iter::repeat_n(at, n));
-            for k in first..first + n {
-                olds[k] = words[k % depth].load(Ordering::Acquire);
-            }
-            in_ops -= n;
-        }
-        Ok(Instant::now())
-    }))?;
+            Ok(Instant::now())
+        })
+        .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
-    let bw = Bandwidth::from_times(ATOMIC_SIZE, &posted, &completed).ok_or("no operations")?;
+    let bw = Bandwidth::from_times(ATOMIC_SIZE, &posted, &completed)
+        .ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: if verbose {

@@ -6,9 +6,10 @@
 use crate::protocol::{Params, Test};
 use crate::{check_message, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
 use rdma_examples::net::Link;
 use rdma_examples::stats::Bandwidth;
-use rdma_examples::{flatten_scope, pattern, BoxError, Result};
+use rdma_examples::{pattern, Result};
 use rdma_safe::{
     scope::ScopedPendingWork, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
     RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
@@ -28,32 +29,37 @@ pub(crate) fn serve_send_bw(
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
     let (rx_mr, rx) = side.rx.split_mut();
     let refill = batch_size(p.rx_depth);
-    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
-        let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
-            .chunks_mut(stride)
-            .take(slots)
-            .map(|c| [rx_mr.scatter_element(&mut c[..size])])
-            .collect();
-        let mut recvs = VecDeque::with_capacity(p.rx_depth);
-        let mut posted = 0;
-        while posted < p.rx_depth.min(iters) {
-            let n = p.rx_depth.min(iters) - posted;
-            posted += post_ring(s, &mut lists, posted, n, &mut recvs)?;
-        }
-        link.write_line(&format!("GO {size}"))?;
-        let mut used = 0;
-        for i in 0..iters {
-            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
-            check_message(i, size, got.bytes(), got.immediate())?;
-            used += 1;
-            if used >= refill && posted < iters {
-                let n = post_ring(s, &mut lists, posted, used.min(iters - posted), &mut recvs)?;
-                posted += n;
-                used -= n;
+    side.channel
+        .scope(|s| -> Result<()> {
+            let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
+                .chunks_mut(stride)
+                .take(slots)
+                .map(|c| [rx_mr.scatter_element(&mut c[..size])])
+                .collect();
+            let mut recvs = VecDeque::with_capacity(p.rx_depth);
+            let mut posted = 0;
+            while posted < p.rx_depth.min(iters) {
+                let n = p.rx_depth.min(iters) - posted;
+                posted += post_ring(s, &mut lists, posted, n, &mut recvs)?;
             }
-        }
-        Ok(())
-    }))
+            link.write_line(&format!("GO {size}"))?;
+            let mut used = 0;
+            for i in 0..iters {
+                let got = recvs
+                    .pop_front()
+                    .ok_or_else(|| fail("no receive posted"))?
+                    .wait()?;
+                check_message(i, size, got.bytes(), got.immediate())?;
+                used += 1;
+                if used >= refill && posted < iters {
+                    let n = post_ring(s, &mut lists, posted, used.min(iters - posted), &mut recvs)?;
+                    posted += n;
+                    used -= n;
+                }
+            }
+            Ok(())
+        })
+        .map_err(rdma_safe::Error::from)
 }
 
 /// Posts up to `n` receives, as one batch, into the ring `lists` from slot
@@ -106,71 +112,75 @@ pub(crate) fn run_bw(
     let origin = Stamp::now();
     let mut tl = Timeline::with_capacity(iters);
     let tl_ref = &mut tl;
-    let closure_end = flatten_scope(side.channel.scope(|s| -> Result<Instant, BoxError> {
-        match test {
-            Test::WriteBw => {
-                let remote = remote.ok_or("no remote region")?;
-                let g = [mr.gather_element(buf)];
-                let mut batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
-                pump(
-                    verbose,
-                    tl_ref,
-                    origin,
-                    iters,
-                    depth,
-                    size,
-                    batch.len(),
-                    &mut |_, n| s.post_batch(&mut batch[..n]),
-                )?;
+    let closure_end = side
+        .channel
+        .scope(|s| -> Result<Instant> {
+            match test {
+                Test::WriteBw => {
+                    let remote = remote.ok_or_else(|| fail("no remote region"))?;
+                    let g = [mr.gather_element(buf)];
+                    let mut batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                    pump(
+                        verbose,
+                        tl_ref,
+                        origin,
+                        iters,
+                        depth,
+                        size,
+                        batch.len(),
+                        &mut |_, n| s.post_batch(&mut batch[..n]),
+                    )?;
+                }
+                Test::ReadBw => {
+                    let remote = remote.ok_or_else(|| fail("no remote region"))?;
+                    // One exclusive chunk per read of a batch.
+                    let mut elems: Vec<[ScatterElement<'_>; 1]> = buf
+                        .chunks_mut(size)
+                        .map(|c| [mr.scatter_element(c)])
+                        .collect();
+                    pump(
+                        verbose,
+                        tl_ref,
+                        origin,
+                        iters,
+                        depth,
+                        size,
+                        elems.len(),
+                        &mut |_, n| {
+                            let mut reqs: Vec<ReadWorkRequest<'_, '_>> = elems[..n]
+                                .iter_mut()
+                                .map(|e| ReadWorkRequest::new(e, remote))
+                                .collect();
+                            s.post_batch(&mut reqs)
+                        },
+                    )?;
+                }
+                _ => {
+                    let g = [mr.gather_element(buf)];
+                    let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
+                    pump(
+                        verbose,
+                        tl_ref,
+                        origin,
+                        iters,
+                        depth,
+                        size,
+                        batch.len(),
+                        &mut |first, n| {
+                            for (k, wr) in batch[..n].iter_mut().enumerate() {
+                                *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
+                            }
+                            s.post_batch(&mut batch[..n])
+                        },
+                    )?;
+                }
             }
-            Test::ReadBw => {
-                let remote = remote.ok_or("no remote region")?;
-                // One exclusive chunk per read of a batch.
-                let mut elems: Vec<[ScatterElement<'_>; 1]> = buf
-                    .chunks_mut(size)
-                    .map(|c| [mr.scatter_element(c)])
-                    .collect();
-                pump(
-                    verbose,
-                    tl_ref,
-                    origin,
-                    iters,
-                    depth,
-                    size,
-                    elems.len(),
-                    &mut |_, n| {
-                        let mut reqs: Vec<ReadWorkRequest<'_, '_>> = elems[..n]
-                            .iter_mut()
-                            .map(|e| ReadWorkRequest::new(e, remote))
-                            .collect();
-                        s.post_batch(&mut reqs)
-                    },
-                )?;
-            }
-            _ => {
-                let g = [mr.gather_element(buf)];
-                let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
-                pump(
-                    verbose,
-                    tl_ref,
-                    origin,
-                    iters,
-                    depth,
-                    size,
-                    batch.len(),
-                    &mut |first, n| {
-                        for (k, wr) in batch[..n].iter_mut().enumerate() {
-                            *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
-                        }
-                        s.post_batch(&mut batch[..n])
-                    },
-                )?;
-            }
-        }
-        Ok(Instant::now())
-    }))?;
+            Ok(Instant::now())
+        })
+        .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
-    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed).ok_or("no operations")?;
+    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed)
+        .ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: if verbose {
@@ -268,14 +278,13 @@ fn pump<'scope>(
         tl.completed.extend(std::iter::repeat_n(at, n));
         outstanding -= n;
         if done.bytes() != size * n {
-            return Err(format!(
+            return Err(fail(format!(
                 "operations {}..{} completed with {} bytes, expected {}",
                 tl.completed.len() - n,
                 tl.completed.len(),
                 done.bytes(),
                 size * n
-            )
-            .into());
+            )));
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use crate::options::Options;
 use crate::protocol::{self, Test};
 use crate::report::{clock_cost, print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
 use crate::{mark, recv_region, seed, send_region, setup, BY_SERVER};
+use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Latency;
@@ -29,7 +30,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     let mut side = setup(o, p, &pd, &mut link, &out)?;
     if p.test.is_atomic() {
         if o.asynchronous {
-            return Err("perf --async: the atomic tests have no async path".into());
+            return Err(fail("perf --async: the atomic tests have no async path"));
         }
         return crate::atomic::client(o, &mut side, &mut link, &out);
     }
@@ -40,7 +41,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     };
     // write_lat: the client exposes a buffer too (declared before its region
     // so that the region is dropped first).
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)").map_err(fail)?;
     let exposed_mr = if p.test == Test::WriteLat {
         // `exposed_mr` is dropped before `exposed`. The server writes the
         // buffer only in answer to our writes, within a size's run; we create
@@ -73,7 +74,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
             Test::WriteLat | Test::ReadLat | Test::SendLat if o.asynchronous => {
                 let mut samples =
                     asynchronous::run_lat(p, size, &mut side, server_region, &mut exposed)?;
-                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+                Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
             Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw => {
                 let r = run_bw(p, o.verbose, size, &mut side, server_region)?;
@@ -81,7 +82,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
             }
             Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat => {
                 let mut samples = run_lat(p, size, &mut side, server_region, &mut exposed)?;
-                Report::Lat(Latency::from_samples(&mut samples).ok_or("no samples")?)
+                Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
         link.write_line(&format!("DONE {size}"))?;
@@ -100,27 +101,28 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
                     .chunks(size)
                     .enumerate()
                     .try_for_each(|(c, chunk)| {
-                        pattern::check(chunk, seed(size, BY_SERVER), 0)
-                            .map_err(|m| format!("data read from the server (chunk {c}): {m}"))
+                        pattern::check(chunk, seed(size, BY_SERVER), 0).map_err(|m| {
+                            fail(format!("data read from the server (chunk {c}): {m}"))
+                        })
                     })
             }
             Test::SendLat => pattern::check(&side.rx[..size], seed(size, BY_SERVER), 0)
-                .map_err(|m| format!("replies received from the server: {m}")),
+                .map_err(|m| fail(format!("replies received from the server: {m}"))),
             Test::WriteLat => {
                 // SAFETY: after the server's OK it writes nothing until our
                 // next write.
                 let data = unsafe { exposed.slice(0..size) };
                 pattern::check(&data[..size - 1], seed(size, BY_SERVER), 0)
-                    .map_err(|m| format!("buffer written by the server: {m}"))
+                    .map_err(|m| fail(format!("buffer written by the server: {m}")))
                     .and_then(|()| {
                         (data[size - 1] == mark(p.iters - 1))
                             .then_some(())
-                            .ok_or_else(|| "last byte written by the server is wrong".to_owned())
+                            .ok_or_else(|| fail("last byte written by the server is wrong"))
                     })
             }
             Test::WriteBw | Test::SendBw | Test::AtomicBw | Test::AtomicLat => Ok(()),
         };
-        mine.map_err(|e| format!("{size} bytes: {e}"))?;
+        mine.map_err(|e| fail(format!("{size} bytes: {e}")))?;
         print_report(&out, p, size, &report, o.verbose);
     }
     link.write_line("BYE")?;

@@ -7,6 +7,7 @@
 //! either kind spans two of them.
 
 use crate::protocol::Test;
+use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{MemoryRegion, ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion};
@@ -40,11 +41,11 @@ impl Exposed {
     ) -> Result<Exposed> {
         let len = 2 * size.max(cycle);
         if test.is_atomic() {
-            let words =
-                RemoteAccessBuffer::new(pd, len).map_err(|e| format!("the exposed words: {e}"))?;
+            let words = RemoteAccessBuffer::new(pd, len)
+                .map_err(|e| fail(format!("the exposed words: {e}")))?;
             return Ok(Exposed::Words(words));
         }
-        let mut buf = SharedBuffer::new(len, "the exposed buffer (-s)")?;
+        let mut buf = SharedBuffer::new(len, "the exposed buffer (-s)").map_err(fail)?;
         if test != Test::WriteLat {
             // SAFETY: nothing else references the buffer yet and no peer
             // knows its address: it is registered below.

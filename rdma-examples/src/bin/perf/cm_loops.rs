@@ -17,8 +17,9 @@ use crate::control::Control;
 use crate::latency::wait_for_byte;
 use crate::perftest_wire::DEST_LEN;
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{flatten_scope, BoxError, Result};
+use rdma_examples::Result;
 use rdma_safe::{
     Channel, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
     SendWorkRequest, WriteWorkRequest,
@@ -39,35 +40,41 @@ pub(crate) fn receive_bw(
 ) -> Result<()> {
     let slots = (rx.len() / size.max(1)).max(1);
     let (mr, buf) = rx.split_mut();
-    flatten_scope(channel.scope(|s| -> Result<(), BoxError> {
-        let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = buf
-            .chunks_mut(size.max(1))
-            .take(slots)
-            .map(|c| [mr.scatter_element(&mut c[..size])])
-            .collect();
-        let mut recvs = VecDeque::with_capacity(rx_depth);
-        let mut posted = 0;
-        while posted < rx_depth.min(iters) {
-            let k = posted % lists.len();
-            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[k]))?);
-            posted += 1;
-        }
-        ctl.hand_shake(dest)?;
-        for i in 0..iters {
-            let got = recvs.pop_front().ok_or("no receive posted")?.wait()?;
-            if got.bytes() != size {
-                return Err(
-                    format!("message {i} has {} bytes, expected {size}", got.bytes()).into(),
-                );
-            }
-            if posted < iters {
+    channel
+        .scope(|s| -> Result<()> {
+            let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = buf
+                .chunks_mut(size.max(1))
+                .take(slots)
+                .map(|c| [mr.scatter_element(&mut c[..size])])
+                .collect();
+            let mut recvs = VecDeque::with_capacity(rx_depth);
+            let mut posted = 0;
+            while posted < rx_depth.min(iters) {
                 let k = posted % lists.len();
                 recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[k]))?);
                 posted += 1;
             }
-        }
-        Ok(())
-    }))
+            ctl.hand_shake(dest)?;
+            for i in 0..iters {
+                let got = recvs
+                    .pop_front()
+                    .ok_or_else(|| fail("no receive posted"))?
+                    .wait()?;
+                if got.bytes() != size {
+                    return Err(fail(format!(
+                        "message {i} has {} bytes, expected {size}",
+                        got.bytes()
+                    )));
+                }
+                if posted < iters {
+                    let k = posted % lists.len();
+                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[k]))?);
+                    posted += 1;
+                }
+            }
+            Ok(())
+        })
+        .map_err(rdma_safe::Error::from)
 }
 
 /// write_lat, either side; returns the client's samples in usec: half the
@@ -127,44 +134,47 @@ pub(crate) fn send_lat(
     let mut ticks: Vec<u64> = Vec::with_capacity(if client { iters } else { 0 });
     let _ = clock::ticks_per_sec();
     let (rx_mr, rx_buf) = rx.split_mut();
-    flatten_scope(channel.scope(|s| -> Result<(), BoxError> {
-        let mut scatter = [rx_mr.scatter_element(&mut rx_buf[..size])];
-        let gather = [local.gather(..size)];
-        let mut recvs = VecDeque::with_capacity(LAT_RECEIVES);
-        let mut posted = 0;
-        while posted < LAT_RECEIVES.min(iters) {
-            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
-            posted += 1;
-        }
-        ctl.hand_shake(dest)?;
-        let take = |recvs: &mut VecDeque<_>, i: usize| -> Result<(), BoxError> {
-            let pending: rdma_safe::scope::ScopedPendingWork<'_> =
-                recvs.pop_front().ok_or("no receive posted")?;
-            let got = pending.wait()?;
-            if got.bytes() != size {
-                return Err(
-                    format!("message {i} has {} bytes, expected {size}", got.bytes()).into(),
-                );
-            }
-            Ok(())
-        };
-        for i in 0..iters {
-            let t0 = Stamp::now();
-            if client {
-                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-                take(&mut recvs, i)?;
-                ticks.push(Stamp::now().ticks_since(t0));
-            } else {
-                take(&mut recvs, i)?;
-                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-            }
-            if posted < iters {
+    channel
+        .scope(|s| -> Result<()> {
+            let mut scatter = [rx_mr.scatter_element(&mut rx_buf[..size])];
+            let gather = [local.gather(..size)];
+            let mut recvs = VecDeque::with_capacity(LAT_RECEIVES);
+            let mut posted = 0;
+            while posted < LAT_RECEIVES.min(iters) {
                 recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
                 posted += 1;
             }
-        }
-        Ok(())
-    }))?;
+            ctl.hand_shake(dest)?;
+            let take = |recvs: &mut VecDeque<_>, i: usize| -> Result<()> {
+                let pending: rdma_safe::scope::ScopedPendingWork<'_> =
+                    recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
+                let got = pending.wait()?;
+                if got.bytes() != size {
+                    return Err(fail(format!(
+                        "message {i} has {} bytes, expected {size}",
+                        got.bytes()
+                    )));
+                }
+                Ok(())
+            };
+            for i in 0..iters {
+                let t0 = Stamp::now();
+                if client {
+                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                    take(&mut recvs, i)?;
+                    ticks.push(Stamp::now().ticks_since(t0));
+                } else {
+                    take(&mut recvs, i)?;
+                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                }
+                if posted < iters {
+                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut scatter))?);
+                    posted += 1;
+                }
+            }
+            Ok(())
+        })
+        .map_err(rdma_safe::Error::from)?;
     Ok(half_round_trips(&ticks))
 }
 

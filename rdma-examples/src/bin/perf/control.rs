@@ -10,7 +10,8 @@
 
 use crate::perftest_wire::DEST_LEN;
 use rdma_core::QpCapabilities;
-use rdma_examples::{flatten_scope, BoxError, Result};
+use rdma_examples::fail;
+use rdma_examples::Result;
 use rdma_safe::{
     cm::CmOptions, cm::Connector, Channel, Listener, ReceiveWorkRequest, RegisteredBuffer,
     SendWorkRequest,
@@ -60,10 +61,9 @@ impl Control {
                 Ok(c) => break c,
                 Err(_) if start.elapsed() < timeout => std::thread::sleep(RETRY_DELAY),
                 Err(e) => {
-                    return Err(format!(
+                    return Err(fail(format!(
                         "no perftest -R server at {host}:{port} within {timeout:?}: {e}"
-                    )
-                    .into())
+                    )))
                 }
             }
         };
@@ -78,7 +78,7 @@ impl Control {
     pub(crate) fn accept(listener: &Listener, patience: Duration) -> Result<Control> {
         let incoming = listener
             .incoming_within(patience)?
-            .ok_or_else(|| format!("no client connected within {patience:?}"))?;
+            .ok_or_else(|| fail(format!("no client connected within {patience:?}")))?;
         Self::around(incoming.accept(&[])?, false)
     }
 
@@ -108,28 +108,31 @@ impl Control {
     /// As [`exchange`](Self::exchange).
     pub(crate) fn exchange_within(&mut self, mine: &[u8], limit: Duration) -> Result<Vec<u8>> {
         if mine.len() > MSG_MAX {
-            return Err(format!("a control message of {} bytes", mine.len()).into());
+            return Err(fail(format!("a control message of {} bytes", mine.len())));
         }
         self.tx[..mine.len()].copy_from_slice(mine);
         let saved = self.channel.timeout();
         self.channel.set_timeout(limit);
         let client = self.client;
         let (tx, rx) = (&self.tx, &mut self.rx);
-        let got = flatten_scope(self.channel.scope(|s| -> Result<usize, BoxError> {
-            let gather = [tx.gather(..mine.len())];
-            let mut scatter = [rx.scatter(..)];
-            let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
-            if client {
-                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-                Ok(recv.wait()?.bytes())
-            } else {
-                let n = recv.wait()?.bytes();
-                s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-                Ok(n)
-            }
-        }));
+        let got = self
+            .channel
+            .scope(|s| -> Result<usize> {
+                let gather = [tx.gather(..mine.len())];
+                let mut scatter = [rx.scatter(..)];
+                let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+                if client {
+                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                    Ok(recv.wait()?.bytes())
+                } else {
+                    let n = recv.wait()?.bytes();
+                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
+                    Ok(n)
+                }
+            })
+            .map_err(rdma_safe::Error::from);
         self.channel.set_timeout(saved);
-        let n = got.map_err(|e| format!("perftest control exchange: {e}"))?;
+        let n = got.map_err(|e| fail(format!("perftest control exchange: {e}")))?;
         if self.trace {
             eprintln!(
                 "perf -R: control: sent {} bytes, received {n}: {:02x?}",

@@ -6,9 +6,10 @@
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
 use rdma_examples::net::Link;
 use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{flatten_scope, pattern, BoxError, Result};
+use rdma_examples::{pattern, Result};
 use rdma_safe::{
     scope::ScopedPendingWork, GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
     RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
@@ -26,18 +27,20 @@ pub(crate) fn serve_send_lat(
     let (rx_mr, rx) = side.rx.split_mut();
     let rx = &mut rx[..size];
     let (local, local_mr) = (&side.local[..size], side.local.region());
-    flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
-        let mut scatter = [rx_mr.scatter_element(rx)];
-        let gather = [local_mr.gather_element(local)];
-        let mut ring = LatRing::new(s, &mut scatter, p.iters)?;
-        link.write_line(&format!("GO {size}"))?;
-        for i in 0..p.iters {
-            let got = ring.next_message(s, &mut scatter)?;
-            check_message(i, size, got.bytes(), got.immediate())?;
-            ring.send(s, &mut scatter, &gather, i as u32)?;
-        }
-        ring.finish()
-    }))
+    side.channel
+        .scope(|s| -> Result<()> {
+            let mut scatter = [rx_mr.scatter_element(rx)];
+            let gather = [local_mr.gather_element(local)];
+            let mut ring = LatRing::new(s, &mut scatter, p.iters)?;
+            link.write_line(&format!("GO {size}"))?;
+            for i in 0..p.iters {
+                let got = ring.next_message(s, &mut scatter)?;
+                check_message(i, size, got.bytes(), got.immediate())?;
+                ring.send(s, &mut scatter, &gather, i as u32)?;
+            }
+            ring.finish()
+        })
+        .map_err(rdma_safe::Error::from)
 }
 
 /// Receives a send_lat side keeps posted ahead of the message it waits for.
@@ -99,7 +102,7 @@ impl<'scope> LatRing<'scope> {
     /// is none.
     fn claim_send(&mut self) -> Result<bool> {
         match self.sent.take() {
-            Some(sent) => sent.wait().map(|_| true).map_err(Into::into),
+            Some(sent) => sent.wait().map(|_| true),
             None => Ok(false),
         }
     }
@@ -108,7 +111,7 @@ impl<'scope> LatRing<'scope> {
     /// there is none).
     fn try_claim_send(&mut self) -> Result<bool> {
         match self.sent.take().map(ScopedPendingWork::poll) {
-            Some(Ok(outcome)) => outcome.map(|_| true).map_err(Into::into),
+            Some(Ok(outcome)) => outcome.map(|_| true),
             Some(Err(still)) => {
                 self.sent = Some(still);
                 Ok(false)
@@ -124,16 +127,19 @@ impl<'scope> LatRing<'scope> {
         s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
     ) -> Result<rdma_safe::WorkSuccess> {
-        let mut pending = self.recvs.pop_front().ok_or("no receive posted")?;
+        let mut pending = self
+            .recvs
+            .pop_front()
+            .ok_or_else(|| fail("no receive posted"))?;
         self.owed += 1;
         loop {
             match pending.poll() {
-                Ok(outcome) => return Ok(outcome?),
+                Ok(outcome) => return outcome,
                 Err(still) => pending = still,
             }
             if !(self.try_claim_send()? || self.repost(s, scatter)?) {
                 // Nothing left to do: a bounded blocking wait.
-                return Ok(pending.wait()?);
+                return pending.wait();
             }
         }
     }
@@ -207,9 +213,9 @@ pub(crate) fn wait_for_byte(
         spins = spins.wrapping_add(1);
         if spins & 1023 == 0 {
             if start.get_or_insert_with(Stamp::now).elapsed() > timeout {
-                return Err(
-                    format!("the peer's RDMA write did not arrive within {timeout:?}").into(),
-                );
+                return Err(fail(format!(
+                    "the peer's RDMA write did not arrive within {timeout:?}"
+                )));
             }
             if spins & 0xffff == 0 {
                 // Both sides spin; on a machine with few CPUs (a VM running
@@ -242,7 +248,7 @@ pub(crate) fn run_lat(
     let per_sample = if p.test == Test::ReadLat { 1.0 } else { 2.0 };
     match p.test {
         Test::ReadLat => {
-            let remote = remote.ok_or("no remote region")?;
+            let remote = remote.ok_or_else(|| fail("no remote region"))?;
             side.local[..size].fill(0);
             let _ = clock::ticks_per_sec();
             for _ in 0..iters {
@@ -256,7 +262,7 @@ pub(crate) fn run_lat(
             }
         }
         Test::WriteLat => {
-            let remote = remote.ok_or("no remote region")?;
+            let remote = remote.ok_or_else(|| fail("no remote region"))?;
             let timeout = side.channel.timeout();
             pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
             let _ = clock::ticks_per_sec();
@@ -279,19 +285,21 @@ pub(crate) fn run_lat(
             let rx = &mut rx[..size];
             let (local, local_mr) = (&side.local[..size], side.local.region());
             let samples_ref = &mut samples;
-            flatten_scope(side.channel.scope(|s| -> Result<(), BoxError> {
-                let mut scatter = [rx_mr.scatter_element(rx)];
-                let gather = [local_mr.gather_element(local)];
-                let mut ring = LatRing::new(s, &mut scatter, iters)?;
-                for i in 0..iters {
-                    let t0 = Stamp::now();
-                    ring.send(s, &mut scatter, &gather, i as u32)?;
-                    let got = ring.next_message(s, &mut scatter)?;
-                    samples_ref.push(Stamp::now().ticks_since(t0));
-                    check_message(i, size, got.bytes(), got.immediate())?;
-                }
-                ring.finish()
-            }))?;
+            side.channel
+                .scope(|s| -> Result<()> {
+                    let mut scatter = [rx_mr.scatter_element(rx)];
+                    let gather = [local_mr.gather_element(local)];
+                    let mut ring = LatRing::new(s, &mut scatter, iters)?;
+                    for i in 0..iters {
+                        let t0 = Stamp::now();
+                        ring.send(s, &mut scatter, &gather, i as u32)?;
+                        let got = ring.next_message(s, &mut scatter)?;
+                        samples_ref.push(Stamp::now().ticks_since(t0));
+                        check_message(i, size, got.bytes(), got.immediate())?;
+                    }
+                    ring.finish()
+                })
+                .map_err(rdma_safe::Error::from)?;
         }
         _ => unreachable!("not a latency test"),
     }

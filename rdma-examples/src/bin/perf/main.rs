@@ -79,6 +79,7 @@ mod server;
 use bandwidth::{read_chunks, ring_slots};
 use options::Options;
 use protocol::{Params, Test};
+use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::{cli, Result};
 use rdma_safe::{
@@ -120,10 +121,14 @@ fn mark(i: usize) -> u8 {
 /// Checks message `i` of a send test: its length and immediate data.
 fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Result<()> {
     if bytes != size {
-        return Err(format!("message {i} has {bytes} bytes, expected {size}").into());
+        return Err(fail(format!(
+            "message {i} has {bytes} bytes, expected {size}"
+        )));
     }
     if imm != Some(i as u32) {
-        return Err(format!("message {i} carries immediate {imm:?}: lost or reordered").into());
+        return Err(fail(format!(
+            "message {i} carries immediate {imm:?}: lost or reordered"
+        )));
     }
     Ok(())
 }
@@ -225,7 +230,7 @@ fn setup(
         _ => max,
     };
     let local = RegisteredBuffer::new(pd, local_len)
-        .map_err(|e| format!("the message buffer (-s): {e}"))?;
+        .map_err(|e| fail(format!("the message buffer (-s): {e}")))?;
     // Receive slots: send_bw rotates over up to rx_depth of them (within
     // RING_BYTES; more receives than slots are posted, a slot is reused
     // while an earlier receive into it is still posted: Rust reads none of
@@ -237,7 +242,7 @@ fn setup(
         _ => 0,
     };
     let rx = RegisteredBuffer::new(pd, (slots * max).max(1))
-        .map_err(|e| format!("the receive slots (-s, -r): {e}"))?;
+        .map_err(|e| fail(format!("the receive slots (-s, -r): {e}")))?;
     Ok(Side {
         channel,
         local,

@@ -133,7 +133,7 @@ impl Options {
         let mut pos = a.positionals.into_iter();
         let test_name = match a.test {
             Some(t) => t,
-            None => pos.next().ok_or("no test given")?,
+            None => pos.next().ok_or_else(|| "no test given".to_owned())?,
         };
         let test = Test::parse(&test_name).ok_or_else(|| format!("unknown test `{test_name}`"))?;
         let server = pos.next();

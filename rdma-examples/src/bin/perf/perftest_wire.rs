@@ -11,6 +11,7 @@
 //!
 //! Messages carry no type or length: each side knows what comes next.
 
+use rdma_examples::fail;
 use rdma_examples::Result;
 
 /// The version this side announces: perftest's from Debian 12 (perftest
@@ -62,11 +63,10 @@ impl Dest {
     /// A message shorter than the fields up to the GID.
     pub(crate) fn decode(b: &[u8]) -> Result<Dest> {
         if b.len() < 48 {
-            return Err(format!(
+            return Err(fail(format!(
                 "the peer's destination message has {} bytes, not {DEST_LEN}",
                 b.len()
-            )
-            .into());
+            )));
         }
         let u32_at = |at: usize| b.get(at..at + 4).map_or(0, be32);
         Ok(Dest {
@@ -103,15 +103,15 @@ pub(crate) fn decode_version(b: &[u8]) -> Result<f64> {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     let text = String::from_utf8_lossy(&b[..end]);
     let v: f64 = text.trim().parse().map_err(|_| {
-        format!(
+        fail(format!(
             "the peer's version `{}` is not a number",
             text.escape_debug()
-        )
+        ))
     })?;
     if v < 5.70 {
-        return Err(
-            format!("the peer runs perftest {v}, older than the 5.70 this side speaks").into(),
-        );
+        return Err(fail(format!(
+            "the peer runs perftest {v}, older than the 5.70 this side speaks"
+        )));
     }
     Ok(v)
 }
@@ -126,7 +126,7 @@ pub(crate) fn int(v: i32) -> [u8; 4] {
 pub(crate) fn decode_int(b: &[u8]) -> Result<i32> {
     b.get(..4)
         .map(|x| i32::from_be_bytes(x.try_into().expect("4 bytes")))
-        .ok_or_else(|| format!("expected a 4-byte number, got {} bytes", b.len()).into())
+        .ok_or_else(|| fail(format!("expected a 4-byte number, got {} bytes", b.len())))
 }
 
 /// The MTU message: `ibv_mtu` (1 = 256 … 5 = 4096) as one digit and a NUL.
@@ -173,7 +173,7 @@ impl BwReport {
         for (x, m) in v.iter_mut().zip(msgs) {
             *x = u64::from_be_bytes(
                 m.get(..8)
-                    .ok_or("a bandwidth report field shorter than 8 bytes")?
+                    .ok_or_else(|| fail("a bandwidth report field shorter than 8 bytes"))?
                     .try_into()
                     .expect("8 bytes"),
             );

@@ -16,6 +16,7 @@
 //! Every number the peer sends is checked against the same [`Limit`]s as
 //! the command line before it sizes anything.
 
+use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, MAX_LINE};
 use rdma_examples::Result;
@@ -203,7 +204,7 @@ impl Params {
         };
         let mut words = line.split_whitespace();
         if words.next() != Some("PERF1") {
-            return Err(format!("not a perf client (got `{}`)", quoted()).into());
+            return Err(fail(format!("not a perf client (got `{}`)", quoted())));
         }
         let (mut test, mut sizes) = (None, Vec::new());
         let (mut iters, mut tx_depth, mut rx_depth) = (None, None, None);
@@ -212,44 +213,50 @@ impl Params {
         for w in words {
             let (k, v) = w
                 .split_once('=')
-                .ok_or_else(|| format!("malformed parameter in `{}`", quoted()))?;
+                .ok_or_else(|| fail(format!("malformed parameter in `{}`", quoted())))?;
             let num = |limit: Limit| limit.parse_usize(v).map(Some);
             match k {
                 "test" => {
-                    test = Some(Test::parse(v).ok_or_else(|| {
-                        format!(
-                            "unknown test `{}` in the client's parameters",
-                            v.escape_debug()
-                        )
-                    })?)
+                    test = Some(
+                        Test::parse(v)
+                            .ok_or_else(|| {
+                                format!(
+                                    "unknown test `{}` in the client's parameters",
+                                    v.escape_debug()
+                                )
+                            })
+                            .map_err(fail)?,
+                    )
                 }
-                "iters" => iters = num(ITERS)?,
-                "tx_depth" => tx_depth = num(TX_DEPTH)?,
-                "rx_depth" => rx_depth = num(RX_DEPTH)?,
+                "iters" => iters = num(ITERS).map_err(fail)?,
+                "tx_depth" => tx_depth = num(TX_DEPTH).map_err(fail)?,
+                "rx_depth" => rx_depth = num(RX_DEPTH).map_err(fail)?,
                 "inline" if v == "auto" => inline = Some(None),
-                "inline" => inline = Some(Some(INLINE.parse(v)? as u32)),
+                "inline" => inline = Some(Some(INLINE.parse(v).map_err(fail)? as u32)),
                 "events" => {
                     events = Some(match v {
                         "0" => false,
                         "1" => true,
-                        _ => return Err(format!("bad events={}", v.escape_debug()).into()),
+                        _ => return Err(fail(format!("bad events={}", v.escape_debug()))),
                     })
                 }
                 "atomic" => {
-                    atomic = AtomicKind::parse(v).ok_or_else(|| {
-                        format!(
-                            "unknown atomic `{}` in the client's parameters",
-                            v.escape_debug()
-                        )
-                    })?
+                    atomic = AtomicKind::parse(v)
+                        .ok_or_else(|| {
+                            format!(
+                                "unknown atomic `{}` in the client's parameters",
+                                v.escape_debug()
+                            )
+                        })
+                        .map_err(fail)?
                 }
                 "sizes" => {
                     sizes.clear();
                     for s in v.split(',') {
                         if sizes.len() == MAX_SIZES {
-                            return Err(format!("more than {MAX_SIZES} sizes").into());
+                            return Err(fail(format!("more than {MAX_SIZES} sizes")));
                         }
-                        sizes.push(SIZE.parse_usize(s)?);
+                        sizes.push(SIZE.parse_usize(s).map_err(fail)?);
                     }
                 }
                 _ => {} // newer clients may add parameters
@@ -257,7 +264,7 @@ impl Params {
         }
         match (test, iters, tx_depth, rx_depth, inline, events) {
             (Some(test), ..) if test.is_atomic() && sizes != [rdma_safe::work::ATOMIC_SIZE] => {
-                Err(format!(
+                Err(fail(format!(
                     "{} operates on {} bytes, not sizes={}",
                     test.name(),
                     rdma_safe::work::ATOMIC_SIZE,
@@ -266,8 +273,7 @@ impl Params {
                         .map(usize::to_string)
                         .collect::<Vec<_>>()
                         .join(",")
-                )
-                .into())
+                )))
             }
             (
                 Some(test),
@@ -286,7 +292,7 @@ impl Params {
                 events,
                 atomic,
             }),
-            _ => Err(format!("incomplete parameters `{}`", quoted()).into()),
+            _ => Err(fail(format!("incomplete parameters `{}`", quoted()))),
         }
     }
 
@@ -322,7 +328,7 @@ pub(crate) fn decode_answer(line: &str) -> Result<()> {
     if line == "OK" {
         Ok(())
     } else {
-        Err(format!("the server refused: {}", line.escape_debug()).into())
+        Err(fail(format!("the server refused: {}", line.escape_debug())))
     }
 }
 
@@ -335,13 +341,12 @@ pub(crate) fn decode_region(
     needed: usize,
 ) -> Result<RemoteMemoryRegion> {
     let r = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| format!("the peer's region does not decode: {e}"))?;
+        .map_err(|e| fail(format!("the peer's region does not decode: {e}")))?;
     if r.length() < needed as u64 {
-        return Err(format!(
+        return Err(fail(format!(
             "the peer's region is {} bytes, smaller than the {needed}-byte messages",
             r.length()
-        )
-        .into());
+        )));
     }
     Ok(r)
 }
@@ -354,11 +359,10 @@ pub(crate) fn expect_size(rest: &str, size: usize, what: &str) -> Result<()> {
     if rest == size.to_string() {
         Ok(())
     } else {
-        Err(format!(
+        Err(fail(format!(
             "{what} for size `{}`, expected {size}",
             rest.chars().take(64).collect::<String>().escape_debug()
-        )
-        .into())
+        )))
     }
 }
 
@@ -369,14 +373,13 @@ pub(crate) fn expect_size(rest: &str, size: usize, what: &str) -> Result<()> {
 pub(crate) fn decode_verdict(line: &str, size: usize) -> Result<()> {
     match net::rest_after(line, "OK") {
         Some(rest) => expect_size(rest, size, "the server's check passed"),
-        None => Err(format!(
+        None => Err(fail(format!(
             "the server's data check failed: {}",
             line.chars()
                 .take(MAX_LINE)
                 .collect::<String>()
                 .escape_debug()
-        )
-        .into()),
+        ))),
     }
 }
 

@@ -51,6 +51,7 @@ use crate::protocol::Test;
 use crate::report::{print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
 use crate::Side;
 use rdma_core::QpCapabilities;
+use rdma_examples::fail;
 use rdma_examples::stats::Latency;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
@@ -91,7 +92,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         Some(host) => Control::connect(host, o.port, o.timeout)?,
         None => {
             let l = Listener::bind_with(("0.0.0.0", o.port), &data_options(o))
-                .map_err(|e| format!("rdma_cm listen on port {}: {e}", o.port))?;
+                .map_err(|e| fail(format!("rdma_cm listen on port {}: {e}", o.port)))?;
             out.say(&format!(
                 "perf -R: {} server waiting for a client on rdma_cm port {}",
                 p.test.name(),
@@ -112,7 +113,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let page = wire::decode_int(&ctl.exchange(&wire::int(PAGE_SIZE))?)?;
     wire::decode_int(&ctl.exchange(&wire::int(CACHE_LINE))?)?;
     if !(1..=MAX_PAGE).contains(&page) {
-        return Err(format!("the peer's page size {page} is out of range").into());
+        return Err(fail(format!("the peer's page size {page} is out of range")));
     }
     let cycle = page.max(PAGE_SIZE) as usize;
     let our_mtu = ctl.channel().local_endpoint().mtu;
@@ -135,7 +136,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         _ => size,
     };
     let mut local = RegisteredBuffer::new(&pd, local_len)
-        .map_err(|e| format!("the message buffer (-s): {e}"))?;
+        .map_err(|e| fail(format!("the message buffer (-s): {e}")))?;
     pattern::fill(&mut local, size as u64, 0);
     let slots = match p.test {
         Test::SendBw => p.rx_depth.min(ring_slots(size)).clamp(1, p.iters),
@@ -143,7 +144,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         _ => 0,
     };
     let rx = RegisteredBuffer::new(&pd, (slots * size).max(1))
-        .map_err(|e| format!("the receive buffers (-s, -r): {e}"))?;
+        .map_err(|e| fail(format!("the receive buffers (-s, -r): {e}")))?;
     let exposed = Exposed::new(&pd, p.test, size, cycle)?;
 
     let gid = channel.gid();
@@ -265,7 +266,9 @@ pub(crate) fn run(o: &Options) -> Result<()> {
             let mut samples = cm_loops::write_lat(
                 &mut side.channel,
                 &mut side.local,
-                exposed.bytes().ok_or("write_lat exposes bytes")?,
+                exposed
+                    .bytes()
+                    .ok_or_else(|| fail("write_lat exposes bytes"))?,
                 remote,
                 size,
                 p.iters,
@@ -340,13 +343,13 @@ fn data_connection(o: &Options, listener: Option<&Listener>) -> Result<Channel> 
                 {
                     Ok(c) => return Ok(c),
                     Err(_) if start.elapsed() < o.timeout => std::thread::sleep(RETRY_DELAY),
-                    Err(e) => return Err(format!("the rdma_cm data connection: {e}").into()),
+                    Err(e) => return Err(fail(format!("the rdma_cm data connection: {e}"))),
                 }
             }
         }
-        (None, None) => {
-            Err("perf -R: neither a server's listener nor a server to connect to".into())
-        }
+        (None, None) => Err(fail(
+            "perf -R: neither a server's listener nor a server to connect to",
+        )),
     }
 }
 
@@ -386,7 +389,7 @@ fn report_lat(
         return Ok(());
     }
     out.say(LAT_HEADER);
-    let l = Latency::from_samples(samples).ok_or("no samples")?;
+    let l = Latency::from_samples(samples).ok_or_else(|| fail("no samples"))?;
     print_report(out, p, size, &Report::Lat(l), false);
     Ok(())
 }

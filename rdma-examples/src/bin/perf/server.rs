@@ -8,6 +8,7 @@ use crate::options::Options;
 use crate::protocol::{self, Params, Test};
 use crate::report::{self, Checks, Out};
 use crate::{mark, recv_region, seed, send_region, setup, Side, BY_CLIENT, BY_SERVER};
+use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{device, pattern, Result};
@@ -23,7 +24,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     // are allocated when the client's parameters say how large.
     let pd = device::open_checked(o.ib_dev.as_deref(), o.ib_port, o.gid_index)?;
     let listener =
-        net::listen(o.port).map_err(|e| format!("can't listen on port {}: {e}", o.port))?;
+        net::listen(o.port).map_err(|e| fail(format!("can't listen on port {}: {e}", o.port)))?;
     out.say(&format!(
         "perf: {} server waiting for a client on TCP port {}",
         o.params.test.name(),
@@ -36,7 +37,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
         Ok(p) => p,
         Err(e) => {
             let _ = link.write_line(&format!("ERR {e}"));
-            return Err(format!("client {peer}: {e}").into());
+            return Err(fail(format!("client {peer}: {e}")));
         }
     };
     if p.test != o.params.test {
@@ -46,7 +47,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
             o.params.test.name()
         );
         link.write_line(&format!("ERR {why}"))?;
-        return Err(why.into());
+        return Err(fail(why));
     }
     link.write_line("OK")?;
     out.say(&format!("perf: client {peer}"));
@@ -57,7 +58,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
 
     // The exposed buffer (one-sided tests). Declared before its region so
     // that the region is dropped first.
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)").map_err(fail)?;
     let exposed_mr = if p.test.server_exposes() {
         // `exposed_mr` is dropped before `exposed` (declared after it). The
         // client accesses the buffer only between our `GO` and its `DONE`
@@ -86,7 +87,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
         };
         // Tell the client either way, then stop on failure.
         let _ = link.write_line(&reply.replace('\n', " "));
-        result.map_err(|e| format!("{} bytes: {e}", size))?;
+        result.map_err(|e| fail(format!("{} bytes: {e}", size)))?;
         report::print_server_size(&out, &p, size);
     }
     link.expect_line("BYE")?;
@@ -122,7 +123,7 @@ fn server_size(
             );
         }
         Test::SendBw | Test::SendLat => side.rx.fill(0),
-        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
+        Test::AtomicBw | Test::AtomicLat => return Err(fail(ATOMIC_ELSEWHERE)),
     }
     pattern::fill(&mut side.local[..size], seed(size, BY_SERVER), 0);
 
@@ -133,11 +134,11 @@ fn server_size(
         Test::SendBw => serve_send_bw(p, size, side, link)?,
         Test::SendLat => serve_send_lat(p, size, side, link)?,
         Test::WriteLat => {
-            let remote = client_region.ok_or("no client region")?;
+            let remote = client_region.ok_or_else(|| fail("no client region"))?;
             link.write_line(&format!("GO {size}"))?;
             serve_write_lat(p, size, side, exposed, remote)?;
         }
-        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
+        Test::AtomicBw | Test::AtomicLat => return Err(fail(ATOMIC_ELSEWHERE)),
     }
     // A server that only exposes memory sees nothing of the client's run
     // but its DONE: the wait allows for the run. The others served every
@@ -148,17 +149,19 @@ fn server_size(
         link.timeout()
     };
     let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
-        format!(
-            "expected `DONE {size}` from the client, got `{}`",
-            line.escape_debug()
-        )
-    })?;
+    let done = net::rest_after(&line, "DONE")
+        .ok_or_else(|| {
+            format!(
+                "expected `DONE {size}` from the client, got `{}`",
+                line.escape_debug()
+            )
+        })
+        .map_err(fail)?;
     protocol::expect_size(done, size, "the client finished")?;
 
     // Verification: the client's operations have all completed.
     let check = |what: &str, data: &[u8], seed: u64| -> Result<()> {
-        pattern::check(data, seed, 0).map_err(|m| format!("{what}: {m}").into())
+        pattern::check(data, seed, 0).map_err(|m| fail(format!("{what}: {m}")))
     };
     match p.test {
         Test::WriteBw => check(
@@ -177,11 +180,10 @@ fn server_size(
             )?;
             let want = mark(p.iters - 1);
             if data[size - 1] != want {
-                return Err(format!(
+                return Err(fail(format!(
                     "last byte of the exposed buffer is {:#04x}, expected {want:#04x}",
                     data[size - 1]
-                )
-                .into());
+                )));
             }
         }
         Test::ReadBw | Test::ReadLat => check(
@@ -201,7 +203,7 @@ fn server_size(
                 )?;
             }
         }
-        Test::AtomicBw | Test::AtomicLat => return Err(ATOMIC_ELSEWHERE.into()),
+        Test::AtomicBw | Test::AtomicLat => return Err(fail(ATOMIC_ELSEWHERE)),
     }
     Ok(())
 }

@@ -48,12 +48,13 @@
 
 use clap::Parser;
 use rdma_core::{LinkLayer, Mtu, WcStatus};
+use rdma_examples::fail;
 use rdma_examples::flags::PingpongFlags;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link};
 use rdma_examples::pingpong::{Dest, DONE, MSG_LEN};
 use rdma_examples::support::{self, Feature};
-use rdma_examples::{cli, device, flatten_scope, page_size, BoxError, Result};
+use rdma_examples::{cli, device, page_size, Result};
 use rdma_safe::{
     channel::ConnectOptions, channel::Endpoint, channel::Gid, Error, ReceiveWorkRequest,
     RegisteredBuffer, SendWorkRequest,
@@ -128,19 +129,21 @@ fn main() -> ExitCode {
 /// device before anything else is set up.
 fn check_features(o: &Options, ctx: &rdma_core::Context) -> Result<()> {
     if o.prefetch && !(o.odp || o.iodp) {
-        return Err("-P/--prefetch: valid only with on-demand paging (-o or -O)".into());
+        return Err(fail(
+            "-P/--prefetch: valid only with on-demand paging (-o or -O)",
+        ));
     }
     if o.iodp {
-        support::require(ctx, "-O/--iodp", Feature::ImplicitOdp)?;
+        support::require(ctx, "-O/--iodp", Feature::ImplicitOdp).map_err(fail)?;
     } else if o.odp {
-        support::require(ctx, "-o/--odp", Feature::Odp)?;
+        support::require(ctx, "-o/--odp", Feature::Odp).map_err(fail)?;
     }
     if o.ts {
-        support::require(ctx, "-t/--ts", Feature::CompletionTimestamps)?;
+        support::require(ctx, "-t/--ts", Feature::CompletionTimestamps).map_err(fail)?;
     }
     if o.dm {
         let bytes = o.size as u64;
-        support::require(ctx, "-j/--dm", Feature::DeviceMemory { bytes })?;
+        support::require(ctx, "-j/--dm", Feature::DeviceMemory { bytes }).map_err(fail)?;
     }
     Ok(())
 }
@@ -175,7 +178,7 @@ fn run(o: &Options) -> Result<()> {
     let mut channel = builder.build()?;
     let local = channel.local_endpoint();
     if !roce && local.lid == 0 {
-        return Err("Couldn't get local LID".into());
+        return Err(fail("Couldn't get local LID"));
     }
     let me = Dest {
         lid: local.lid,
@@ -195,7 +198,7 @@ fn run(o: &Options) -> Result<()> {
     // the NIC's writes and reads apart).
     let slot = o.size.max(1);
     let mut buf = RegisteredBuffer::new(&pd, 2 * slot)
-        .map_err(|e| format!("two message buffers of -s {} bytes: {e}", o.size))?;
+        .map_err(|e| fail(format!("two message buffers of -s {} bytes: {e}", o.size)))?;
     let (mr, buf) = buf.split_mut();
     let (rx, tx) = buf.split_at_mut(slot);
     let (rx, tx) = (&mut rx[..o.size], &mut tx[..o.size]);
@@ -230,66 +233,67 @@ fn run(o: &Options) -> Result<()> {
             },
             &attrs,
         )
-        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+        .map_err(|e| fail(format!("Couldn't connect to remote QP: {e}")))?;
 
     let is_client = c.is_client();
     let (iters, size) = (c.iters, o.size);
-    let elapsed = flatten_scope(channel.scope(|s| -> Result<_, BoxError> {
-        // A failed check ends the run at once: the receives still posted are
-        // flushed instead of waited for.
-        s.cancel_on_error();
-        let mut rx_sge = [mr.scatter_element(rx)];
-        let tx_sge = [mr.gather_element(tx)];
-        // Receives complete in the order they were posted.
-        let mut recvs = VecDeque::with_capacity(rx_depth.min(iters));
-        let mut recv_posted = 0;
-        while recv_posted < rx_depth.min(iters) {
-            recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
-            recv_posted += 1;
-        }
-        // The server answers only now that its receives are posted; the
-        // client sends only after reading this answer.
-        if let Some(link) = link.as_mut() {
-            finish_server_exchange(link, &me)?;
-        }
-        println!("  remote address: {}", remote.describe());
+    let elapsed = channel
+        .scope(|s| -> Result<_> {
+            // A failed check ends the run at once: the receives still posted are
+            // flushed instead of waited for.
+            s.cancel_on_error();
+            let mut rx_sge = [mr.scatter_element(rx)];
+            let tx_sge = [mr.gather_element(tx)];
+            // Receives complete in the order they were posted.
+            let mut recvs = VecDeque::with_capacity(rx_depth.min(iters));
+            let mut recv_posted = 0;
+            while recv_posted < rx_depth.min(iters) {
+                recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
+                recv_posted += 1;
+            }
+            // The server answers only now that its receives are posted; the
+            // client sends only after reading this answer.
+            if let Some(link) = link.as_mut() {
+                finish_server_exchange(link, &me)?;
+            }
+            println!("  remote address: {}", remote.describe());
 
-        let mut send = if is_client {
-            Some(s.post_send(SendWorkRequest::new(&tx_sge))?)
-        } else {
-            None
-        };
-        let start = Instant::now();
-        let (mut scnt, mut rcnt) = (0, 0);
-        loop {
-            if let Some(h) = send.take() {
-                h.wait().map_err(|e| size_hint(e, size))?;
-                scnt += 1;
-            }
-            if rcnt < iters {
-                let h = recvs.pop_front().ok_or("no receive posted")?;
-                let got = h.wait().map_err(|e| size_hint(e, size))?;
-                if got.bytes() != size {
-                    return Err(format!(
-                        "message {rcnt} has {} bytes, expected {size} (same -s on both sides?)",
-                        got.bytes()
-                    )
-                    .into());
+            let mut send = if is_client {
+                Some(s.post_send(SendWorkRequest::new(&tx_sge))?)
+            } else {
+                None
+            };
+            let start = Instant::now();
+            let (mut scnt, mut rcnt) = (0, 0);
+            loop {
+                if let Some(h) = send.take() {
+                    h.wait().map_err(|e| size_hint(e, size))?;
+                    scnt += 1;
                 }
-                rcnt += 1;
-                if recv_posted < iters {
-                    recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
-                    recv_posted += 1;
+                if rcnt < iters {
+                    let h = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
+                    let got = h.wait().map_err(|e| size_hint(e, size))?;
+                    if got.bytes() != size {
+                        return Err(fail(format!(
+                            "message {rcnt} has {} bytes, expected {size} (same -s on both sides?)",
+                            got.bytes()
+                        )));
+                    }
+                    rcnt += 1;
+                    if recv_posted < iters {
+                        recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut rx_sge))?);
+                        recv_posted += 1;
+                    }
+                }
+                if scnt < iters {
+                    send = Some(s.post_send(SendWorkRequest::new(&tx_sge))?);
+                } else if rcnt >= iters {
+                    break;
                 }
             }
-            if scnt < iters {
-                send = Some(s.post_send(SendWorkRequest::new(&tx_sge))?);
-            } else if rcnt >= iters {
-                break;
-            }
-        }
-        Ok(start.elapsed())
-    }))?;
+            Ok(start.elapsed())
+        })
+        .map_err(rdma_safe::Error::from)?;
 
     report(size, iters, elapsed);
     if c.chk && !is_client {
@@ -349,7 +353,7 @@ fn check_pages(rx: &[u8]) -> Result<()> {
         }
     }
     if bad {
-        return Err("received buffer failed validation (-c)".into());
+        return Err(fail("received buffer failed validation (-c)"));
     }
     Ok(())
 }
@@ -368,21 +372,21 @@ fn exchange(c: &PingpongFlags, me: &Dest) -> Result<(Option<Link>, Dest)> {
             link.write_all(&me.to_wire())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the server's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+                .map_err(|e| fail(format!("Couldn't read remote address: {e}")))?;
             link.write_all(DONE)?;
-            Ok((None, Dest::from_wire(&msg)?))
+            Ok((None, Dest::from_wire(&msg).map_err(fail)?))
         }
         None => {
             let listener = net::listen(c.port)
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", c.port))?;
+                .map_err(|e| fail(format!("Couldn't listen to port {}: {e}", c.port)))?;
             println!("  local address:  {}", me.describe());
             let (s, _) = listener.accept()?;
             drop(listener);
             let mut link = Link::new(s, c.timeout())?;
             let mut msg = [0u8; MSG_LEN];
             link.read_exact(&mut msg, "the client's address")
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
-            Ok((Some(link), Dest::from_wire(&msg)?))
+                .map_err(|e| fail(format!("Couldn't read remote address: {e}")))?;
+            Ok((Some(link), Dest::from_wire(&msg).map_err(fail)?))
         }
     }
 }
@@ -392,9 +396,11 @@ fn finish_server_exchange(link: &mut Link, me: &Dest) -> Result<()> {
     link.write_all(&me.to_wire())?;
     let mut done = [0u8; DONE.len()];
     link.read_exact(&mut done, "the client's \"done\"")
-        .map_err(|e| format!("Couldn't send/recv local address: {e}"))?;
+        .map_err(|e| fail(format!("Couldn't send/recv local address: {e}")))?;
     if &done != DONE {
-        return Err(format!("expected \"done\" from the client, got {done:?}").into());
+        return Err(fail(format!(
+            "expected \"done\" from the client, got {done:?}"
+        )));
     }
     Ok(())
 }
@@ -404,7 +410,7 @@ fn finish_server_exchange(link: &mut Link, me: &Dest) -> Result<()> {
 /// buffer is a local length error by the verbs specification and a local
 /// QP operation error on rxe; the sender sees a remote invalid request or
 /// remote operation error.
-fn size_hint(e: Error, size: usize) -> BoxError {
+fn size_hint(e: Error, size: usize) -> rdma_safe::Error {
     let hint = match e.status() {
         Some(WcStatus::LocalLengthError | WcStatus::LocalQpOperationError) => {
             format!("a message longer than -s {size} bytes arrived")
@@ -412,9 +418,9 @@ fn size_hint(e: Error, size: usize) -> BoxError {
         Some(WcStatus::RemoteInvalidRequestError | WcStatus::RemoteOperationError) => {
             format!("the peer's receive buffer is smaller than -s {size} bytes")
         }
-        _ => return e.into(),
+        _ => return e,
     };
-    format!("{e} ({hint}: same -s on both sides?)").into()
+    fail(format!("{e} ({hint}: same -s on both sides?)"))
 }
 
 #[cfg(test)]

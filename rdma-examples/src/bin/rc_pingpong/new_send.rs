@@ -20,6 +20,7 @@ use rdma_core::{
     AccessFlags, AddressVector, CompQueue, QpType, QueuePair, QueuePairEx, RecvRequest, RtrParams,
     RtsParams, SendFlags, SendOps, Sge, WorkCompletion,
 };
+use rdma_examples::fail;
 use rdma_examples::pingpong::Dest;
 use rdma_examples::Result;
 use rdma_safe::{channel::Gid, ProtectionDomain, RegisteredBuffer};
@@ -38,12 +39,12 @@ pub(super) fn run(o: &Options, pd: &ProtectionDomain) -> Result<()> {
         Some(i) => ctx.query_gid_entry(port, i)?,
         None => ctx.preferred_gid(port)?,
     };
-    let sgid_index = u8::try_from(gid.index).map_err(|_| "GID index above 255")?;
+    let sgid_index = u8::try_from(gid.index).map_err(|_| fail("GID index above 255"))?;
 
     // Declared before the queue pair: dropped after it.
     let slot = o.size.max(1);
     let mut buf = RegisteredBuffer::new(pd, 2 * slot)
-        .map_err(|e| format!("two message buffers of -s {} bytes: {e}", o.size))?;
+        .map_err(|e| fail(format!("two message buffers of -s {} bytes: {e}", o.size)))?;
     let (mr, bytes) = buf.split_mut();
     let lkey = mr.lkey();
     let (rx, tx) = bytes.split_at_mut(slot);
@@ -63,11 +64,11 @@ pub(super) fn run(o: &Options, pd: &ProtectionDomain) -> Result<()> {
         .max_recv_sge(1)
         .build_ex(SendOps::SEND)
         .map_err(|e| {
-            format!(
+            fail(format!(
                 "-N/--new_send: not supported by this device ({}: ibv_create_qp_ex with \
                  IBV_QP_EX_WITH_SEND: {e})",
                 ctx.name()
-            )
+            ))
         })?;
     qp.qp().to_init(port, AccessFlags::LOCAL_WRITE)?;
 
@@ -106,17 +107,20 @@ pub(super) fn run(o: &Options, pd: &ProtectionDomain) -> Result<()> {
     while scnt < iters || rcnt < iters {
         let wc = poller.next()?;
         if !wc.is_success() {
-            return Err(format!("Failed status {} for wr_id {}", wc.status(), wc.wr_id()).into());
+            return Err(fail(format!(
+                "Failed status {} for wr_id {}",
+                wc.status(),
+                wc.wr_id()
+            )));
         }
         match wc.wr_id() {
             SEND_WRID => scnt += 1,
             RECV_WRID => {
                 if wc.byte_len() as usize != size {
-                    return Err(format!(
+                    return Err(fail(format!(
                         "message {rcnt} has {} bytes, expected {size} (same -s on both sides?)",
                         wc.byte_len()
-                    )
-                    .into());
+                    )));
                 }
                 rcnt += 1;
                 if recv_posted < iters {
@@ -125,7 +129,7 @@ pub(super) fn run(o: &Options, pd: &ProtectionDomain) -> Result<()> {
                     recv_posted += 1;
                 }
             }
-            other => return Err(format!("Completion for unknown wr_id {other}").into()),
+            other => return Err(fail(format!("Completion for unknown wr_id {other}"))),
         }
         pending &= !wc.wr_id();
         if scnt < iters && pending == 0 {
@@ -152,7 +156,7 @@ unsafe fn post_receives(qp: &QueuePairEx, sge: &[Sge], n: usize) -> Result<()> {
     let mut reqs: Vec<_> = (0..n).map(|_| RecvRequest::new(RECV_WRID, sge)).collect();
     // SAFETY: the caller's contract.
     unsafe { qp.qp().post_recv_list(&mut reqs) }
-        .map_err(|e| format!("Couldn't post receive: {e}").into())
+        .map_err(|e| fail(format!("Couldn't post receive: {e}")))
 }
 
 /// Posts one signaled send of `sge` as a batch of the extended API.
@@ -166,7 +170,7 @@ unsafe fn post_send(qp: &mut QueuePairEx, sge: &[Sge]) -> Result<()> {
     unsafe { batch.send(SEND_WRID, SendFlags::SIGNALED, sge) }?;
     batch
         .complete()
-        .map_err(|e| format!("Couldn't post send: {e}").into())
+        .map_err(|e| fail(format!("Couldn't post send: {e}")))
 }
 
 /// INIT → RTR → RTS toward `remote`, with the C program's attributes: SL
@@ -193,7 +197,7 @@ fn connect(qp: &QueuePairEx, o: &Options, remote: &Dest, sgid: u8, psn: u32) -> 
     qp.qp()
         .to_rtr(&rtr)
         .and_then(|()| qp.qp().to_rts(&rts))
-        .map_err(|e| format!("Couldn't connect to remote QP: {e}").into())
+        .map_err(|e| fail(format!("Couldn't connect to remote QP: {e}")))
 }
 
 /// A 24-bit initial PSN that differs between runs.
@@ -236,7 +240,7 @@ impl<'cq> Poller<'cq> {
             let left = self
                 .timeout
                 .checked_sub(start.elapsed())
-                .ok_or_else(|| format!("no completion within {:?}", self.timeout))?;
+                .ok_or_else(|| fail(format!("no completion within {:?}", self.timeout)))?;
             if self.cq.channel().is_some() {
                 // Arm, then poll once more: a completion that arrived before
                 // arming raises no event.
