@@ -45,6 +45,11 @@ fn on_tokio(ch: &Channel) -> SharedChannel {
 
 /// The message `seq` of task `task`: its identity in the first 8 bytes,
 /// then a pattern that depends on it.
+/// The next item of any `Stream`, as `StreamExt::next` does.
+async fn next_of<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
+}
+
 fn message(task: usize, seq: usize, len: usize) -> Vec<u8> {
     let mut m = pattern(seed("async", task * 100_000 + seq), len.max(8));
     m[..4].copy_from_slice(&(task as u32).to_le_bytes());
@@ -315,7 +320,9 @@ fn an_exhausted_pool_is_back_pressure_not_a_hang() {
         let mut stream = sb.receive_stream(rx_pool.clone(), 64);
         let consumer = tokio::spawn(async move {
             for seq in 0..MESSAGES {
-                let (_, buf) = stream.next().await.expect("open").expect("receive");
+                // Through `futures_core::Stream`, as any runtime's
+                // combinators reach it.
+                let (_, buf) = next_of(&mut stream).await.expect("open").expect("receive");
                 assert_bytes(&buf, &message(3, seq, 256), "message in order");
                 // `buf` dropped here: back to the pool, the stream reposts.
             }

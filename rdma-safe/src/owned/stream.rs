@@ -26,6 +26,26 @@ pub struct RecvStream {
     ended: bool,
 }
 
+/// The stream of received messages for any runtime's combinators; the
+/// items are [`poll_next`](RecvStream::poll_next)'s.
+#[cfg(feature = "futures")]
+impl futures_core::Stream for RecvStream {
+    type Item = Result<(WorkSuccess, PoolBuf)>;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // `RecvStream` is `Unpin`: it holds no self-references.
+        RecvStream::poll_next(self.get_mut(), cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        if self.ended {
+            (0, Some(0))
+        } else {
+            (0, None)
+        }
+    }
+}
+
 impl RecvStream {
     pub(super) fn new(chan: SharedChannel, pool: BufferPool, depth: usize) -> Self {
         RecvStream {
