@@ -348,3 +348,118 @@ fn a_broken_connection_fails_waiting_futures_at_once() {
         .expect("within the bound");
     });
 }
+
+/// A peer that goes silent without a disconnect (its host died, say) ends
+/// the server's receive stream with the channel's timeout — a
+/// [`Error::Timeout`] of the receive, not a bare flush that reads
+/// like the stream's clean end — while the same one-worker runtime (the
+/// two-host VMs have one vCPU) keeps serving another connection. (The
+/// two-host step "the peer host dies mid-transfer" lost a dead host's
+/// connection this way: closed by the stall watchdog, logged as closed
+/// normally.)
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_silent_peer_ends_the_receive_stream_with_a_timeout_while_others_are_served() {
+    use rdma_safe::error::Operation;
+    const IDLE: Duration = Duration::from_secs(2);
+    const BUSY_REQUESTS: usize = 40;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let pd = ProtectionDomain::open(&common::device_name()).expect("pd");
+    let pool = BufferPool::new(&pd, LEN, 32).expect("pool");
+    rt.block_on(async {
+        tokio::time::timeout(TEST_BOUND, async {
+            let listener =
+                Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts()).expect("listen");
+            let addr = listener.local_addr().expect("bound");
+            // Serves one connection from a receive stream, its waits
+            // bounded by IDLE: echoes until the stream ends or fails.
+            let serve = |channel: Channel, pool: BufferPool| async move {
+                let shared = channel
+                    .shared()
+                    .with_tokio()
+                    .expect("tokio")
+                    .with_timeout(IDLE);
+                let mut messages = shared.receive_stream(pool, 4);
+                let mut echoed = 0;
+                let start = Instant::now();
+                let end = loop {
+                    match messages.next().await {
+                        Some(Ok((_, buf))) => {
+                            let (sent, _) = shared.submit(Request::send(buf.freeze())).await;
+                            sent.expect("an echo");
+                            echoed += 1;
+                        }
+                        Some(Err(err)) => break Some(err),
+                        None => break None,
+                    }
+                };
+                (echoed, end, start.elapsed())
+            };
+            let accept = || async {
+                listener
+                    .incoming_async()
+                    .await
+                    .expect("a request")
+                    .accept_async(&[])
+                    .await
+                    .expect("accept")
+            };
+            let connect = || async {
+                Connector::resolve_in_async(&pd, addr, &opts())
+                    .await
+                    .expect("resolve")
+                    .connect_async(&[])
+                    .await
+                    .expect("connect")
+            };
+            // The silent peer: connected, never sends, never disconnects
+            // (its channel lives until the end of the test).
+            let (server, silent_peer) = tokio::join!(accept(), connect());
+            let silent = tokio::spawn(serve(server, pool.clone()));
+            let (server, busy_peer) = tokio::join!(accept(), connect());
+            let busy = tokio::spawn(serve(server, pool.clone()));
+            // The busy peer: a request every 100 ms for twice IDLE.
+            let shared = busy_peer.shared().with_tokio().expect("tokio");
+            for k in 0..BUSY_REQUESTS {
+                let want = request(1, k);
+                let reply = shared.submit(Request::receive(pool.alloc().await));
+                let (sent, _) = shared
+                    .submit(Request::send(filled(pool.alloc().await, &want)))
+                    .await;
+                sent.expect("the request");
+                let (got, buf) = reply.await;
+                assert_eq!(got.expect("the reply").bytes(), LEN);
+                assert_bytes(&buf[..LEN], &want, "the echoed request");
+                drop(buf);
+                tokio::time::sleep(IDLE * 2 / BUSY_REQUESTS as u32).await;
+            }
+            let (echoed, end, took) = silent.await.expect("the silent connection's task");
+            eprintln!("silent peer: {echoed} echoed, ended after {took:?} with {end:?}");
+            assert_eq!(echoed, 0);
+            match end {
+                Some(Error::Timeout {
+                    operation: Operation::Receive,
+                    timeout,
+                }) => assert_eq!(timeout, IDLE),
+                other => panic!("expected the receive's timeout, got {other:?}"),
+            }
+            // Not before the timeout; the upper bound only catches a hang
+            // (a loaded machine may be late, never seconds early).
+            assert!(took >= IDLE - Duration::from_millis(50), "{took:?}");
+            assert!(took < Duration::from_secs(30), "{took:?}");
+            drop(shared);
+            drop(busy_peer);
+            let (echoed, end, _) = busy.await.expect("the busy connection's task");
+            eprintln!("busy peer: {echoed} echoed, ended with {end:?}");
+            assert_eq!(echoed, BUSY_REQUESTS, "the other connection served in full");
+            drop(silent_peer);
+        })
+        .await
+        .expect("within the bound");
+    });
+    assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+}

@@ -41,7 +41,7 @@ pub(crate) use owned::{OwnedKind, Refused, Returned};
 use crate::error::{Error, Operation, Result};
 use rdma_core::{CompQueue, PostError, QpCapabilities, QueuePair};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tracker::Tracker;
 
@@ -90,6 +90,13 @@ pub(crate) struct WorkQueue {
     /// connection-manager channel disconnected: failed completions then
     /// report [`Error::PeerDisconnected`].
     peer_gone: AtomicBool,
+    /// Set (before the queue pair is moved to ERR) when the stall watchdog
+    /// shut the channel down after this many nanoseconds without a
+    /// completion (0: it did not): the requests it flushed then report
+    /// [`Error::Timeout`], not a bare flush — a future or a
+    /// [`RecvStream`](crate::owned::RecvStream) on a silent peer ends with the
+    /// same error a blocking wait would.
+    stalled_nanos: AtomicU64,
     /// Which of the queue pair's queues were seen taking requests
     /// ([`gate`]'s `RQ_READY`, `SQ_READY`): once set, admission skips the
     /// state query.
@@ -125,6 +132,7 @@ impl WorkQueue {
             watch,
             state: Mutex::new(Tracker::new(sq_capacity, rq_capacity)),
             peer_gone: AtomicBool::new(false),
+            stalled_nanos: AtomicU64::new(0),
             ready: AtomicU8::new(0),
             idle_polls: AtomicU32::new(0),
             _keep_alive: None,
@@ -176,10 +184,24 @@ impl WorkQueue {
     #[cold]
     fn failure(&self, op: Operation, wc: &rdma_core::WorkCompletion) -> Error {
         if self.peer_gone.load(Ordering::SeqCst) {
-            Error::PeerDisconnected { operation: op }
-        } else {
-            Tracker::failure(op, wc)
+            return Error::PeerDisconnected { operation: op };
         }
+        let stalled = self.stalled_nanos.load(Ordering::SeqCst);
+        if stalled != 0 && wc.status() == rdma_core::WcStatus::WrFlushError {
+            // Flushed by the stall watchdog's shutdown: say so.
+            return Error::Timeout {
+                operation: op,
+                timeout: std::time::Duration::from_nanos(stalled),
+            };
+        }
+        Tracker::failure(op, wc)
+    }
+
+    /// Records that the stall watchdog is shutting the channel down after
+    /// `timeout` without a completion (see `failure`).
+    fn stalled(&self, timeout: std::time::Duration) {
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.stalled_nanos.store(nanos, Ordering::SeqCst);
     }
 
     pub(crate) fn limits(&self) -> &Limits {

@@ -371,6 +371,9 @@ impl WorkQueue {
             return Some(deadline);
         }
         drop(st);
+        // Before the move to ERR: every request it flushes reports the
+        // timeout.
+        self.stalled(timeout);
         self.shutdown_and_drain(&format!(
             "no completion for {timeout:?} with work in flight"
         ));

@@ -159,8 +159,10 @@ impl SharedChannel {
 
     /// Changes the bound on waits (default: the channel's timeout). Futures
     /// have no timer per operation: when no completion at all is seen for
-    /// `timeout` while work is in flight, the queue pair is shut down and
-    /// every outstanding operation ends with an error.
+    /// `timeout` while work is in flight — posted receives count: a
+    /// [`RecvStream`] on a peer that stays silent (or whose host died) is
+    /// such work — the queue pair is shut down and every outstanding
+    /// operation ends with [`Error::Timeout`].
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

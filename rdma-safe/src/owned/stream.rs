@@ -83,7 +83,10 @@ impl RecvStream {
     /// # Errors
     /// The item is an error when a receive completes with one (then the
     /// channel is shut down, and the remaining receives come out as flushed
-    /// errors), or when posting a receive fails.
+    /// errors), or when posting a receive fails. No message (no completion
+    /// at all) for the channel's timeout shuts the channel down too: the
+    /// receives then come out as [`Error::Timeout`](crate::Error::Timeout) (see
+    /// [`SharedChannel::with_timeout`]).
     pub fn poll_next(
         &mut self,
         cx: &mut Context<'_>,

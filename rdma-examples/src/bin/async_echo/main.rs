@@ -23,7 +23,10 @@
 //!
 //! The server closes a connection that stays silent for its `--timeout`
 //! (30 s by default): each holds receive buffers of the shared pool, and a
-//! client whose host died sends no disconnect.
+//! client whose host died sends no disconnect. Its own idle timer and the
+//! channel's stall watchdog (no completion for the same timeout, see
+//! `SharedChannel::with_timeout`) race to do it; either way the end is
+//! reported as an error with the client's address.
 //!
 //! With `--cm` (both sides) connections are made through the RDMA
 //! connection manager instead, as futures end to end: the server awaits
@@ -42,6 +45,7 @@ use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, Result};
 use rdma_safe::owned::Request;
+use rdma_safe::work::WcStatus;
 use rdma_safe::{cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain, SharedChannel};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -314,7 +318,8 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
 }
 
 /// Echoes every message that arrives on `shared` until its receive stream
-/// ends (the peer left) or fails; returns how many it echoed. A connection
+/// ends (the peer left, or the channel was shut down) or fails; returns how
+/// many it echoed. A connection
 /// silent for `idle` (the server's --timeout) is closed: it holds
 /// [`RX_DEPTH`] of the pool's buffers, so silent clients must not keep
 /// them for good (a host that died without a disconnect is silent too).
@@ -331,7 +336,17 @@ async fn echo_all(shared: &SharedChannel, pool: BufferPool, idle: Duration) -> R
                 )))
             }
         };
-        let Ok((_, buf)) = item else { break };
+        let (_, buf) = match item {
+            Ok(item) => item,
+            // Flushed by `SharedChannel::shutdown` (the TCP watcher of
+            // `serve`: the client left): the end of the connection.
+            Err(e) if e.status() == Some(WcStatus::WrFlushError) => break,
+            // Anything else ends the connection with its error, reported
+            // with the peer's address: a receive that failed, or the
+            // channel's stall watchdog (no completion for its timeout: a
+            // silent peer, e.g. a host that died) that shut it down.
+            Err(e) => return Err(e),
+        };
         // The received buffer goes back out as is: no copy.
         let (sent, _) = shared.submit(Request::send(buf.freeze())).await;
         sent?;
