@@ -16,13 +16,18 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the watcher looks at its stop flag between CM events: the
-/// longest a dropped channel waits for its watcher thread.
+/// longest a channel dropped outside an async runtime waits for its
+/// watcher thread (inside one the drop does not wait; see `CmLink`'s
+/// `Drop`).
 const WATCH_TICK: Duration = Duration::from_millis(50);
 
 /// What a CM-made connection keeps: its identifier, the peer's private
 /// data, and the watcher thread. Shared by the channel and its engine
 /// (which keeps it alive as long as anything can post on the connection);
-/// dropping the last disconnects.
+/// dropping the last disconnects. The identifier is destroyed when the
+/// link and the watcher thread have both let go of it: at once outside an
+/// async runtime (the drop joins the watcher), within `WATCH_TICK` on the
+/// watcher's own thread inside one.
 pub(crate) struct CmLink {
     id: Arc<CmId>,
     private_data: Vec<u8>,
@@ -222,10 +227,31 @@ impl Drop for CmLink {
         if let Some(watcher) = watcher {
             // The last holder may be the watcher itself (it upgraded the
             // engine and dropped it last): it cannot join itself.
-            if watcher.thread().id() != std::thread::current().id() {
+            if watcher.thread().id() != std::thread::current().id() && !on_async_runtime() {
                 let _ = watcher.join();
             }
+            // On an async runtime the watcher is left to end by itself
+            // (within WATCH_TICK): it holds the identifier (an `Arc`), so
+            // whichever of it and this link lets go last destroys it —
+            // `rdma_destroy_id`, a blocking call, then runs on the
+            // watcher's thread, not on the runtime's worker. Joining here
+            // blocked the worker (and every task and timer on it) for up
+            // to WATCH_TICK per dropped channel: measured ~50 ms between
+            // the ends of a dead host's connections on a one-vCPU guest.
         }
+    }
+}
+
+/// Whether the current thread runs (or blocks on behalf of) an async
+/// runtime, whose worker a drop must not block.
+fn on_async_runtime() -> bool {
+    #[cfg(feature = "tokio")]
+    {
+        tokio::runtime::Handle::try_current().is_ok()
+    }
+    #[cfg(not(feature = "tokio"))]
+    {
+        false
     }
 }
 
