@@ -263,7 +263,56 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
     port += 2;
     reconnect_step(p, progs, port);
     port += 1;
+    host_death_step(p, progs, port);
+    port += 1;
     connect_failures(p, progs, port);
+}
+
+/// The peer host dies mid-transfer: B's clients are killed while B's link
+/// drops everything it sends, so neither a disconnect nor anything else
+/// reaches A. A's `async_echo --cm` server keeps serving its other clients
+/// (two connections from A itself, every echo checked) and ends B's
+/// connections within its bound: a send to B fails once the retry budget
+/// (3.8 s) is spent, a connection that merely waits closes after the
+/// server's `--timeout` (10 s); A waits at most [`DEAD_BOUND_SECS`] for
+/// both to end.
+fn host_death_step(p: &mut Plan, progs: &Programs, port: u16) {
+    let echo = progs.ours("async_echo");
+    let bound = DEAD_BOUND_SECS;
+    let dev = "-d \"$RXE_DEVICE\" --cm";
+    let server = format!(
+        "log=$(mktemp); {echo} server {dev} -p {port} -s 1000 --timeout 10 2>\"$log\" & s=$!; \
+         sleep 4; {echo} client {dev} -p {port} --clients 2 --messages 1500 -s 1000 \"$RXE_IPV4\" \
+         || exit 1; t0=$SECONDS; \
+         until [ \"$(grep -c 'Some(192.168.77.2.*connection ended' \"$log\")\" -ge 2 ]; do \
+         [ $((SECONDS - t0)) -lt {bound} ] || {{ cat \"$log\"; exit 1; }}; \
+         kill -0 $s || {{ cat \"$log\"; exit 1; }}; sleep 0.5; done; \
+         grep 'connection ended' \"$log\"; \
+         until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
+         kill $s; wait $s; [ $? = 143 ] && echo 'A served its own clients and ended the dead host'\''s connections'"
+    );
+    let client = format!(
+        "{echo} client {dev} -p {port} --clients 2 --messages 100000 -s 1000 \"$PEER_IPV4\" & c=$!; \
+         sleep 3; modprobe sch_netem; tc qdisc replace dev \"$RXE_NETDEV\" root netem loss 100% && \
+         kill -9 $c; wait $c; echo 'host B died (its link dead, its clients killed)'; sleep {}",
+        bound + 10
+    );
+    p.pair_step(
+        &format!(
+            "faults: the peer host dies mid-transfer: A's server keeps serving its own clients and ends B's connections within {bound} s"
+        ),
+        port,
+        Side {
+            host: A,
+            cmd: &server,
+            expect: "ended the dead host's connections",
+        },
+        Side {
+            host: B,
+            cmd: &client,
+            expect: "host B died",
+        },
+    );
 }
 
 /// Different MTUs on the two hosts: A's link NIC at 4200 bytes (rxe0's
@@ -413,7 +462,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), NETEM_CASES.len() + 8, "{text}");
+        assert_eq!(steps.len(), NETEM_CASES.len() + 9, "{text}");
         assert!(
             steps[0].contains(
                 "18700 0 'netem '\\''loss 1%'\\'' /t/rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" -p 18700 -n 200 -c' "
@@ -455,12 +504,13 @@ mod tests {
             "{}",
             steps[20]
         );
-        assert!(steps[21].contains("netem loss 100%"), "{}", steps[21]);
+        assert!(steps[21].contains("kill -9 $c"), "{}", steps[21]);
+        assert!(steps[22].contains("netem loss 100%"), "{}", steps[22]);
         assert!(
-            steps[22].contains("--cm -p 18721 --timeout 10"),
+            steps[23].contains("--cm -p 18722 --timeout 10"),
             "{}",
-            steps[22]
+            steps[23]
         );
-        assert!(steps[22].contains("192.168.77.3"), "{}", steps[22]);
+        assert!(steps[23].contains("192.168.77.3"), "{}", steps[23]);
     }
 }
