@@ -289,7 +289,7 @@ fn host_death_step(p: &mut Plan, progs: &Programs, port: u16) {
          kill -0 $s || {{ cat \"$log\"; exit 1; }}; sleep 0.5; done; \
          grep 'connection ended' \"$log\"; \
          until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-         kill $s; wait $s; [ $? = 143 ] && echo 'A served its own clients and ended the dead host'\''s connections'"
+         kill $s; wait $s; [ $? = 143 ] && echo 'A served its own clients and ended the connections of the dead host'"
     );
     let client = format!(
         "{echo} client {dev} -p {port} --clients 2 --messages 100000 -s 1000 \"$PEER_IPV4\" & c=$!; \
@@ -305,7 +305,7 @@ fn host_death_step(p: &mut Plan, progs: &Programs, port: u16) {
         Side {
             host: A,
             cmd: &server,
-            expect: "ended the dead host's connections",
+            expect: "ended the connections of the dead host",
         },
         Side {
             host: B,
