@@ -284,10 +284,10 @@ fn host_death_step(p: &mut Plan, progs: &Programs, port: u16) {
         "log=$(mktemp); {echo} server {dev} -p {port} -s 1000 --timeout 10 2>\"$log\" & s=$!; \
          sleep 4; {echo} client {dev} -p {port} --clients 2 --messages 1500 -s 1000 \"$RXE_IPV4\" \
          || exit 1; t0=$SECONDS; \
-         until [ \"$(grep -c 'Some(192.168.77.2.*connection ended' \"$log\")\" -ge 2 ]; do \
+         until [ \"$(grep -c \"Some(192.168.77.2.*connection ended\" \"$log\")\" -ge 2 ]; do \
          [ $((SECONDS - t0)) -lt {bound} ] || {{ cat \"$log\"; exit 1; }}; \
          kill -0 $s || {{ cat \"$log\"; exit 1; }}; sleep 0.5; done; \
-         grep 'connection ended' \"$log\"; \
+         grep \"connection ended\" \"$log\"; \
          until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
          kill $s; wait $s; [ $? = 143 ] && echo 'A served its own clients and ended the connections of the dead host'"
     );
