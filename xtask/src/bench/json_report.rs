@@ -16,6 +16,11 @@ use crate::Result;
 struct Report<'a> {
     route: String,
     kernel: &'a str,
+    /// 1: one host's rxe talking to itself; 2: servers on host A, clients
+    /// on host B, across the link.
+    hosts: usize,
+    /// `--delay`: netem delay (ms) on each host's link.
+    delay_ms: Option<u32>,
     iters: Iters,
     reps: usize,
     tx_depth: u32,
@@ -98,6 +103,8 @@ pub(super) fn write(
     let report = Report {
         route: route.to_string(),
         kernel,
+        hosts: a.hosts,
+        delay_ms: a.delay_ms,
         iters: Iters {
             bandwidth: a.bw_iters,
             latency: a.lat_iters,

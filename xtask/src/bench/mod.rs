@@ -1,5 +1,7 @@
 //! `cargo xtask bench` — compares our `perf` with perftest on the same rxe
-//! device, in the same boot (only ratios mean something under emulation).
+//! device, in the same boot (only ratios mean something under emulation);
+//! with `--hosts 2`, across two hosts' link (servers on A, clients on B),
+//! optionally with `--delay` on the link.
 //!
 //! For every test (write_bw, read_bw, send_bw, write_lat, send_lat), size
 //! and repetition the plan runs perftest's server + client, then ours, with
@@ -41,10 +43,26 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     }
     let ws = Workspace::locate();
     let bin = build_examples(&ws)?;
-    let route = rxe::choose_route(&ws, "bench", a.run.want)?;
     let runs = plan::runs(&a);
     let plan = plan::plan(&a, &runs, &bin.join("perf"));
-    let outcome = rxe::run(&ws, "bench", &route, &plan, &a.run)?;
+    let (route, outcome, failure) = if a.hosts == 2 {
+        // Servers on host A, clients on host B: the clients' outputs (the
+        // values) and their steps' verdicts are B's.
+        let route = rxe::choose_two_hosts(&ws, "bench")?;
+        let run = rxe::run_two_hosts(&ws, "bench", &route, [&plan, &plan], &a.run)?;
+        let failure = run.failure_reason();
+        let outcome = run
+            .hosts
+            .into_iter()
+            .nth(1)
+            .ok_or("bench: host B has no outcome")?;
+        (route, outcome, failure)
+    } else {
+        let route = rxe::choose_route(&ws, "bench", a.run.want)?;
+        let outcome = rxe::run(&ws, "bench", &route, &plan, &a.run)?;
+        let failure = outcome.failure_reason();
+        (route, outcome, failure)
+    };
     let raw = outcome.out.join("raw");
     let rows = results::collect(&a, &runs, &outcome, &raw);
 
@@ -58,7 +76,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         json_path.display(),
         raw.display()
     );
-    if let Some(why) = outcome.failure_reason() {
+    if let Some(why) = failure {
         println!("problem: {why}");
         return Ok(ExitCode::FAILURE);
     }

@@ -60,6 +60,15 @@ options:
                         not recognise, rxe among them, while our perf inlines
                         up to 220/236 B in write/send latency tests):
                         --inline 0 compares without inline data on both sides
+  --hosts N             1 (default): server and client on one host's rxe0
+                        (127.0.0.1); 2: across two hosts (two VMs joined by
+                        a virtual link, as test-rxe's two-host tier): every
+                        server on host A, every client on host B, so each
+                        byte crosses the link
+  --delay MS            with --hosts 2: add MS ms of delay on both hosts'
+                        link (netem; a round trip gains 2 x MS): a
+                        bandwidth-delay product that needs the deep queue
+                        (tx depth 128) to fill
   --no-setup            do not check/install prerequisites first
 ";
 
@@ -92,6 +101,10 @@ pub(super) struct Args {
     pub(super) asynchronous: bool,
     /// `--cm`: the selected tests are replaced by their rdma_cm variants.
     pub(super) cm: bool,
+    /// `--hosts`: 1 (one rxe device talking to itself) or 2 (across a link).
+    pub(super) hosts: usize,
+    /// `--delay`: netem delay (ms) on both hosts' link NIC.
+    pub(super) delay_ms: Option<u32>,
 }
 
 impl Args {
@@ -161,6 +174,8 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         no_setup: false,
         asynchronous: false,
         cm: false,
+        hosts: 1,
+        delay_ms: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -179,6 +194,24 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
             "--no-setup" => a.no_setup = true,
             "--async" => a.asynchronous = true,
             "--cm" => a.cm = true,
+            "--hosts" => {
+                a.hosts = value("--hosts")?
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=2).contains(n))
+                    .ok_or("bench: --hosts needs 1 or 2")?;
+                i += 1;
+            }
+            "--delay" => {
+                a.delay_ms = Some(
+                    value("--delay")?
+                        .parse()
+                        .ok()
+                        .filter(|&n| n <= 1000)
+                        .ok_or("bench: --delay needs milliseconds (0..=1000)")?,
+                );
+                i += 1;
+            }
             "--reps" => {
                 a.reps = value("--reps")?
                     .parse()
@@ -250,6 +283,12 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
             return Err("bench: --async: none of the selected tests has an async variant".into());
         }
     }
+    if a.delay_ms.is_some() && a.hosts != 2 {
+        return Err(
+            "bench: --delay needs --hosts 2 (one host's rxe talks to itself: no link to delay)"
+                .into(),
+        );
+    }
     if a.cm {
         if a.asynchronous {
             return Err(
@@ -320,6 +359,21 @@ mod tests {
         assert_eq!(names, ["write_bw_cm", "send_lat_cm", "atomic_bw_cm"]);
         assert_eq!(a.tests[1].perf_name(), "send_lat");
         assert!(parse(&v(&["--cm", "--async"])).is_err());
+    }
+
+    #[test]
+    fn hosts_and_delay() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let a = parse(&v(&["--hosts", "2", "--delay", "5"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((a.hosts, a.delay_ms), (2, Some(5)));
+        assert_eq!(parse(&[]).unwrap().unwrap().hosts, 1);
+        assert!(parse(&v(&["--hosts", "3"])).is_err());
+        assert!(
+            parse(&v(&["--delay", "5"])).is_err(),
+            "a delay needs a link"
+        );
         let a = parse(&v(&[])).unwrap().unwrap();
         assert!(a.tests.iter().all(|t| !t.cm));
     }

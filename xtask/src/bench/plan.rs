@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::options::{Args, MAX_RUN_BYTES, TX_DEPTH};
 use super::suite::Test;
-use crate::rxe::Plan;
+use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
 
 /// First TCP port; run k uses `BASE_PORT + k`.
@@ -123,6 +123,22 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         a.inline
             .map_or(String::new(), |n| format!(", -I {n} for writes and sends"))
     ));
+    if let Some(ms) = a.delay_ms {
+        p.sh_step(
+            &format!("netem: {ms} ms of delay on this host's link"),
+            &format!(
+                "modprobe sch_netem && tc qdisc replace dev \"$RXE_NETDEV\" root netem delay {ms}ms \
+                 && tc qdisc show dev \"$RXE_NETDEV\""
+            ),
+        );
+    }
+    // The client's way to the server: the same host's address, or the
+    // other host's across the link.
+    let (peer, cm_peer) = if a.hosts == 2 {
+        ("\"$PEER_IPV4\"", "\"$PEER_IPV4\"")
+    } else {
+        ("127.0.0.1", "\"$RXE_IPV4\"")
+    };
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
@@ -134,7 +150,8 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
             _ if r.test.cm => {
-                cm_commands(r, &perf, raw, &f, &format!("{s} -n {n}{extra} -p {port}"))
+                let options = format!("{s} -n {n}{extra} -p {port}");
+                cm_commands(r, &perf, raw, &f, &options, cm_peer)
             }
             Tool::Perftest => {
                 let cmd = format!("{} {dev}{s} -n {n}{extra} -F -p {port}", r.test.perftest);
@@ -144,7 +161,7 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                          [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
                     ),
                     format!(
-                        "{raw}; {f}; {cmd} 127.0.0.1 >\"$f.client.txt\" 2>&1; rc=$?; \
+                        "{raw}; {f}; {cmd} {peer} >\"$f.client.txt\" 2>&1; rc=$?; \
                          if [ $rc = 0 ]; then grep -A1 -e '#bytes' \"$f.client.txt\"; \
                          else cat \"$f.client.txt\"; fi; exit $rc"
                     ),
@@ -160,7 +177,7 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
                          [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
                     ),
                     format!(
-                        "{raw}; {f}; {perf} {name}{mode} {dev}{s} -n {n}{extra} -p {port} --json 127.0.0.1 \
+                        "{raw}; {f}; {perf} {name}{mode} {dev}{s} -n {n}{extra} -p {port} --json {peer} \
                          >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
                          if [ $rc = 0 ]; then cat \"$f.client.json\"; \
                          else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"
@@ -172,7 +189,23 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
         // A `-R` server listens on no TCP port: the runner waits 2 s for it
         // instead (both clients retry while it is not listening yet).
         let wait_port = if r.test.cm { 0 } else { port as u16 };
-        p.server_client(&label, wait_port, &server, &client);
+        if a.hosts == 2 {
+            let (server, client) = (
+                Side {
+                    host: 0,
+                    cmd: &server,
+                    expect: "",
+                },
+                Side {
+                    host: 1,
+                    cmd: &client,
+                    expect: "",
+                },
+            );
+            p.pair_step(&label, wait_port, server, client);
+        } else {
+            p.server_client(&label, wait_port, &server, &client);
+        }
     }
     p
 }
@@ -183,7 +216,14 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
 /// output is time-stamped line by line (`<f>.client.ts`, nanoseconds) for
 /// its set-up time; ours prints its own (`rdma_cm set-up`, on stderr with
 /// `--json`).
-fn cm_commands(r: &Run, perf: &str, raw: &str, f: &str, options: &str) -> (String, String) {
+fn cm_commands(
+    r: &Run,
+    perf: &str,
+    raw: &str,
+    f: &str,
+    options: &str,
+    peer: &str,
+) -> (String, String) {
     let dev = "-d \"$RXE_DEVICE\"";
     match r.tool {
         Tool::Perftest => {
@@ -194,7 +234,7 @@ fn cm_commands(r: &Run, perf: &str, raw: &str, f: &str, options: &str) -> (Strin
                      [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
                 ),
                 format!(
-                    "{raw}; {f}; stdbuf -oL {cmd} \"$RXE_IPV4\" 2>&1 | \
+                    "{raw}; {f}; stdbuf -oL {cmd} {peer} 2>&1 | \
                      while IFS= read -r l; do echo \"$(date +%s%N) $l\"; done >\"$f.client.ts\"; \
                      rc=${{PIPESTATUS[0]}}; cut -d' ' -f2- \"$f.client.ts\" >\"$f.client.txt\"; \
                      if [ $rc = 0 ]; then grep -A1 -e '#bytes' \"$f.client.txt\"; \
@@ -211,7 +251,7 @@ fn cm_commands(r: &Run, perf: &str, raw: &str, f: &str, options: &str) -> (Strin
                      [ $rc = 0 ] || cat \"$f.server.txt\" \"$f.server.json\"; exit $rc"
                 ),
                 format!(
-                    "{raw}; {f}; {perf} {name} -R{options} --json \"$RXE_IPV4\" \
+                    "{raw}; {f}; {perf} {name} -R{options} --json {peer} \
                      >\"$f.client.json\" 2>\"$f.client.txt\"; rc=$?; \
                      if [ $rc = 0 ]; then cat \"$f.client.json\"; grep set-up \"$f.client.txt\"; \
                      else cat \"$f.client.txt\" \"$f.client.json\"; fi; exit $rc"

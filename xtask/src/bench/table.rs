@@ -8,6 +8,14 @@ use crate::rxe::Route;
 /// Prints the legend, one row per comparison and which targets were missed.
 pub(super) fn print(a: &Args, route: &Route, rows: &[Comparison]) {
     println!("route: {route}");
+    if a.hosts == 2 {
+        println!(
+            "hosts: 2 (servers on host A, clients on host B: every byte crosses the link){}",
+            a.delay_ms.map_or(String::new(), |ms| format!(
+                ", {ms} ms of netem delay on each host's link"
+            ))
+        );
+    }
     println!(
         "{} (at most {} MiB per run), tx depth {TX_DEPTH} (bandwidth), median of {} repetitions",
         a.iters_text(),
