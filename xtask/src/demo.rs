@@ -13,16 +13,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use crate::cli;
 use crate::process;
-use crate::rxe::{self, Plan, RunOptions};
+use crate::rxe::{self, Plan, RunArgs, RunOptions};
 use crate::setup;
 use crate::shell::shell_quote;
 use crate::workspace::{self, Workspace};
 use crate::{heading, Result};
 
-const HELP: &str = "\
-usage: cargo xtask demo [OPTIONS]
-
+/// What the task does, printed by `--help` above the options.
+const ABOUT: &str = "\
 Builds the example programs (cargo build --release -p rdma-examples), brings
 up a soft-RoCE device (rxe0) - natively or in a qemu VM - and walks through
 it, explaining each step:
@@ -36,11 +36,44 @@ it, explaining each step:
      server + rdma-core's rping client, and the other way round
   6. an async service: async_echo --cm serving 64 clients connected through
      the RDMA CM from one protection domain and one buffer pool
-Exits non-zero if any step fails. Takes a few minutes under CPU emulation.
+Exits non-zero if any step fails. Takes a few minutes under CPU emulation.";
 
-options:
-  --no-setup            do not check/install prerequisites first
-";
+/// The command line as clap reads it.
+#[derive(Debug, clap::Parser)]
+#[command(
+    about = ABOUT,
+    after_help = rxe::ENV_HELP,
+    help_template = cli::TEMPLATE,
+    disable_help_flag = true,
+    args_override_self = true,
+)]
+struct Cli {
+    /// do not check/install prerequisites first
+    #[arg(long)]
+    no_setup: bool,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    help: cli::HelpFlag,
+}
+
+/// What `cargo xtask demo` was asked to do.
+#[derive(Debug)]
+struct Args {
+    run: RunOptions,
+    no_setup: bool,
+}
+
+/// Parses the command line; `None` when it asked for `--help` (printed).
+fn parse(args: &[String]) -> Result<Option<Args>> {
+    let Some(c) = cli::parse::<Cli>("demo", args)? else {
+        return Ok(None);
+    };
+    Ok(Some(Args {
+        run: c.run.options(RunOptions::default()),
+        no_setup: c.no_setup,
+    }))
+}
 
 /// Ping-pong round trips per rc_pingpong run (small: TCG is slow).
 const PINGPONG_ITERS: u32 = 200;
@@ -240,23 +273,13 @@ pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
 
 /// `cargo xtask demo`.
 pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let mut opts = RunOptions::default();
-    let mut no_setup = false;
-    let mut i = 0;
-    while i < args.len() {
-        if opts.parse_arg(args, &mut i)? {
-            continue;
-        }
-        match args[i].as_str() {
-            "-h" | "--help" => {
-                println!("{HELP}{}", RunOptions::HELP);
-                return Ok(ExitCode::SUCCESS);
-            }
-            "--no-setup" => no_setup = true,
-            other => return Err(format!("demo: unknown argument `{other}` (see --help)").into()),
-        }
-        i += 1;
-    }
+    let Some(Args {
+        run: opts,
+        no_setup,
+    }) = parse(args)?
+    else {
+        return Ok(ExitCode::SUCCESS);
+    };
     if !no_setup {
         setup::ensure()?;
     }
@@ -280,4 +303,44 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     }
     println!("result:  PASS");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn options() {
+        let a = parse(&[]).unwrap().unwrap();
+        assert!(!a.no_setup);
+        assert_eq!(a.run.want, rxe::Want::Auto);
+        assert_eq!(a.run.timeout.as_secs(), 1200);
+        let a = parse(&v(&["--no-setup", "--native", "--step-timeout", "30"]))
+            .unwrap()
+            .unwrap();
+        assert!(a.no_setup);
+        assert_eq!(a.run.want, rxe::Want::Native);
+        assert_eq!(a.run.step_timeout.as_secs(), 30);
+    }
+
+    #[test]
+    fn help_and_mistakes() {
+        assert!(parse(&v(&["--help"])).unwrap().is_none());
+        assert!(parse(&v(&["-h"])).unwrap().is_none());
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for option in ["--no-setup", "--vm", "--step-timeout <SECS>", "async_echo"] {
+            assert!(help.contains(option), "{option} in {help}");
+        }
+        let e = parse(&v(&["--bogus"])).unwrap_err().to_string();
+        assert!(e.starts_with("demo: ") && e.contains("--bogus"), "{e}");
+        let e = parse(&v(&["--timeout"])).unwrap_err().to_string();
+        assert!(e.contains("--timeout"), "{e}");
+        assert!(parse(&v(&["extra"])).is_err());
+    }
 }

@@ -1,16 +1,19 @@
 //! `cargo xtask` — the workspace's automation. It is what installs the
 //! system libraries the other crates need, so it and its few dependencies
-//! (serde, serde_json) are pure Rust and build on a bare machine.
+//! (serde, serde_json, and clap for the tasks' command lines) are pure Rust
+//! and build on a bare machine.
 //!
 //! One module per task ([`setup`], [`test_rxe`], [`demo`], [`bench`](mod@bench),
 //! [`vm`]); [`rxe`] is the runner they share ("run these steps on a
 //! soft-RoCE device, natively or in a VM") and `ci/vm-run.sh` is its
 //! device-side half. Beside them: [`process`] runs commands (echoed, with
-//! a time limit), [`artifacts`] collects what cargo built, [`workspace`],
-//! [`host`] and [`shell`] hold the small facts and quoting the tasks share.
+//! a time limit), [`artifacts`] collects what cargo built, [`cli`] parses a
+//! task's command line (clap), [`workspace`], [`host`] and [`shell`] hold
+//! the small facts and quoting the tasks share.
 
 mod artifacts;
 mod bench;
+mod cli;
 mod demo;
 mod host;
 mod process;

@@ -6,14 +6,13 @@
 
 use std::process::ExitCode;
 
-use crate::rxe::{self, Outcome, Plan, RunOptions, Want};
+use crate::cli;
+use crate::rxe::{self, Outcome, Plan, RunArgs, RunOptions, Want};
 use crate::workspace::Workspace;
 use crate::Result;
 
-const HELP: &str = "\
-usage: cargo xtask vm [OPTIONS] -- CMD [ARG...]
-       cargo xtask vm --hosts 2 [OPTIONS] -- CMD_A [ARG...] -- CMD_B [ARG...]
-
+/// What the task does, printed by `--help` above the options.
+const ABOUT: &str = "\
 Boots the qemu VM (or, with --native, uses the host), brings up rxe0 and
 runs CMD through `bash -c` with RXE_DEVICE, RXE_NETDEV, RXE_GID_INDEX,
 RXE_IPV4 set and memlock unlimited. Exits with CMD's exit status.
@@ -27,11 +26,43 @@ each also seeing PEER_IPV4 (the other host's address) and HOST_INDEX (0 on
 A, 1 on B); their output comes back with [A] / [B] in front. Exits 0 if
 both exit 0, else with the first non-zero status (125: a command did not run).
 Example: cargo xtask vm --hosts 2 -- 'ibv_rc_pingpong -g $RXE_GID_INDEX' \\
-             -- 'sleep 5; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'
+             -- 'sleep 5; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'";
 
-options:
-  --hosts N             1 (default) or 2
-";
+/// The command line as clap reads it. The command is everything after the
+/// first `--`, or from the first word that is not an option (a later `--`
+/// then belongs to it); with `--hosts 2` a `--` inside it separates the two
+/// hosts' commands.
+#[derive(Debug, clap::Parser)]
+#[command(
+    override_usage = "cargo xtask vm [OPTIONS] -- CMD [ARG...]
+       cargo xtask vm --hosts 2 [OPTIONS] -- CMD_A [ARG...] -- CMD_B [ARG...]",
+    about = ABOUT,
+    after_help = rxe::ENV_HELP,
+    help_template = cli::TEMPLATE,
+    disable_help_flag = true,
+    args_override_self = true,
+)]
+struct Cli {
+    /// 1 (default) or 2
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = hosts)]
+    hosts: Option<usize>,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    help: cli::HelpFlag,
+    /// the command (with --hosts 2: CMD_A [ARG...] -- CMD_B [ARG...])
+    #[arg(value_name = "CMD", trailing_var_arg = true)]
+    command: Vec<String>,
+}
+
+/// `--hosts`: exactly `1` or `2`.
+fn hosts(s: &str) -> Result<usize, String> {
+    match s {
+        "1" => Ok(1),
+        "2" => Ok(2),
+        _ => Err("takes 1 or 2".into()),
+    }
+}
 
 /// What `cargo xtask vm` was asked to do.
 #[derive(Debug)]
@@ -42,37 +73,15 @@ struct Args {
 }
 
 fn parse(args: &[String]) -> Result<Option<Args>> {
-    let mut run = RunOptions {
+    let Some(c) = cli::parse::<Cli>("vm", args)? else {
+        return Ok(None);
+    };
+    let run = c.run.options(RunOptions {
         want: Want::Vm,
         ..RunOptions::default()
-    };
-    let mut hosts = 1;
-    let mut i = 0;
-    let mut rest: &[String] = &[];
-    while i < args.len() {
-        if run.parse_arg(args, &mut i)? {
-            continue;
-        }
-        match args[i].as_str() {
-            "-h" | "--help" => {
-                println!("{HELP}{}", RunOptions::HELP);
-                return Ok(None);
-            }
-            "--hosts" => {
-                hosts = match args.get(i + 1).map(String::as_str) {
-                    Some("1") => 1,
-                    Some("2") => 2,
-                    _ => return Err("--hosts takes 1 or 2".into()),
-                };
-                i += 2;
-                continue;
-            }
-            "--" => rest = &args[i + 1..],
-            _ => rest = &args[i..],
-        }
-        break;
-    }
-    let commands: Vec<String> = if hosts == 1 {
+    });
+    let rest = &c.command;
+    let commands: Vec<String> = if c.hosts.unwrap_or(1) == 1 {
         vec![rest.join(" ")]
     } else {
         // CMD_A -- CMD_B: the first `--` separates them.
@@ -201,5 +210,52 @@ mod tests {
         assert!(parse(&v(&["--hosts", "2", "--", "a"])).is_err());
         assert!(parse(&v(&["--hosts", "2", "--", "a", "--"])).is_err());
         assert!(parse(&v(&["--hosts", "3", "--", "a"])).is_err());
+    }
+
+    #[test]
+    fn separators_and_the_words_after_them() {
+        // Without a leading `--`, the first non-option word starts CMD_A.
+        let a = parse(&v(&["--hosts", "2", "a", "-x", "--", "b", "--", "c"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.commands, ["a -x", "b -- c"], "only the first `--` splits");
+        // Options after the command are the command's.
+        let a = parse(&v(&["--native", "--", "ls", "-l", "--timeout", "5"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.commands, ["ls -l --timeout 5"]);
+        assert_eq!(a.run.want, Want::Native);
+        assert_eq!(a.run.timeout.as_secs(), 1200);
+        let a = parse(&v(&["--", "echo", "--", "x"])).unwrap().unwrap();
+        assert_eq!(a.commands, ["echo -- x"]);
+        let a = parse(&v(&["--hosts", "2", "--hosts", "1", "--", "a", "--", "b"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.commands, ["a -- b"], "the last --hosts wins");
+    }
+
+    #[test]
+    fn help_and_mistakes() {
+        assert!(parse(&v(&["--help"])).unwrap().is_none());
+        assert!(parse(&v(&["-h", "--", "ls"])).unwrap().is_none());
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for option in [
+            "--hosts <N>",
+            "--native",
+            "--timeout <SECS>",
+            "CMD_A [ARG...] -- CMD_B",
+        ] {
+            assert!(help.contains(option), "{option} in {help}");
+        }
+        // An unknown option before the command is a mistake, not the command.
+        let e = parse(&v(&["--bogus", "--", "ls"])).unwrap_err().to_string();
+        assert!(e.starts_with("vm: ") && e.contains("--bogus"), "{e}");
+        let e = parse(&v(&["--timeout", "x", "--", "ls"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--timeout") && e.contains("seconds"), "{e}");
+        assert!(parse(&v(&[])).is_err());
     }
 }

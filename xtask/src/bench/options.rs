@@ -4,73 +4,9 @@
 use std::time::Duration;
 
 use super::suite::{Test, TESTS};
-use crate::rxe::RunOptions;
+use crate::cli;
+use crate::rxe::{RunArgs, RunOptions};
 use crate::Result;
-
-pub(super) const HELP: &str = "\
-usage: cargo xtask bench [OPTIONS]
-
-Runs perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
-ib_send_lat, ib_atomic_bw, ib_atomic_lat) and our perf (write_bw, read_bw,
-send_bw, write_lat, send_lat, atomic_bw, atomic_lat) on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
-iterations and tx depth (128 for bandwidth), alternating perftest and ours,
-and prints the medians: bandwidth as average MB/sec (higher is better),
-latency as t_typical usec (lower is better), the ratio ours/perftest, in
-how many repetitions ours beat the perftest run beside it (a sign test that
-tells a real gap from run-to-run noise), and whether the target is met
-(bandwidth ratio >= 1.00, latency <= 1.05). Writes the table to
-target/bench.json; raw outputs stay in
-target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
-perftest run that prints `inf` (its clock conversion failing in the guest)
-is reported and left out of the medians instead.
-
-options:
-  --reps N              repetitions of every test and size (default 3)
-  --iters N             operations per run (default 20000 for bandwidth, 5000
-                        for latency; perftest needs >= 5), capped so that a
-                        run moves at most 64 MiB (64 KiB: 1024, 1 MiB: 64)
-  --sizes A,B,...       message sizes in bytes, K/M suffixes allowed
-                        (default 64,4K,64K,1M); the atomic tests always
-                        run 8 bytes (fetch-and-add) and ignore --sizes
-  --tests T,...         only these tests (default write_bw,read_bw,send_bw,
-                        write_lat,send_lat,atomic_bw,atomic_lat); a
-                        name ending in _async (write_bw_async, read_bw_async,
-                        send_bw_async, write_lat_async, send_lat_async)
-                        runs ours with perf --async against the same
-                        perftest program
-  --async               run the async variant of every selected test that
-                        has one (rows named <test>_async); the others are
-                        left out
-  --cm                  run every selected test that has an rdma_cm variant
-                        (write_bw, read_bw, send_bw, write_lat, send_lat,
-                        atomic_bw, atomic_lat)
-                        with -R on both tools instead (rows named <test>_cm,
-                        e.g. write_bw_cm): each pair connects through the
-                        RDMA connection manager to the device's address
-                        ($RXE_IPV4), and the table adds the set-up time of
-                        the data connection: ours from perf's `rdma_cm
-                        set-up` line (resolve -> established), perftest's
-                        from the times its client printed `Data ex. method`
-                        and its `local address` line (that span also holds
-                        two control-channel handshakes, so it is an upper
-                        bound); both are medians in ms
-  --inline N            pass -I N to both tools in the write and send tests
-                        (reads carry no inline data; default: each tool's
-                        own; perftest turns inline off on devices it does
-                        not recognise, rxe among them, while our perf inlines
-                        up to 220/236 B in write/send latency tests):
-                        --inline 0 compares without inline data on both sides
-  --hosts N             1 (default): server and client on one host's rxe0
-                        (127.0.0.1); 2: across two hosts (two VMs joined by
-                        a virtual link, as test-rxe's two-host tier): every
-                        server on host A, every client on host B, so each
-                        byte crosses the link
-  --delay MS            with --hosts 2: add MS ms of delay on both hosts'
-                        link (netem; a round trip gains 2 x MS): a
-                        bandwidth-delay product that needs the deep queue
-                        (tx depth 128) to fill
-  --no-setup            do not check/install prerequisites first
-";
 
 /// Bandwidth tests keep this many operations in flight (both tools).
 pub(super) const TX_DEPTH: u32 = 128;
@@ -135,6 +71,114 @@ impl Args {
     }
 }
 
+/// What the task does, printed by `--help` above the options.
+const ABOUT: &str = "\
+Runs perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat,
+ib_send_lat, ib_atomic_bw, ib_atomic_lat) and our perf (write_bw, read_bw,
+send_bw, write_lat, send_lat, atomic_bw, atomic_lat) on rxe0 in one boot, server and client on 127.0.0.1, with identical sizes,
+iterations and tx depth (128 for bandwidth), alternating perftest and ours,
+and prints the medians: bandwidth as average MB/sec (higher is better),
+latency as t_typical usec (lower is better), the ratio ours/perftest, in
+how many repetitions ours beat the perftest run beside it (a sign test that
+tells a real gap from run-to-run noise), and whether the target is met
+(bandwidth ratio >= 1.00, latency <= 1.05). Writes the table to
+target/bench.json; raw outputs stay in
+target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
+perftest run that prints `inf` (its clock conversion failing in the guest)
+is reported and left out of the medians instead.";
+
+/// bench's whole-run limit: by default 5 tests x 4 sizes x 3 repetitions x
+/// 2 tools = 120 server/client runs, more than the runner's default limit
+/// allows under emulation.
+const TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// The command line as clap reads it; [`parse`] turns it into [`Args`].
+/// The fields' doc comments are `--help`'s text, written for a terminal.
+#[allow(rustdoc::invalid_html_tags)]
+#[derive(Debug, clap::Parser)]
+#[command(
+    about = ABOUT,
+    after_help = crate::rxe::ENV_HELP,
+    help_template = cli::TEMPLATE,
+    disable_help_flag = true,
+    args_override_self = true,
+    // The runner's help names its own default; bench's is [`TIMEOUT`].
+    mut_arg("timeout", |a| a.help("kill the whole run after SECS (default 3600)")),
+)]
+struct Cli {
+    /// repetitions of every test and size (default 3)
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = reps)]
+    reps: Option<usize>,
+    /// operations per run (default 20000 for bandwidth, 5000
+    /// for latency; perftest needs >= 5), capped so that a
+    /// run moves at most 64 MiB (64 KiB: 1024, 1 MiB: 64)
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = iters, verbatim_doc_comment)]
+    iters: Option<u32>,
+    /// message sizes in bytes, K/M suffixes allowed
+    /// (default 64,4K,64K,1M); the atomic tests always
+    /// run 8 bytes (fetch-and-add) and ignore --sizes
+    // `::std::vec::Vec`, not `Vec`: one value (the whole list) for clap,
+    // which would otherwise take a list option's values one at a time.
+    #[arg(long, allow_hyphen_values = true, value_name = "A,B,...", value_parser = sizes, verbatim_doc_comment)]
+    sizes: Option<::std::vec::Vec<u64>>,
+    /// only these tests (default write_bw,read_bw,send_bw,
+    /// write_lat,send_lat,atomic_bw,atomic_lat); a
+    /// name ending in _async (write_bw_async, read_bw_async,
+    /// send_bw_async, write_lat_async, send_lat_async)
+    /// runs ours with perf --async against the same
+    /// perftest program
+    #[arg(long, allow_hyphen_values = true, value_name = "T,...", value_parser = tests, verbatim_doc_comment)]
+    tests: Option<::std::vec::Vec<Test>>,
+    /// run the async variant of every selected test that
+    /// has one (rows named <test>_async); the others are
+    /// left out
+    #[arg(long = "async", verbatim_doc_comment)]
+    asynchronous: bool,
+    /// run every selected test that has an rdma_cm variant
+    /// (write_bw, read_bw, send_bw, write_lat, send_lat,
+    /// atomic_bw, atomic_lat)
+    /// with -R on both tools instead (rows named <test>_cm,
+    /// e.g. write_bw_cm): each pair connects through the
+    /// RDMA connection manager to the device's address
+    /// ($RXE_IPV4), and the table adds the set-up time of
+    /// the data connection: ours from perf's `rdma_cm
+    /// set-up` line (resolve -> established), perftest's
+    /// from the times its client printed `Data ex. method`
+    /// and its `local address` line (that span also holds
+    /// two control-channel handshakes, so it is an upper
+    /// bound); both are medians in ms
+    #[arg(long, verbatim_doc_comment)]
+    cm: bool,
+    /// pass -I N to both tools in the write and send tests
+    /// (reads carry no inline data; default: each tool's
+    /// own; perftest turns inline off on devices it does
+    /// not recognise, rxe among them, while our perf inlines
+    /// up to 220/236 B in write/send latency tests):
+    /// --inline 0 compares without inline data on both sides
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = inline, verbatim_doc_comment)]
+    inline: Option<u32>,
+    /// 1 (default): server and client on one host's rxe0
+    /// (127.0.0.1); 2: across two hosts (two VMs joined by
+    /// a virtual link, as test-rxe's two-host tier): every
+    /// server on host A, every client on host B, so each
+    /// byte crosses the link
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = hosts, verbatim_doc_comment)]
+    hosts: Option<usize>,
+    /// with --hosts 2: add MS ms of delay on both hosts'
+    /// link (netem; a round trip gains 2 x MS): a
+    /// bandwidth-delay product that needs the deep queue
+    /// (tx depth 128) to fill
+    #[arg(long, allow_hyphen_values = true, value_name = "MS", value_parser = delay, verbatim_doc_comment)]
+    delay: Option<u32>,
+    /// do not check/install prerequisites first
+    #[arg(long)]
+    no_setup: bool,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    help: cli::HelpFlag,
+}
+
 /// A message size: bytes, with an optional K or M suffix; 1 B to 8 MiB.
 fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -149,124 +193,88 @@ fn parse_size(s: &str) -> Option<u64> {
         .filter(|&n| n > 0 && n <= 8 << 20)
 }
 
+/// `--sizes`: comma-separated [`parse_size`] sizes.
+fn sizes(v: &str) -> Result<Vec<u64>, String> {
+    v.split(',')
+        .map(|s| parse_size(s).ok_or_else(|| format!("bad size `{s}`")))
+        .collect()
+}
+
+/// `--tests`: comma-separated names from [`TESTS`].
+fn tests(v: &str) -> Result<Vec<Test>, String> {
+    v.split(',')
+        .map(|s| {
+            TESTS
+                .iter()
+                .copied()
+                .find(|t| t.name == s.trim())
+                .ok_or_else(|| format!("unknown test `{s}`"))
+        })
+        .collect()
+}
+
+/// A number `s` parses to if `ok` accepts it, else `why`.
+fn number<T: std::str::FromStr>(s: &str, ok: impl Fn(&T) -> bool, why: &str) -> Result<T, String> {
+    s.parse().ok().filter(ok).ok_or_else(|| why.to_string())
+}
+
+/// `--reps`: a positive number.
+fn reps(s: &str) -> Result<usize, String> {
+    number(s, |&n| n > 0, "needs a positive number")
+}
+
+/// `--iters`: at least perftest's minimum of 5.
+fn iters(s: &str) -> Result<u32, String> {
+    number(s, |&n| n >= 5, "needs a number >= 5 (perftest's minimum)")
+}
+
+/// `--inline`: bytes, at most 4096.
+fn inline(s: &str) -> Result<u32, String> {
+    number(s, |&n| n <= 4096, "needs a number of bytes (0..=4096)")
+}
+
+/// `--hosts`: 1 or 2.
+fn hosts(s: &str) -> Result<usize, String> {
+    number(s, |n| (1..=2).contains(n), "needs 1 or 2")
+}
+
+/// `--delay`: milliseconds, at most 1000.
+fn delay(s: &str) -> Result<u32, String> {
+    number(s, |&n| n <= 1000, "needs milliseconds (0..=1000)")
+}
+
 /// Parses the command line; `None` when it asked for `--help` (printed).
 pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
-    let mut a = Args {
-        run: RunOptions {
-            // By default 5 tests x 4 sizes x 3 repetitions x 2 tools = 120
-            // server/client runs: more than the runner's default limit allows
-            // under emulation.
-            timeout: Duration::from_secs(60 * 60),
-            ..RunOptions::default()
-        },
-        reps: 3,
-        // Long enough that a bandwidth run measures the steady state, not
-        // its start-up.
-        bw_iters: 20000,
-        lat_iters: 5000,
-        sizes: vec![64, 4096, 65536, 1 << 20],
-        tests: TESTS
-            .iter()
-            .copied()
-            .filter(|t| !t.asynchronous && !t.cm)
-            .collect(),
-        inline: None,
-        no_setup: false,
-        asynchronous: false,
-        cm: false,
-        hosts: 1,
-        delay_ms: None,
+    let Some(c) = cli::parse::<Cli>("bench", args)? else {
+        return Ok(None);
     };
-    let mut i = 0;
-    while i < args.len() {
-        if a.run.parse_arg(args, &mut i)? {
-            continue;
-        }
-        let value = |name: &str| -> Result<&String> {
-            args.get(i + 1)
-                .ok_or_else(|| format!("bench: {name} needs a value").into())
-        };
-        match args[i].as_str() {
-            "-h" | "--help" => {
-                println!("{HELP}{}", RunOptions::HELP);
-                return Ok(None);
-            }
-            "--no-setup" => a.no_setup = true,
-            "--async" => a.asynchronous = true,
-            "--cm" => a.cm = true,
-            "--hosts" => {
-                a.hosts = value("--hosts")?
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=2).contains(n))
-                    .ok_or("bench: --hosts needs 1 or 2")?;
-                i += 1;
-            }
-            "--delay" => {
-                a.delay_ms = Some(
-                    value("--delay")?
-                        .parse()
-                        .ok()
-                        .filter(|&n| n <= 1000)
-                        .ok_or("bench: --delay needs milliseconds (0..=1000)")?,
-                );
-                i += 1;
-            }
-            "--reps" => {
-                a.reps = value("--reps")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or("bench: --reps needs a positive number")?;
-                i += 1;
-            }
-            "--iters" => {
-                a.bw_iters = value("--iters")?
-                    .parse()
-                    .ok()
-                    .filter(|&n| n >= 5)
-                    .ok_or("bench: --iters needs a number >= 5 (perftest's minimum)")?;
-                a.lat_iters = a.bw_iters;
-                i += 1;
-            }
-            "--sizes" => {
-                let v = value("--sizes")?;
-                a.sizes = v
-                    .split(',')
-                    .map(|s| {
-                        parse_size(s).ok_or_else(|| format!("bench: bad size `{s}` in --sizes"))
-                    })
-                    .collect::<std::result::Result<_, _>>()?;
-                i += 1;
-            }
-            "--inline" => {
-                a.inline = Some(
-                    value("--inline")?
-                        .parse()
-                        .ok()
-                        .filter(|&n| n <= 4096)
-                        .ok_or("bench: --inline needs a number of bytes (0..=4096)")?,
-                );
-                i += 1;
-            }
-            "--tests" => {
-                let v = value("--tests")?;
-                a.tests = v
-                    .split(',')
-                    .map(|s| {
-                        TESTS
-                            .iter()
-                            .copied()
-                            .find(|t| t.name == s.trim())
-                            .ok_or_else(|| format!("bench: unknown test `{s}` in --tests"))
-                    })
-                    .collect::<std::result::Result<_, _>>()?;
-                i += 1;
-            }
-            other => return Err(format!("bench: unknown argument `{other}` (see --help)").into()),
-        }
-        i += 1;
-    }
+    let run = c.run.options(RunOptions {
+        timeout: TIMEOUT,
+        ..RunOptions::default()
+    });
+    // Long enough that a bandwidth run measures the steady state, not its
+    // start-up.
+    let (bw_iters, lat_iters) = c.iters.map_or((20000, 5000), |n| (n, n));
+    let mut a = Args {
+        run,
+        reps: c.reps.unwrap_or(3),
+        bw_iters,
+        lat_iters,
+        sizes: c.sizes.unwrap_or_else(|| vec![64, 4096, 65536, 1 << 20]),
+        tests: c.tests.unwrap_or_else(|| {
+            TESTS
+                .iter()
+                .copied()
+                .filter(|t| !t.asynchronous && !t.cm)
+                .collect()
+        }),
+        inline: c.inline,
+        no_setup: c.no_setup,
+        asynchronous: c.asynchronous,
+        cm: c.cm,
+        hosts: c.hosts.unwrap_or(1),
+        delay_ms: c.delay,
+    };
     if a.asynchronous {
         a.tests = a
             .tests
@@ -376,6 +384,85 @@ mod tests {
         );
         let a = parse(&v(&[])).unwrap().unwrap();
         assert!(a.tests.iter().all(|t| !t.cm));
+    }
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn help_is_printed_not_parsed() {
+        assert!(parse(&v(&["--help"])).unwrap().is_none());
+        assert!(parse(&v(&["--reps", "2", "-h"])).unwrap().is_none());
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for option in [
+            "--reps <N>",
+            "--sizes <A,B,...>",
+            "--cm",
+            "--delay <MS>",
+            "--vm",
+        ] {
+            assert!(help.contains(option), "{option} in {help}");
+        }
+        assert!(help.contains("after SECS (default 3600)"), "{help}");
+        assert!(help.contains("XTASK_VM_KERNEL"), "{help}");
+    }
+
+    #[test]
+    fn mistakes_name_the_task_and_the_option() {
+        let e = parse(&v(&["--bogus"])).unwrap_err().to_string();
+        assert!(e.starts_with("bench: ") && e.contains("--bogus"), "{e}");
+        let e = parse(&v(&["--timeout", "soon"])).unwrap_err().to_string();
+        assert!(e.contains("--timeout") && e.contains("seconds"), "{e}");
+        assert!(parse(&v(&["--timeout"])).is_err());
+        let e = parse(&v(&["--reps", "0"])).unwrap_err().to_string();
+        assert!(e.contains("--reps") && e.contains("positive"), "{e}");
+        assert!(parse(&v(&["--iters", "4"])).is_err());
+        assert!(parse(&v(&["--inline", "4097"])).is_err());
+        assert!(parse(&v(&["--hosts", "2", "--delay", "1001"])).is_err());
+        let e = parse(&v(&["--sizes", "64,,4K"])).unwrap_err().to_string();
+        assert!(e.contains("bad size ``"), "{e}");
+        let e = parse(&v(&["--tests", "write_bw,nope"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown test `nope`"), "{e}");
+    }
+
+    #[test]
+    fn defaults_and_runner_options() {
+        let a = parse(&[]).unwrap().unwrap();
+        assert_eq!((a.reps, a.bw_iters, a.lat_iters), (3, 20000, 5000));
+        assert_eq!(a.sizes, [64, 4096, 65536, 1 << 20]);
+        assert_eq!((a.inline, a.no_setup), (None, false));
+        assert_eq!(a.run.timeout.as_secs(), 3600, "bench's own default");
+        assert_eq!(a.run.step_timeout.as_secs(), 600);
+        assert_eq!(a.run.want, crate::rxe::Want::Auto);
+        let a = parse(&v(&[
+            "--iters",
+            "100",
+            "--reps",
+            "1",
+            "--reps",
+            "2",
+            "--inline",
+            "0",
+            "--native",
+            "--timeout",
+            "90",
+            "--no-setup",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (a.reps, a.bw_iters, a.lat_iters),
+            (2, 100, 100),
+            "the last --reps wins"
+        );
+        assert_eq!((a.inline, a.no_setup), (Some(0), true));
+        assert_eq!(a.run.want, crate::rxe::Want::Native);
+        assert_eq!(a.run.timeout.as_secs(), 90);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use std::fs;
 use std::path::Path;
 
 pub(crate) use link::{host_ipv4, host_name};
-pub(crate) use options::{RunOptions, Want};
+pub(crate) use options::{RunArgs, RunOptions, Want, ENV_HELP};
 pub(crate) use outcome::Outcome;
 pub(crate) use plan::{Plan, Side};
 pub(crate) use route::{choose_route, choose_two_hosts, Route};

@@ -1,15 +1,19 @@
 //! [`RunOptions`]: the options every task that uses the runner accepts
-//! (`--vm`, `--native`, `--timeout`, `--step-timeout`).
+//! (`--vm`, `--native`, `--timeout`, `--step-timeout`), parsed by
+//! [`RunArgs`], which each task's clap parser flattens.
 
 use std::time::Duration;
-
-use crate::Result;
 
 /// How long a whole VM or native run may take before it is killed.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// Per-step limit inside the run (enforced by `ci/vm-run.sh` with `timeout`).
 const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// The end of every runner task's help: the environment it reads.
+pub(crate) const ENV_HELP: &str = "\
+environment: XTASK_KVM=0|1 skips the KVM probe; XTASK_VM_KERNEL=/boot/vmlinuz-X
+picks the guest kernel.";
 
 /// Which route the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,38 +47,116 @@ impl Default for RunOptions {
     }
 }
 
-impl RunOptions {
-    /// Consumes a runner option at `args[*i]` (and its value); returns
-    /// `Ok(false)` if `args[*i]` is not one of ours.
-    pub(crate) fn parse_arg(&mut self, args: &[String], i: &mut usize) -> Result<bool> {
-        let secs = |v: Option<&String>, name: &str| -> Result<Duration> {
-            v.and_then(|v| v.parse::<u64>().ok())
-                .map(Duration::from_secs)
-                .ok_or_else(|| format!("{name} needs a number of seconds").into())
+/// The runner's options on a task's command line (`#[command(flatten)]`);
+/// [`RunArgs::options`] applies them to the task's defaults.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub(crate) struct RunArgs {
+    /// use the qemu VM even if the host kernel has rdma_rxe
+    #[arg(long, overrides_with = "native")]
+    vm: bool,
+    /// use the host's rdma_rxe or fail (needs root)
+    #[arg(long, overrides_with = "vm")]
+    native: bool,
+    /// kill the whole run after SECS (default 1200)
+    #[arg(long, allow_hyphen_values = true, value_name = "SECS", value_parser = seconds)]
+    timeout: Option<Duration>,
+    /// kill one step after SECS (default 600)
+    #[arg(long, allow_hyphen_values = true, value_name = "SECS", value_parser = seconds)]
+    step_timeout: Option<Duration>,
+}
+
+impl RunArgs {
+    /// `defaults` with what the command line set: the last of `--vm` /
+    /// `--native`, `--timeout`, `--step-timeout`.
+    pub(crate) fn options(&self, defaults: RunOptions) -> RunOptions {
+        let want = if self.native {
+            Want::Native
+        } else if self.vm {
+            Want::Vm
+        } else {
+            defaults.want
         };
-        match args[*i].as_str() {
-            "--vm" => self.want = Want::Vm,
-            "--native" => self.want = Want::Native,
-            "--timeout" => {
-                self.timeout = secs(args.get(*i + 1), "--timeout")?;
-                *i += 1;
-            }
-            "--step-timeout" => {
-                self.step_timeout = secs(args.get(*i + 1), "--step-timeout")?;
-                *i += 1;
-            }
-            _ => return Ok(false),
+        RunOptions {
+            want,
+            timeout: self.timeout.unwrap_or(defaults.timeout),
+            step_timeout: self.step_timeout.unwrap_or(defaults.step_timeout),
         }
-        *i += 1;
-        Ok(true)
+    }
+}
+
+/// `--timeout` / `--step-timeout`: a whole number of seconds.
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| "needs a number of seconds".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// A task with only the runner's options.
+    #[derive(Debug, Parser)]
+    #[command(args_override_self = true)]
+    struct Task {
+        #[command(flatten)]
+        run: RunArgs,
     }
 
-    /// Help text for the options [`RunOptions::parse_arg`] understands.
-    pub(crate) const HELP: &'static str =
-        "  --vm                  use the qemu VM even if the host kernel has rdma_rxe
-  --native              use the host's rdma_rxe or fail (needs root)
-  --timeout SECS        kill the whole run after SECS (default 1200)
-  --step-timeout SECS   kill one step after SECS (default 600)
-environment: XTASK_KVM=0|1 skips the KVM probe; XTASK_VM_KERNEL=/boot/vmlinuz-X
-picks the guest kernel.";
+    fn options(args: &[&str]) -> Result<RunOptions, clap::Error> {
+        let task = Task::try_parse_from(std::iter::once("task").chain(args.iter().copied()))?;
+        Ok(task.run.options(RunOptions::default()))
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        let o = options(&[]).unwrap();
+        assert_eq!(
+            (o.want, o.timeout, o.step_timeout),
+            (Want::Auto, DEFAULT_TIMEOUT, DEFAULT_STEP_TIMEOUT)
+        );
+        let o = options(&["--timeout", "60", "--step-timeout", "7", "--vm"]).unwrap();
+        assert_eq!(o.want, Want::Vm);
+        assert_eq!((o.timeout.as_secs(), o.step_timeout.as_secs()), (60, 7));
+    }
+
+    #[test]
+    fn the_last_one_wins_as_before() {
+        assert_eq!(options(&["--vm", "--native"]).unwrap().want, Want::Native);
+        assert_eq!(options(&["--native", "--vm"]).unwrap().want, Want::Vm);
+        let o = options(&["--timeout", "1", "--timeout", "2"]).unwrap();
+        assert_eq!(o.timeout.as_secs(), 2);
+    }
+
+    #[test]
+    fn timeouts_need_a_number_of_seconds() {
+        for bad in [
+            &["--timeout"][..],
+            &["--timeout", "ten"],
+            &["--timeout", "-1"],
+            &["--step-timeout", "1.5"],
+            &["--timeout", "--vm"],
+        ] {
+            let e = options(bad).unwrap_err().to_string();
+            assert!(e.contains(bad[0]), "{e}");
+        }
+        let e = options(&["--timeout", "ten"]).unwrap_err().to_string();
+        assert!(e.contains("needs a number of seconds"), "{e}");
+    }
+
+    #[test]
+    fn the_task_keeps_its_own_defaults() {
+        let task = Task::try_parse_from(["task", "--step-timeout", "5"]).unwrap();
+        let defaults = RunOptions {
+            want: Want::Vm,
+            timeout: Duration::from_secs(1),
+            ..RunOptions::default()
+        };
+        let o = task.run.options(defaults);
+        assert_eq!(
+            (o.want, o.timeout.as_secs(), o.step_timeout.as_secs()),
+            (Want::Vm, 1, 5)
+        );
+    }
 }

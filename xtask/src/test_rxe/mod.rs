@@ -21,15 +21,15 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::artifacts::{self, Artifact};
+use crate::cli;
 use crate::process::capture;
-use crate::rxe::{self, Plan, RunOptions};
+use crate::rxe::{self, Plan, RunArgs, RunOptions};
 use crate::setup;
 use crate::workspace::{self, Workspace};
 use crate::{heading, Result};
 
-const HELP: &str = "\
-usage: cargo xtask test-rxe [OPTIONS] [-- LIBTEST-ARGS...]
-
+/// What the task does, printed by `--help` above the options.
+const ABOUT: &str = "\
 Builds every test of the workspace, runs doctests and trybuild tests on the
 host and every other test binary on a soft-RoCE device (rxe0) with
 --include-ignored --test-threads=1 and RDMA_TEST_REQUIRE_DEVICE=1,
@@ -37,21 +37,51 @@ RDMA_TEST_DEVICE=rxe0: natively when the host kernel has rdma_rxe and we are
 root, otherwise in a qemu VM (vng) booting a /boot kernel that has it.
 Then the two-host tier: two VMs (1 vCPU, 1 GiB each) joined by a virtual
 link, our rc/ud/srq_pingpong and rping against rdma-core's in both
-directions and against themselves, server on one host, client on the other.
+directions and against themselves, server on one host, client on the other.";
 
-options:
-  --filter SUBSTR       only tests whose name contains SUBSTR (passed to libtest)
-  --smoke               skip the build; only bring up rxe0 and run ibv_devinfo
-                        and a perftest ib_write_bw loop (checks the VM path)
-  --no-host             skip the host part (doctests, trybuild tests)
-  --no-two-hosts        skip the two-host tier (two VMs joined by a link; our
-                        pingpongs and rping against rdma-core's across it)
-  --two-hosts-only      build only rdma-examples' programs and run only the
-                        two-host tier
-  --no-setup            do not check/install prerequisites first
-";
+/// The command line as clap reads it.
+#[derive(Debug, clap::Parser)]
+#[command(
+    override_usage = "cargo xtask test-rxe [OPTIONS] [-- LIBTEST-ARGS...]",
+    about = ABOUT,
+    after_help = rxe::ENV_HELP,
+    help_template = cli::TEMPLATE,
+    disable_help_flag = true,
+    args_override_self = true,
+)]
+struct Cli {
+    /// only tests whose name contains SUBSTR (passed to libtest)
+    #[arg(long, value_name = "SUBSTR", allow_hyphen_values = true)]
+    filter: Option<String>,
+    /// skip the build; only bring up rxe0 and run ibv_devinfo
+    /// and a perftest ib_write_bw loop (checks the VM path)
+    #[arg(long, verbatim_doc_comment)]
+    smoke: bool,
+    /// skip the host part (doctests, trybuild tests)
+    #[arg(long)]
+    no_host: bool,
+    /// skip the two-host tier (two VMs joined by a link; our
+    /// pingpongs and rping against rdma-core's across it)
+    #[arg(long, verbatim_doc_comment)]
+    no_two_hosts: bool,
+    /// build only rdma-examples' programs and run only the
+    /// two-host tier
+    #[arg(long, verbatim_doc_comment)]
+    two_hosts_only: bool,
+    /// do not check/install prerequisites first
+    #[arg(long)]
+    no_setup: bool,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    help: cli::HelpFlag,
+    /// passed to libtest after `--` (host and device tests; e.g. --nocapture)
+    #[arg(last = true, value_name = "LIBTEST-ARGS")]
+    libtest: Vec<String>,
+}
 
-#[derive(Debug, Default)]
+/// What `cargo xtask test-rxe` was asked to do.
+#[derive(Debug)]
 struct Args {
     run: RunOptions,
     filter: Option<String>,
@@ -64,37 +94,19 @@ struct Args {
 }
 
 fn parse(args: &[String]) -> Result<Option<Args>> {
-    let mut a = Args::default();
-    let mut i = 0;
-    while i < args.len() {
-        if a.run.parse_arg(args, &mut i)? {
-            continue;
-        }
-        match args[i].as_str() {
-            "-h" | "--help" => {
-                println!("{HELP}{}", RunOptions::HELP);
-                return Ok(None);
-            }
-            "--filter" => {
-                a.filter = Some(args.get(i + 1).ok_or("--filter needs a value")?.clone());
-                i += 1;
-            }
-            "--smoke" => a.smoke = true,
-            "--no-host" => a.no_host = true,
-            "--no-two-hosts" => a.no_two_hosts = true,
-            "--two-hosts-only" => a.two_hosts_only = true,
-            "--no-setup" => a.no_setup = true,
-            "--" => {
-                a.libtest = args[i + 1..].to_vec();
-                break;
-            }
-            other => {
-                return Err(format!("test-rxe: unknown argument `{other}` (see --help)").into())
-            }
-        }
-        i += 1;
-    }
-    Ok(Some(a))
+    let Some(c) = cli::parse::<Cli>("test-rxe", args)? else {
+        return Ok(None);
+    };
+    Ok(Some(Args {
+        run: c.run.options(RunOptions::default()),
+        filter: c.filter,
+        smoke: c.smoke,
+        no_host: c.no_host,
+        no_two_hosts: c.no_two_hosts,
+        two_hosts_only: c.two_hosts_only,
+        no_setup: c.no_setup,
+        libtest: c.libtest,
+    }))
 }
 
 /// Sums of the `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
@@ -406,5 +418,70 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(a.two_hosts_only && a.run.step_timeout.as_secs() == 60);
+    }
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn help_is_printed_not_parsed() {
+        assert!(parse(&v(&["--help"])).unwrap().is_none());
+        assert!(parse(&v(&["--smoke", "-h"])).unwrap().is_none());
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        for option in [
+            "--filter <SUBSTR>",
+            "--two-hosts-only",
+            "--step-timeout <SECS>",
+        ] {
+            assert!(help.contains(option), "{option} in {help}");
+        }
+        assert!(help.contains("[-- LIBTEST-ARGS...]"), "{help}");
+    }
+
+    #[test]
+    fn mistakes_name_the_task_and_the_option() {
+        let e = parse(&v(&["--bogus"])).unwrap_err().to_string();
+        assert!(e.starts_with("test-rxe: ") && e.contains("--bogus"), "{e}");
+        // A word that is no option is a mistake too, unless after `--`.
+        let e = parse(&v(&["qp"])).unwrap_err().to_string();
+        assert!(e.contains("'qp'"), "{e}");
+        let e = parse(&v(&["--timeout", "1m"])).unwrap_err().to_string();
+        assert!(e.contains("--timeout") && e.contains("seconds"), "{e}");
+        assert!(parse(&v(&["--filter"])).is_err());
+    }
+
+    #[test]
+    fn libtest_arguments_pass_through_after_the_separator() {
+        let a = parse(&v(&[
+            "--no-host",
+            "--",
+            "--nocapture",
+            "--exact",
+            "qp::tests::x",
+            "--vm",
+            "--",
+            "--filter",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            a.libtest,
+            [
+                "--nocapture",
+                "--exact",
+                "qp::tests::x",
+                "--vm",
+                "--",
+                "--filter"
+            ]
+        );
+        assert!(a.no_host && a.filter.is_none());
+        assert_eq!(a.run.want, rxe::Want::Auto, "--vm after `--` is libtest's");
+        assert!(parse(&v(&["--"])).unwrap().unwrap().libtest.is_empty());
+        let a = parse(&v(&["--filter", "-x"])).unwrap().unwrap();
+        assert_eq!(a.filter.as_deref(), Some("-x"));
     }
 }
