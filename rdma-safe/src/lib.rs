@@ -180,7 +180,6 @@ mod exchange;
 mod fatal;
 pub mod memory;
 pub mod owned;
-mod owned_request;
 mod pd;
 mod pending;
 pub mod pool;

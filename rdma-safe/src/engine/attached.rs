@@ -2,7 +2,7 @@
 //! the buffer itself and who to tell when the completion is seen.
 
 use crate::error::Result;
-use crate::owned_request::OwnedRequest;
+use crate::owned::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
 use crate::work::WorkSuccess;
 use std::fmt;

@@ -17,7 +17,7 @@ use super::owned::{OwnedKind, Refused, Returned};
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::WorkQueue;
 use crate::error::{Error, Operation, VerbsError};
-use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
+use crate::owned::{OwnedRequest, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, SendRequest, Sge};
 
 impl WorkQueue {

@@ -1,7 +1,7 @@
 //! [`OwnedBuffer`]: the buffers owning operations take and give back.
 
 use crate::engine::Held;
-use crate::owned_request::OwnedRequest;
+use crate::owned::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
 
 /// What an owning operation can take: a [`PoolBuf`] (the NIC may write

@@ -59,6 +59,7 @@
 //! [`PoolBytes`]: crate::pool::PoolBytes
 #![doc = concat!("```no_run\n", include_str!("../../examples/owned_transfer.rs"), "```")]
 
+mod batch;
 mod buffer;
 mod driver;
 mod future;
@@ -66,7 +67,7 @@ mod reactor;
 mod request;
 mod stream;
 
-pub use crate::owned_request::{OwnedRequest, OWNED_BATCH_MAX};
+pub use batch::{OwnedRequest, OWNED_BATCH_MAX};
 pub use buffer::OwnedBuffer;
 pub use future::Op;
 pub use reactor::CompletionReactor;
