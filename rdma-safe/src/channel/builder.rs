@@ -1,6 +1,6 @@
 //! [`ChannelBuilder`]: creating a channel's completion queue and queue pair.
 
-use super::{Channel, DEFAULT_TIMEOUT};
+use super::{Channel, ConnectOptions, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{Result, VerbsError};
@@ -23,6 +23,7 @@ pub struct ChannelBuilder<'f1> {
     completion_events: bool,
     mtu: Option<Mtu>,
     srq: Option<&'f1 SharedReceiveQueue>,
+    connect_opts: ConnectOptions,
 }
 
 impl<'f1> ChannelBuilder<'f1> {
@@ -37,6 +38,7 @@ impl<'f1> ChannelBuilder<'f1> {
             completion_events: false,
             mtu: None,
             srq: None,
+            connect_opts: ConnectOptions::default(),
         }
     }
 
@@ -91,6 +93,15 @@ impl<'f1> ChannelBuilder<'f1> {
     /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`]).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+    /// The reliable connection's attributes that
+    /// [`Channel::connect`] and [`Channel::handshake`] set (ACK timeout,
+    /// retry counts, outstanding reads; default
+    /// [`ConnectOptions::default`]: a dead path is noticed after ≈ 3.8 s).
+    /// [`Channel::connect_with`] takes its own.
+    pub fn connect_options(mut self, opts: ConnectOptions) -> Self {
+        self.connect_opts = opts;
         self
     }
     /// Sleep on completion events instead of busy polling while waiting
@@ -200,6 +211,7 @@ impl<'f1> ChannelBuilder<'f1> {
             local,
             gid,
             timeout: self.timeout,
+            connect_opts: self.connect_opts,
             remote: None,
             scope_ids: Vec::new(),
             cm: None,

@@ -2,7 +2,7 @@
 //! around a CM-connected queue pair, and the watcher that turns the peer's
 //! disconnect into a typed error on pending work.
 
-use super::Channel;
+use super::{Channel, ConnectOptions};
 use crate::endpoint::Endpoint;
 use crate::engine::{DeviceWatch, Limits, WorkQueue};
 use crate::error::{Error, Result};
@@ -137,6 +137,8 @@ impl Channel {
             local,
             gid,
             timeout,
+            // The connection manager set the queue pair up itself.
+            connect_opts: ConnectOptions::default(),
             remote: None,
             scope_ids: Vec::new(),
             cm: Some(link),

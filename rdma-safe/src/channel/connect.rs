@@ -64,11 +64,13 @@ impl Default for ConnectOptions {
 
 impl Channel {
     /// Connects to the peer `remote` (RTR then RTS, with a GRH on RoCE)
-    /// with [`ConnectOptions::default`]. The peer must connect to
+    /// with the builder's [`connect_options`](super::ChannelBuilder::connect_options)
+    /// ([`ConnectOptions::default`] unless set). The peer must connect to
     /// [`local_endpoint`](Self::local_endpoint) too before data flows; see
     /// [`handshake`](Self::handshake).
     pub fn connect(&mut self, remote: &Endpoint) -> Result<()> {
-        self.connect_with(remote, &ConnectOptions::default())
+        let opts = self.connect_opts;
+        self.connect_with(remote, &opts)
     }
 
     /// Connects to the peer `remote` with explicit connection attributes.

@@ -56,6 +56,10 @@ pub struct Channel {
     local: Endpoint,
     gid: GidEntry,
     timeout: Duration,
+    /// What [`connect`](Channel::connect) and
+    /// [`handshake`](Channel::handshake) set up the connection with
+    /// ([`ChannelBuilder::connect_options`]).
+    connect_opts: ConnectOptions,
     remote: Option<Endpoint>,
     /// The id list of the last scope, kept so that a loop of short scopes
     /// does not allocate one per iteration.

@@ -59,6 +59,13 @@ struct Args {
     /// path MTU (default: the port's active MTU)
     #[arg(short = 'm', long = "mtu", value_name = "bytes", value_parser = mtu)]
     mtu: Option<Mtu>,
+    /// QP timeout: the ACK timeout exponent, 4.096 us x 2^N (default 14, as
+    /// perftest's -u: a lost packet is retransmitted after 67 ms; the safe
+    /// API's own default is 17). Transport retries are perftest's 7.
+    #[arg(short = 'u', long = "qp-timeout", alias = "qp_timeout", value_name = "N",
+          hide_default_value = true, default_value = "14",
+          value_parser = cli::number::<u8>(Limit::new("-u/--qp-timeout", 1, 31)))]
+    qp_timeout: u8,
     /// sleep on completion events while waiting (default: busy polling)
     #[arg(short = 'e', long = "events")]
     events: bool,
@@ -111,6 +118,8 @@ pub(crate) struct Options {
     pub(crate) ib_port: u8,
     pub(crate) gid_index: Option<u32>,
     pub(crate) mtu: Option<Mtu>,
+    /// `-u`: the ACK timeout exponent of the queue pair.
+    pub(crate) qp_timeout: u8,
     /// `-R`: perftest's rdma_cm mode ([`crate::rdma_cm`]).
     pub(crate) rdma_cm: bool,
     pub(crate) port: u16,
@@ -194,6 +203,7 @@ impl Options {
             ib_port: a.device.ib_port,
             gid_index: a.gid.gid_index,
             mtu: a.mtu,
+            qp_timeout: a.qp_timeout,
             rdma_cm: a.rdma_cm,
             port: a.port,
             json: a.json,
