@@ -10,6 +10,12 @@ use crate::work::WorkSuccess;
 use rdma_core::QpState;
 use std::time::Duration;
 
+/// How often a waiting loop asks the device whether the queue pair broke
+/// (its state). Async events that declare it broken are looked at on every
+/// clock read; a queue pair moved to the error state flushes its requests,
+/// whose completions end the wait anyway: the query is a backstop.
+const STATE_QUERY_EVERY: Duration = Duration::from_millis(10);
+
 impl WorkQueue {
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
     /// not). `None` while still in flight. Errors if `id` is unknown.
@@ -92,6 +98,12 @@ impl WorkQueue {
         }
         // When to look at the clock: see `clock`.
         let mut clock = WaitClock::new(timeout, self.events);
+        // When next to ask the device for the queue pair's state: a system
+        // call (ibv_query_qp), so not at every clock read. On a slow link
+        // (a 0.5 ms round trip between two emulated hosts) a busy wait
+        // reads the clock once or twice per operation, and querying each
+        // time put tens of microseconds on every round trip.
+        let mut next_state_query = STATE_QUERY_EVERY;
         loop {
             if let Some(outcome) = self.try_take(id) {
                 return outcome;
@@ -102,7 +114,13 @@ impl WorkQueue {
             let Some(elapsed) = clock.tick() else {
                 continue;
             };
-            if let Some(why) = self.broken() {
+            let broken = if elapsed >= next_state_query {
+                next_state_query = elapsed + STATE_QUERY_EVERY;
+                self.broken()
+            } else {
+                self.watch.broken(self.qp.qp_num())
+            };
+            if let Some(why) = broken {
                 // The device declared the QP broken or moved it to the error
                 // state (the peer's access error, a retry failure): flush and
                 // report now rather than wait out the timeout for work the
