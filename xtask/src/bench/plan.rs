@@ -293,4 +293,43 @@ mod tests {
         assert_eq!(size_option(a.tests[0], 8), "");
         assert_eq!(size_option(TESTS[0], 64), " -s 64");
     }
+
+    #[test]
+    fn two_hosts_put_servers_on_a_and_clients_across_the_link() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let perf = Path::new("/x/perf");
+        let a = options::parse(&v(&[
+            "--hosts", "2", "--delay", "5", "--tests", "write_bw", "--sizes", "64", "--reps", "1",
+        ]))
+        .unwrap()
+        .unwrap();
+        let r = runs(&a);
+        let text = plan(&a, &r, perf).text().to_string();
+        let pairs: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("pair_step "))
+            .collect();
+        assert_eq!(pairs.len(), 2, "perftest and ours, each a pair step");
+        for line in &pairs {
+            // `pair_step LABEL PORT SERVER_HOST ...`: servers on host A (0).
+            assert!(
+                line.contains(" 19000 0 ") || line.contains(" 19001 0 "),
+                "{line}"
+            );
+            assert!(
+                line.contains("$PEER_IPV4"),
+                "clients connect across the link: {line}"
+            );
+            assert!(!line.contains("127.0.0.1"), "{line}");
+        }
+        assert!(text.contains("netem delay 5ms"), "the delay step: {text}");
+        assert!(!text.contains("server_client "), "no one-host steps");
+        // One host: server and client beside each other, no delay.
+        let a = options::parse(&v(&["--tests", "write_bw", "--sizes", "64", "--reps", "1"]))
+            .unwrap()
+            .unwrap();
+        let text = plan(&a, &runs(&a), perf).text().to_string();
+        assert!(text.contains("127.0.0.1") && !text.contains("PEER_IPV4"));
+        assert!(!text.contains("pair_step ") && !text.contains("netem"));
+    }
 }
