@@ -48,3 +48,9 @@ pub(crate) fn parse<T: clap::Parser>(task: &str, args: &[String]) -> Result<Opti
         }
     }
 }
+
+/// A command line as the tests write it: words, owned.
+#[cfg(test)]
+pub(crate) fn words(s: &[&str]) -> Vec<String> {
+    s.iter().map(|x| x.to_string()).collect()
+}

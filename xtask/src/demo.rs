@@ -309,9 +309,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
 mod tests {
     use super::*;
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
+    use crate::cli::words as v;
 
     #[test]
     fn options() {

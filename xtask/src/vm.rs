@@ -169,9 +169,7 @@ fn two_hosts(ws: &Workspace, commands: [&String; 2], opts: &RunOptions) -> Resul
 mod tests {
     use super::*;
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
+    use crate::cli::words as v;
 
     #[test]
     fn one_host_command() {

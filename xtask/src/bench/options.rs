@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn async_selects_the_async_rows() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = parse(&v(&["--tests", "write_bw,send_lat,atomic_bw", "--async"]))
             .unwrap()
             .unwrap();
@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn atomic_tests_run_eight_bytes_whatever_the_sizes() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = parse(&v(&["--tests", "atomic_bw,write_bw", "--sizes", "64,4K"]))
             .unwrap()
             .unwrap();
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn cm_selects_the_cm_rows() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = parse(&v(&["--tests", "write_bw,send_lat,atomic_bw", "--cm"]))
             .unwrap()
             .unwrap();
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn hosts_and_delay() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = parse(&v(&["--hosts", "2", "--delay", "5"]))
             .unwrap()
             .unwrap();
@@ -386,9 +386,7 @@ mod tests {
         assert!(a.tests.iter().all(|t| !t.cm));
     }
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
+    use crate::cli::words as v;
 
     #[test]
     fn help_is_printed_not_parsed() {

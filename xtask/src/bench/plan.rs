@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn inline_only_where_the_operation_can_carry_it() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = options::parse(&v(&["--inline", "0"])).unwrap().unwrap();
         let by_name = |n: &str| TESTS.iter().copied().find(|t| t.name == n).unwrap();
         assert_eq!(depth_and_inline(&a, by_name("write_bw")), " -t 128 -I 0");
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn atomic_runs_are_eight_bytes_without_s() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = options::parse(&v(&["--tests", "atomic_bw,atomic_lat", "--reps", "1"]))
             .unwrap()
             .unwrap();
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn two_hosts_put_servers_on_a_and_clients_across_the_link() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let perf = Path::new("/x/perf");
         let a = options::parse(&v(&[
             "--hosts", "2", "--delay", "5", "--tests", "write_bw", "--sizes", "64", "--reps", "1",

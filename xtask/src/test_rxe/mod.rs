@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn args() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = crate::cli::words;
         let a = parse(&v(&[
             "--filter",
             "qp",
@@ -420,9 +420,7 @@ mod tests {
         assert!(a.two_hosts_only && a.run.step_timeout.as_secs() == 60);
     }
 
-    fn v(s: &[&str]) -> Vec<String> {
-        s.iter().map(|x| x.to_string()).collect()
-    }
+    use crate::cli::words as v;
 
     #[test]
     fn help_is_printed_not_parsed() {
