@@ -38,6 +38,14 @@ impl fmt::Display for AllocError {
 
 impl std::error::Error for AllocError {}
 
+/// `?` in the programs, whose result is `rdma_safe::Result`: an
+/// out-of-memory I/O error with this message.
+impl From<AllocError> for rdma_safe::Error {
+    fn from(e: AllocError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::OutOfMemory, e).into()
+    }
+}
+
 /// Allocates `len` zeroed bytes (at least one) aligned to [`PAGE`];
 /// `what` names the buffer in the error.
 pub(crate) fn alloc_pages(len: usize, what: &str) -> Result<(NonNull<u8>, Layout), AllocError> {

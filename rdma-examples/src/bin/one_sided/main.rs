@@ -153,7 +153,7 @@ fn server(o: &Options) -> Result<()> {
         o.device.ib_port,
         o.gid.gid_index,
     )?;
-    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)").map_err(fail)?;
+    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)")?;
     // SAFETY: no peer knows the buffer yet.
     pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
     // `region` is dropped before `buffer` (declared after it, and dropped

@@ -41,7 +41,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     };
     // write_lat: the client exposes a buffer too (declared before its region
     // so that the region is dropped first).
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)").map_err(fail)?;
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
     let exposed_mr = if p.test == Test::WriteLat {
         // `exposed_mr` is dropped before `exposed`. The server writes the
         // buffer only in answer to our writes, within a size's run; we create

@@ -45,7 +45,7 @@ impl Exposed {
                 .map_err(|e| fail(format!("the exposed words: {e}")))?;
             return Ok(Exposed::Words(words));
         }
-        let mut buf = SharedBuffer::new(len, "the exposed buffer (-s)").map_err(fail)?;
+        let mut buf = SharedBuffer::new(len, "the exposed buffer (-s)")?;
         if test != Test::WriteLat {
             // SAFETY: nothing else references the buffer yet and no peer
             // knows its address: it is registered below.

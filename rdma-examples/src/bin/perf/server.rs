@@ -58,7 +58,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
 
     // The exposed buffer (one-sided tests). Declared before its region so
     // that the region is dropped first.
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)").map_err(fail)?;
+    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
     let exposed_mr = if p.test.server_exposes() {
         // `exposed_mr` is dropped before `exposed` (declared after it). The
         // client accesses the buffer only between our `GO` and its `DONE`
