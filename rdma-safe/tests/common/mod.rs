@@ -10,6 +10,7 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod peer;
 use rdma_safe::{
     memory::StableBuffer, Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain,
     RegisteredBuffer, ScatterElement,

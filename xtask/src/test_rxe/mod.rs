@@ -14,6 +14,7 @@
 
 mod faults;
 mod pairs;
+mod pairs_library;
 mod pairs_perf;
 mod two_hosts;
 

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{faults, pairs_perf};
+use super::{faults, pairs_library, pairs_perf};
 use crate::artifacts::Artifact;
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
@@ -39,6 +39,10 @@ const PROGRAMS: [&str; 6] = [
     "async_echo",
 ];
 
+/// rdma-safe's test binary whose tests have a server and a client side
+/// (`rdma-safe/tests/peers.rs`).
+pub(crate) const PEER_TESTS: &str = "peers";
+
 /// Host A and host B.
 pub(super) const A: usize = 0;
 pub(super) const B: usize = 1;
@@ -47,6 +51,9 @@ pub(super) const B: usize = 1;
 #[derive(Debug)]
 pub(crate) struct Programs {
     ours: Vec<(&'static str, PathBuf)>,
+    /// rdma-safe's peer tests (`tests/peers.rs`): its package directory and
+    /// the test binary.
+    pub(super) peer_tests: (PathBuf, PathBuf),
 }
 
 impl Programs {
@@ -64,7 +71,12 @@ impl Programs {
                 .ok_or_else(|| format!("the build did not produce rdma-examples' `{name}`"))?;
             ours.push((name, exe));
         }
-        Ok(Programs { ours })
+        let peer_tests = built
+            .iter()
+            .find(|a| a.package == "rdma-safe" && a.kind == "test" && a.name == PEER_TESTS)
+            .map(|a| (a.manifest_dir.clone(), a.exe.clone()))
+            .ok_or_else(|| format!("the build did not produce rdma-safe's `{PEER_TESTS}` test"))?;
+        Ok(Programs { ours, peer_tests })
     }
 
     /// Every program at `/t/<name>`.
@@ -75,6 +87,7 @@ impl Programs {
                 .iter()
                 .map(|n| (*n, PathBuf::from(format!("/t/{n}"))))
                 .collect(),
+            peer_tests: (PathBuf::from("/w/rdma-safe"), PathBuf::from("/t/peers")),
         }
     }
 
@@ -194,6 +207,7 @@ pub(crate) fn plan(progs: &Programs) -> Plan {
             },
         );
     }
+    pairs_library::peer_test_steps(&mut p, progs);
     pairs_perf::perf_steps(&mut p, progs);
     pairs_perf::async_echo_step(&mut p, progs);
     faults::fault_steps(&mut p, progs);
@@ -212,7 +226,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 12 + 9 + 24, "{text}");
+        assert_eq!(steps.len(), 12 + 2 + 9 + 24, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),

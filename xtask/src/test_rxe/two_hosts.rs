@@ -52,11 +52,23 @@ pub(super) fn run(ws: &Workspace, built: &[Artifact], opts: &RunOptions) -> Resu
     })
 }
 
-/// `test-rxe --two-hosts-only`: builds rdma-examples' programs (debug, as
-/// the full run has them) and runs the tier alone.
+/// `test-rxe --two-hosts-only`: builds rdma-examples' programs and
+/// rdma-safe's peer tests (debug, as the full run has them) and runs the
+/// tier alone.
 pub(super) fn only(ws: &Workspace, opts: &RunOptions, started: Instant) -> Result<ExitCode> {
     heading("test-rxe: building rdma-examples' programs");
-    let built = artifacts::cargo_executables(ws, &["build", "-p", "rdma-examples", "--bins"])?;
+    let mut built = artifacts::cargo_executables(ws, &["build", "-p", "rdma-examples", "--bins"])?;
+    built.extend(artifacts::cargo_executables(
+        ws,
+        &[
+            "test",
+            "-p",
+            "rdma-safe",
+            "--test",
+            pairs::PEER_TESTS,
+            "--no-run",
+        ],
+    )?);
     heading("test-rxe: two hosts");
     let tier = run(ws, &built, opts)?;
     heading("test-rxe summary (two-host tier only)");

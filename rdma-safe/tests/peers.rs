@@ -1,0 +1,562 @@
+//! The library between two peers: every kind of transfer with a server side
+//! and a client side that meet only through the network — a TCP side
+//! channel for the handshake and RDMA for the data — checked byte for byte.
+//!
+//! In one process (the one-host tier) both sides run on the test device.
+//! With `RDMA_TEST_PEER` set, one host runs the servers and another the
+//! clients (`common::peer`): test-rxe's two-host tier runs this binary that
+//! way in both directions, so every transfer here also crosses a link
+//! between two kernels, each with its own rxe device.
+
+mod common;
+
+use common::peer::{self, Link, Role};
+use common::*;
+use rdma_safe::channel::Gid;
+use rdma_safe::cm::{CmOptions, Connector};
+use rdma_safe::datagram::DatagramAddress;
+use rdma_safe::memory::AccessFlags;
+use rdma_safe::owned::Request;
+use rdma_safe::work::{WcOpcode, WcStatus};
+use rdma_safe::{
+    AtomicWorkRequest, BufferPool, Channel, DatagramEndpoint, Listener, ProtectionDomain,
+    ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteAccessBuffer, RemoteMemoryRegion,
+    SendWorkRequest, SharedReceiveQueue, WriteWorkRequest,
+};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Sizes moved between the hosts (a TCG link carries ~6 MB/s, so the
+/// largest stays at 1 MiB).
+const SIZES_ACROSS: [usize; 6] = [0, 1, 7, 4096, 65536 + 13, 1 << 20];
+/// Every wait of a side (each is also bounded by the channel's timeout).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A channel of `pd` connected to the peer's through the link's handshake.
+fn connected(pd: &ProtectionDomain, link: &mut Link) -> Channel {
+    let mut ch = pd.create_channel().expect("create a channel");
+    ch.handshake(link.stream())
+        .expect("handshake with the peer");
+    ch
+}
+
+/// Receives one message of `len` bytes into a fresh buffer (posted before
+/// the peer is told to send) and checks it against the sender's pattern.
+fn receive_one(ch: &mut Channel, link: &mut Link, tag: &str, len: usize, imm: Option<u32>) {
+    let pd = ch.pd().clone();
+    let mut rx = registered(&pd, vec![FILL; len + CANARY]);
+    let got = ch
+        .scope(|s| {
+            let mut sc = [rx.scatter(..)];
+            let h = s.post_receive(ReceiveWorkRequest::new(&mut sc))?;
+            link.signal("posted");
+            h.wait()
+        })
+        .unwrap_or_else(|e| panic!("{tag} len {len}: receive: {e}"));
+    assert_eq!(got.opcode(), WcOpcode::Recv);
+    assert_eq!(got.bytes(), len, "{tag} len {len}: received bytes");
+    assert_eq!(got.immediate(), imm, "{tag} len {len}: immediate");
+    let expected = pattern(seed(tag, len), len);
+    assert_bytes(&rx[..len], &expected, &format!("{tag} len {len}"));
+    assert_untouched(&rx[len..], &format!("{tag} len {len}: past the message"));
+}
+
+/// Sends the pattern of `tag` and `len` once the peer's receive is posted.
+fn send_one(ch: &mut Channel, link: &mut Link, tag: &str, len: usize, imm: Option<u32>) {
+    let pd = ch.pd().clone();
+    let tx = registered(&pd, pattern(seed(tag, len), len.max(1)));
+    link.wait_for("posted");
+    let g = gather(&tx, 0..len);
+    let mut wr = SendWorkRequest::new(&g);
+    if let Some(i) = imm {
+        wr = wr.with_immediate(i);
+    }
+    let sent = ch
+        .send(wr)
+        .unwrap_or_else(|e| panic!("{tag} len {len}: send: {e}"));
+    assert_eq!(sent.bytes(), len, "{tag} len {len}: sent bytes");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn send_and_receive_both_ways_at_every_size() {
+    let side = |mut link: Link| {
+        let pd = pd();
+        let mut ch = connected(&pd, &mut link);
+        for len in SIZES_ACROSS {
+            // Odd sizes carry immediate data.
+            let imm = (len % 2 == 1).then_some(len as u32 ^ 0x5eed);
+            let (up, down) = ("client to server", "server to client");
+            if link.role == Role::Server {
+                receive_one(&mut ch, &mut link, up, len, imm);
+                send_one(&mut ch, &mut link, down, len, imm);
+            } else {
+                send_one(&mut ch, &mut link, up, len, imm);
+                receive_one(&mut ch, &mut link, down, len, imm);
+            }
+        }
+        link.meet("done");
+        assert_quiescent(&ch, "after the exchange");
+    };
+    peer::run("send_and_receive_both_ways_at_every_size", side, side);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn rdma_write_and_read_through_a_lent_window_then_revoked() {
+    const LEN: usize = 256 * 1024;
+    peer::run(
+        "rdma_write_and_read_through_a_lent_window_then_revoked",
+        |mut link| {
+            let pd = pd();
+            let mut ch = connected(&pd, &mut link);
+            let mut memory = vec![FILL; LEN + 2 * CANARY];
+            let lent = &mut memory[CANARY..CANARY + LEN];
+            let access = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+            ch.lend(lent, access, |_, window| {
+                link.send(&window.to_bytes());
+                link.wait_for("written and read back");
+            })
+            .expect("lend the window");
+            // The borrow is back: the peer's bytes are in it, nothing else
+            // changed, and the window is revoked before the peer tries it.
+            let expected = pattern(seed("lent", LEN), LEN);
+            assert_bytes(&memory[CANARY..CANARY + LEN], &expected, "lent memory");
+            assert_untouched(&memory[..CANARY], "before the window");
+            assert_untouched(&memory[CANARY + LEN..], "after the window");
+            link.signal("revoked");
+            link.wait_for("refused");
+            assert_untouched(&memory[..CANARY], "before the window, at the end");
+        },
+        |mut link| {
+            let pd = pd();
+            let mut ch = connected(&pd, &mut link);
+            let window = RemoteMemoryRegion::from_bytes(&link.receive()).expect("a window");
+            assert_eq!(window.length(), LEN as u64);
+            let src = registered(&pd, pattern(seed("lent", LEN), LEN));
+            ch.write(WriteWorkRequest::new(&[src.gather(..)], window))
+                .expect("write through the window");
+            let mut back = registered(&pd, vec![FILL; LEN]);
+            ch.read(ReadWorkRequest::new(&mut [back.scatter(..)], window))
+                .expect("read through the window");
+            assert_bytes(&back, &src, "read back across the link");
+            link.signal("written and read back");
+            link.wait_for("revoked");
+            let e = ch
+                .write(WriteWorkRequest::new(&[src.gather(..64)], window))
+                .expect_err("a write through a revoked window");
+            assert_eq!(
+                e.status(),
+                Some(WcStatus::RemoteAccessError),
+                "the peer's NIC refuses the revoked key: {e}"
+            );
+            link.signal("refused");
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_table_read_and_atomics_on_a_remote_access_buffer() {
+    const LEN: usize = 64 * 1024;
+    const ADDS: u64 = 100;
+    const STEP: u64 = 3;
+    const START: u64 = 1_000_000;
+    peer::run(
+        "a_table_read_and_atomics_on_a_remote_access_buffer",
+        |mut link| {
+            let pd = pd();
+            let ch = connected(&pd, &mut link);
+            let table = RemoteAccessBuffer::new(&pd, LEN).expect("the table");
+            let mut content = pattern(seed("table", LEN), LEN);
+            content[..8].copy_from_slice(&START.to_ne_bytes());
+            content[8..16].copy_from_slice(&7u64.to_ne_bytes());
+            table.write(0, &content).expect("fill the table");
+            link.send(&table.remote().to_bytes());
+            link.wait_for("done");
+            // The counter saw every add, the swap happened once, the rest
+            // is as written.
+            let mut after = content.clone();
+            after[..8].copy_from_slice(&(START + ADDS * STEP).to_ne_bytes());
+            after[8..16].copy_from_slice(&42u64.to_ne_bytes());
+            assert_bytes(
+                &table.to_vec(),
+                &after,
+                "the table after the peer's atomics",
+            );
+            drop(ch);
+        },
+        |mut link| {
+            let pd = pd();
+            let mut ch = connected(&pd, &mut link);
+            let remote = RemoteMemoryRegion::from_bytes(&link.receive()).expect("a region");
+            let mut copy = registered(&pd, vec![FILL; LEN]);
+            ch.read(ReadWorkRequest::new(&mut [copy.scatter(..)], remote))
+                .expect("read the table");
+            let mut expected = pattern(seed("table", LEN), LEN);
+            expected[..8].copy_from_slice(&START.to_ne_bytes());
+            expected[8..16].copy_from_slice(&7u64.to_ne_bytes());
+            assert_bytes(&copy, &expected, "the table read across the link");
+            let mut old = registered(&pd, vec![0u8; 8]);
+            let counter = remote.slice(0, 8).expect("word 0");
+            for k in 0..ADDS {
+                let mut result = old.scatter(..);
+                ch.run(AtomicWorkRequest::fetch_and_add(counter, STEP, &mut result))
+                    .expect("fetch-and-add");
+                let was = u64::from_ne_bytes(old[..].try_into().unwrap());
+                assert_eq!(was, START + k * STEP, "fetch-and-add {k}: previous value");
+            }
+            let word = remote.slice(8, 8).expect("word 1");
+            for (compare, seen) in [(5u64, 7u64), (7, 7), (7, 42)] {
+                let mut result = old.scatter(..);
+                ch.run(AtomicWorkRequest::compare_and_swap(
+                    word,
+                    compare,
+                    42,
+                    &mut result,
+                ))
+                .expect("compare-and-swap");
+                let was = u64::from_ne_bytes(old[..].try_into().unwrap());
+                assert_eq!(was, seen, "compare {compare}: previous value");
+            }
+            link.signal("done");
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_batch_of_sends_into_a_batch_of_receives() {
+    const MESSAGES: usize = 32;
+    const SLOT: usize = 2048;
+    let len = |k: usize| 1 + (k * 97) % SLOT;
+    let tag = |k: usize| format!("batch message {k}");
+    peer::run(
+        "a_batch_of_sends_into_a_batch_of_receives",
+        |mut link| {
+            let pd = pd();
+            let mut ch = connected(&pd, &mut link);
+            let mut rx = registered(&pd, vec![FILL; MESSAGES * SLOT]);
+            let got: Vec<usize> = ch
+                .scope(|s| {
+                    let mut lists = scatter_chunks(&mut rx, SLOT);
+                    let mut wrs: Vec<_> = lists
+                        .iter_mut()
+                        .map(|l| ReceiveWorkRequest::new(l))
+                        .collect();
+                    let handles = s.post_receive_batch(&mut wrs)?;
+                    link.signal("posted");
+                    handles
+                        .into_iter()
+                        .map(|h| h.wait().map(|w| w.bytes()))
+                        .collect::<rdma_safe::Result<Vec<_>>>()
+                })
+                .expect("the batch of receives");
+            for (k, bytes) in got.into_iter().enumerate() {
+                assert_eq!(bytes, len(k), "message {k}: length");
+                let slot = &rx[k * SLOT..(k + 1) * SLOT];
+                assert_bytes(&slot[..len(k)], &pattern(seed(&tag(k), k), len(k)), &tag(k));
+                assert_untouched(&slot[len(k)..], &format!("{}: past it", tag(k)));
+            }
+            link.meet("done");
+        },
+        |mut link| {
+            let pd = pd();
+            let mut ch = connected(&pd, &mut link);
+            let bufs: Vec<RegisteredBuffer<Vec<u8>>> = (0..MESSAGES)
+                .map(|k| registered(&pd, pattern(seed(&tag(k), k), len(k))))
+                .collect();
+            let lists: Vec<[_; 1]> = bufs.iter().map(|b| [b.gather(..)]).collect();
+            let mut wrs: Vec<_> = lists.iter().map(|l| SendWorkRequest::new(l)).collect();
+            link.wait_for("posted");
+            // One doorbell, the last signalled: its completion covers all.
+            ch.run_batch(&mut wrs).expect("the batch of sends");
+            link.meet("done");
+            assert_quiescent(&ch, "after the batch");
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn owned_buffers_echoed_by_an_async_service() {
+    const MESSAGES: usize = 200;
+    const LEN: usize = 512;
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
+    let channel = |link: &mut Link, pd: &ProtectionDomain| {
+        let mut ch = pd
+            .channel_builder()
+            .completion_events(true)
+            .build()
+            .expect("a channel with completion events");
+        ch.handshake(link.stream()).expect("handshake");
+        ch
+    };
+    peer::run(
+        "owned_buffers_echoed_by_an_async_service",
+        |mut link| {
+            let pd = pd();
+            let ch = channel(&mut link, &pd);
+            let pool = BufferPool::new(&pd, LEN, 32).expect("a pool");
+            runtime().block_on(async {
+                let shared = ch.shared().with_tokio().expect("tokio");
+                let mut requests = shared.receive_stream(pool.clone(), 16);
+                link.signal("serving");
+                for k in 0..MESSAGES {
+                    let (done, request) = requests
+                        .next()
+                        .await
+                        .expect("a request")
+                        .unwrap_or_else(|e| panic!("request {k}: {e}"));
+                    let mut reply = pool.alloc().await;
+                    let mut bytes = request[..done.bytes()].to_vec();
+                    bytes.reverse();
+                    reply.fill_from(&bytes);
+                    drop(request);
+                    let (sent, _) = shared.submit(Request::send(reply.freeze())).await;
+                    sent.unwrap_or_else(|e| panic!("reply {k}: {e}"));
+                }
+            });
+            link.meet("done");
+        },
+        |mut link| {
+            let pd = pd();
+            let ch = channel(&mut link, &pd);
+            let pool = BufferPool::new(&pd, LEN, 32).expect("a pool");
+            runtime().block_on(async {
+                let shared = ch.shared().with_tokio().expect("tokio");
+                let mut replies = shared.receive_stream(pool.clone(), 16);
+                link.wait_for("serving");
+                for k in 0..MESSAGES {
+                    let message = pattern(seed("echo", k), 1 + (k * 31) % LEN);
+                    let mut request = pool.alloc().await;
+                    request.fill_from(&message);
+                    let (sent, _) = shared.submit(Request::send(request.freeze())).await;
+                    sent.unwrap_or_else(|e| panic!("request {k}: {e}"));
+                    let (done, reply) = replies
+                        .next()
+                        .await
+                        .expect("a reply")
+                        .unwrap_or_else(|e| panic!("reply {k}: {e}"));
+                    let mut expected = message;
+                    expected.reverse();
+                    assert_bytes(&reply[..done.bytes()], &expected, &format!("reply {k}"));
+                }
+            });
+            link.meet("done");
+        },
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn two_connections_draw_from_one_shared_receive_queue() {
+    const PER_CHANNEL: usize = 40;
+    let message = |c: usize, k: usize| pattern(seed(&format!("srq {c}"), k), 1 + (k * 53) % 256);
+    peer::run(
+        "two_connections_draw_from_one_shared_receive_queue",
+        |mut link| {
+            let pd = pd();
+            // Fewer slots than messages: refilled while the senders wait.
+            let mut srq = SharedReceiveQueue::new(&pd, 16, 256).expect("a shared receive queue");
+            let mut qpns = Vec::new();
+            let mut channels = Vec::new();
+            for _ in 0..2 {
+                let mut ch = pd
+                    .channel_builder()
+                    .shared_receive_queue(&srq)
+                    .build()
+                    .expect("a channel on the queue");
+                ch.handshake(link.stream()).expect("handshake");
+                qpns.push(ch.qp_num());
+                channels.push(ch);
+            }
+            let mut next = [0usize; 2];
+            let mut buf = vec![FILL; 256];
+            for _ in 0..2 * PER_CHANNEL {
+                buf.fill(FILL);
+                let r = srq
+                    .receive(&mut buf, WAIT)
+                    .expect("a receive")
+                    .expect("a message within the wait");
+                let c = qpns
+                    .iter()
+                    .position(|&q| q == r.qp_num())
+                    .expect("a message of one of the two connections");
+                let want = message(c, next[c]);
+                assert_bytes(
+                    &buf[..r.len()],
+                    &want,
+                    &format!("connection {c}, {}", next[c]),
+                );
+                next[c] += 1;
+            }
+            assert_eq!(next, [PER_CHANNEL; 2]);
+            link.meet("done");
+        },
+        |mut link| {
+            let pd = pd();
+            let mut channels: Vec<Channel> = (0..2).map(|_| connected(&pd, &mut link)).collect();
+            for k in 0..PER_CHANNEL {
+                for (c, ch) in channels.iter_mut().enumerate() {
+                    let tx = registered(&pd, message(c, k));
+                    ch.send(SendWorkRequest::new(&[tx.gather(..)]))
+                        .unwrap_or_else(|e| panic!("connection {c}, message {k}: {e}"));
+                }
+            }
+            link.meet("done");
+        },
+    );
+}
+
+/// A datagram address as bytes for the side channel.
+fn address_bytes(a: &DatagramAddress) -> Vec<u8> {
+    let mut v = a.gid.as_bytes().to_vec();
+    v.extend_from_slice(&a.lid.to_le_bytes());
+    v.extend_from_slice(&a.qp_num.to_le_bytes());
+    v.extend_from_slice(&a.qkey.to_le_bytes());
+    v
+}
+
+fn address_from(b: &[u8]) -> DatagramAddress {
+    assert_eq!(b.len(), 26, "a datagram address");
+    DatagramAddress {
+        gid: Gid(b[..16].try_into().unwrap()),
+        lid: u16::from_le_bytes(b[16..18].try_into().unwrap()),
+        qp_num: u32::from_le_bytes(b[18..22].try_into().unwrap()),
+        qkey: u32::from_le_bytes(b[22..26].try_into().unwrap()),
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn datagrams_both_ways() {
+    const QKEY: u32 = 0x1111_2222;
+    const ROUNDS: usize = 50;
+    let side = |mut link: Link| {
+        let pd = pd();
+        let mut ep = DatagramEndpoint::new(&pd, QKEY).expect("a datagram endpoint");
+        link.send(&address_bytes(&ep.address()));
+        let theirs = address_from(&link.receive());
+        let peer_ = ep.peer(&theirs).expect("an address handle for the peer");
+        link.meet("ready");
+        // At most the path MTU (1024 under rxe on a 1500-byte link).
+        let max = ep.max_message().min(1024);
+        let mut buf = vec![FILL; max + CANARY];
+        for k in 0..ROUNDS {
+            let msg = pattern(seed("datagram", k), 1 + (k * 211) % max);
+            let mut check = |ep: &mut DatagramEndpoint, what: &str| {
+                buf.fill(FILL);
+                let d = ep
+                    .receive(&mut buf)
+                    .unwrap_or_else(|e| panic!("{what} {k}: {e}"));
+                assert_eq!(d.source_qp(), theirs.qp_num, "{what} {k}: sender");
+                assert_bytes(&buf[..d.len()], &msg, &format!("{what} {k}"));
+                assert_untouched(&buf[d.len()..], &format!("{what} {k}: past it"));
+            };
+            // The client sends first; the server answers with the same bytes.
+            if link.role == Role::Client {
+                ep.send_to(&peer_, &msg).expect("send a datagram");
+                check(&mut ep, "answer");
+            } else {
+                check(&mut ep, "datagram");
+                ep.send_to(&peer_, &msg).expect("answer a datagram");
+            }
+        }
+        link.meet("done");
+    };
+    peer::run("datagrams_both_ways", side, side);
+}
+
+fn cm_options() -> CmOptions {
+    CmOptions::default().timeout(WAIT)
+}
+
+/// The device's address (`RXE_IPV4`, set by test-rxe on each host).
+fn device_ip() -> String {
+    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn connection_manager_blocking_and_async() {
+    const LEN: usize = 4096;
+    peer::run(
+        "connection_manager_blocking_and_async",
+        |mut link| {
+            let pd = pd();
+            let opts = cm_options().completion_events(true);
+            let listener =
+                Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts).expect("listen");
+            let addr = listener.local_addr().expect("a bound address");
+            link.send(addr.to_string().as_bytes());
+            // First a blocking accept, then an awaited one.
+            let mut first = listener
+                .incoming()
+                .expect("the first request")
+                .accept(b"blocking")
+                .expect("accept");
+            // The transport pads private data: compare what was sent.
+            assert_eq!(
+                first.peer_private_data().map(|d| &d[..5]),
+                Some(&b"hello"[..])
+            );
+            receive_one(&mut first, &mut link, "cm blocking", LEN, None);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            let mut second = rt
+                .block_on(async {
+                    listener
+                        .incoming_async()
+                        .await?
+                        .accept_async(b"async")
+                        .await
+                })
+                .expect("an awaited accept");
+            receive_one(&mut second, &mut link, "cm async", LEN, Some(9));
+            link.meet("done");
+        },
+        |mut link| {
+            let pd = pd();
+            let addr: SocketAddr = String::from_utf8(link.receive())
+                .expect("an address")
+                .parse()
+                .expect("a socket address");
+            let mut first = Connector::resolve_in(&pd, addr, &cm_options())
+                .expect("resolve")
+                .connect(b"hello")
+                .expect("connect");
+            assert_eq!(
+                first.peer_private_data().map(|d| &d[..8]),
+                Some(&b"blocking"[..])
+            );
+            send_one(&mut first, &mut link, "cm blocking", LEN, None);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime");
+            let mut second = rt
+                .block_on(async {
+                    let opts = cm_options().completion_events(true);
+                    Connector::resolve_in_async(&pd, addr, &opts)
+                        .await?
+                        .connect_async(&[])
+                        .await
+                })
+                .expect("an awaited connect");
+            assert_eq!(
+                second.peer_private_data().map(|d| &d[..5]),
+                Some(&b"async"[..])
+            );
+            send_one(&mut second, &mut link, "cm async", LEN, Some(9));
+            link.meet("done");
+        },
+    );
+}
