@@ -11,8 +11,9 @@ use super::pairs::{Programs, A, B};
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
 
-/// The TCP port each test's server side listens on.
-const PORT: u16 = 18700;
+/// The TCP port each test's server side listens on (the fault steps use
+/// 18700 and up).
+const PORT: u16 = 18650;
 
 /// libtest's last line when every test of the binary passed (and some ran).
 const ALL_PASSED: &str = "test result: ok\\. [1-9][0-9]* passed; 0 failed; 0 ignored";
@@ -68,9 +69,9 @@ mod tests {
             .filter(|l| l.starts_with("pair_step "))
             .collect();
         assert_eq!(steps.len(), 2, "{text}");
-        assert!(steps[0].contains(" 18700 0 'cd /w/rdma-safe && RDMA_TEST_PEER=server "));
+        assert!(steps[0].contains(" 18650 0 'cd /w/rdma-safe && RDMA_TEST_PEER=server "));
         assert!(steps[0].contains("RDMA_TEST_PEER=client:\"$PEER_IPV4\" "));
-        assert!(steps[1].contains(" 18700 1 "), "{}", steps[1]);
+        assert!(steps[1].contains(" 18650 1 "), "{}", steps[1]);
         for s in &steps {
             assert!(
                 s.contains("/t/peers --include-ignored --test-threads=1"),

@@ -323,7 +323,12 @@ fn data_options(o: &Options) -> CmOptions {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    CmOptions::default().timeout(o.timeout).capabilities(caps)
+    let mut opts = CmOptions::default().timeout(o.timeout).capabilities(caps);
+    // `-u` is the data connection's ACK timeout here too (the CM sets it
+    // with rdma_set_option); the transport retries stay the safe API's
+    // bounded default, since rxe takes perftest's 7 as "retry forever".
+    opts.ack_timeout = o.qp_timeout;
+    opts
 }
 
 /// The data connection: the client connects (retrying every
