@@ -62,7 +62,7 @@ struct Args {
     /// QP timeout: the ACK timeout exponent, 4.096 us x 2^N (default 14, as
     /// perftest's -u: a lost packet is retransmitted after 67 ms; the safe
     /// API's own default is 17), with -R too. Transport retries are
-    /// perftest's 7 (with -R the safe API's 6: rxe retries 7 forever).
+    /// perftest's 7.
     #[arg(short = 'u', long = "qp-timeout", alias = "qp_timeout", value_name = "N",
           hide_default_value = true, default_value = "14",
           value_parser = cli::number::<u8>(Limit::new("-u/--qp-timeout", 1, 31)))]

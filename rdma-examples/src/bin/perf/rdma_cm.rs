@@ -325,9 +325,12 @@ fn data_options(o: &Options) -> CmOptions {
     };
     let mut opts = CmOptions::default().timeout(o.timeout).capabilities(caps);
     // `-u` is the data connection's ACK timeout here too (the CM sets it
-    // with rdma_set_option); the transport retries stay the safe API's
-    // bounded default, since rxe takes perftest's 7 as "retry forever".
+    // with rdma_set_option), with perftest's 7 transport retries as on the
+    // TCP path: with 14 and the safe API's bounded 6 the retry budget is
+    // 0.47 s, less than a loaded TCG host's round trips (0.3-1.2 s seen).
+    // rxe takes 7 as "retry forever": the run's timeout bounds the waits.
     opts.ack_timeout = o.qp_timeout;
+    opts.retry_count = 7;
     opts
 }
 
