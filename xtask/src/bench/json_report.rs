@@ -86,6 +86,13 @@ impl Values {
     }
 }
 
+/// A cell's values as bench.json has them (for the plots' tests, which
+/// read them back).
+#[cfg(test)]
+pub(super) fn values_json(cell: &Cell) -> String {
+    serde_json::to_string(&Values::of(cell)).expect("plain numbers serialize")
+}
+
 /// `v` rounded to 3 decimals: the precision both tools print.
 fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0

@@ -10,17 +10,22 @@
 //! tools alike. Each run's raw output goes to `<out>/raw/` (the run's
 //! results directory, the only place the guest may write); the host parses
 //! it afterwards: perftest's text table, our `perf --json` lines. The
-//! medians over the repetitions go into a table and `target/bench.json`.
+//! medians over the repetitions go into a table and `target/bench.json`,
+//! and one SVG plot per test beside it (`target/bench-<test>.svg`: every
+//! run and the medians against the message size). `--plot-only PATH` draws
+//! the plots of an existing report again, without running anything.
 //!
 //! Where things are: [`options`] (the command line), [`suite`] (the tests
 //! and their targets), [`plan`] (the runs and each tool's command line),
 //! [`results`] (reading the raw outputs), [`judgement`] (medians, ratio,
-//! pairs), [`table`] (what is printed) and [`json_report`] (bench.json).
+//! pairs), [`table`] (what is printed), [`json_report`] (bench.json) and
+//! [`plot`] (the SVGs, drawn from bench.json).
 
 mod json_report;
 mod judgement;
 mod options;
 mod plan;
+mod plot;
 mod results;
 mod suite;
 mod table;
@@ -38,6 +43,13 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let Some(a) = options::parse(args)? else {
         return Ok(ExitCode::SUCCESS);
     };
+    if let Some(json) = &a.plot_only {
+        // Nothing to set up, build or boot: the report holds every run.
+        for svg in plot::write_from_json(json)? {
+            println!("wrote {}", svg.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if !a.no_setup {
         setup::ensure()?;
     }
@@ -76,6 +88,20 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         json_path.display(),
         raw.display()
     );
+    // Drawn from the file just written, as `--plot-only` draws them. A
+    // plot that cannot be drawn fails the bench, but only after the
+    // verdicts below: the numbers are in the table and bench.json already.
+    let plotted = match plot::write_from_json(&json_path) {
+        Ok(svgs) => {
+            let names: Vec<String> = svgs.iter().map(|p| p.display().to_string()).collect();
+            println!("plots: {}", names.join(", "));
+            true
+        }
+        Err(e) => {
+            println!("problem: no plots: {e}");
+            false
+        }
+    };
     if let Some(why) = failure {
         println!("problem: {why}");
         return Ok(ExitCode::FAILURE);
@@ -93,6 +119,9 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         .any(|c| c.perftest.failed > 0 || c.ours.failed > 0)
     {
         println!("problem: some runs produced no result (\"fail\" above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    if !plotted {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! The command line of `cargo xtask bench` and what it decides: tests,
 //! sizes, repetitions, iterations per run, inline data.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::suite::{Test, TESTS};
@@ -41,6 +42,8 @@ pub(super) struct Args {
     pub(super) hosts: usize,
     /// `--delay`: netem delay (ms) on both hosts' link NIC.
     pub(super) delay_ms: Option<u32>,
+    /// `--plot-only`: draw the SVGs of this report and run nothing.
+    pub(super) plot_only: Option<PathBuf>,
 }
 
 impl Args {
@@ -82,7 +85,9 @@ latency as t_typical usec (lower is better), the ratio ours/perftest, in
 how many repetitions ours beat the perftest run beside it (a sign test that
 tells a real gap from run-to-run noise), and whether the target is met
 (bandwidth ratio >= 1.00, latency <= 1.05). Writes the table to
-target/bench.json; raw outputs stay in
+target/bench.json and one SVG plot per test beside it
+(target/bench-<test>.svg: every run and the medians of both tools
+against the message size); raw outputs stay in
 target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
 perftest run that prints `inf` (its clock conversion failing in the guest)
 is reported and left out of the medians instead.";
@@ -173,6 +178,10 @@ struct Cli {
     /// do not check/install prerequisites first
     #[arg(long)]
     no_setup: bool,
+    /// run nothing: draw the SVG plots of the report PATH
+    /// (a bench.json) again, beside it as <stem>-<test>.svg
+    #[arg(long, value_name = "PATH", verbatim_doc_comment)]
+    plot_only: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
     #[command(flatten)]
@@ -274,6 +283,7 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         cm: c.cm,
         hosts: c.hosts.unwrap_or(1),
         delay_ms: c.delay,
+        plot_only: c.plot_only,
     };
     if a.asynchronous {
         a.tests = a
@@ -400,6 +410,7 @@ mod tests {
             "--sizes <A,B,...>",
             "--cm",
             "--delay <MS>",
+            "--plot-only <PATH>",
             "--vm",
         ] {
             assert!(help.contains(option), "{option} in {help}");
@@ -461,6 +472,19 @@ mod tests {
         assert_eq!((a.inline, a.no_setup), (Some(0), true));
         assert_eq!(a.run.want, crate::rxe::Want::Native);
         assert_eq!(a.run.timeout.as_secs(), 90);
+    }
+
+    #[test]
+    fn plot_only_names_a_report() {
+        let a = parse(&v(&["--plot-only", "target/bench.json"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            a.plot_only.as_deref(),
+            Some(std::path::Path::new("target/bench.json"))
+        );
+        assert_eq!(parse(&[]).unwrap().unwrap().plot_only, None);
+        assert!(parse(&v(&["--plot-only"])).is_err());
     }
 
     #[test]

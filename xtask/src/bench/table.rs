@@ -120,7 +120,7 @@ fn cell_text(cell: &Cell, reps: usize) -> String {
 }
 
 /// `64 B`, `4 KiB`, `1 MiB`.
-fn size_name(b: u64) -> String {
+pub(super) fn size_name(b: u64) -> String {
     if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
     } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
