@@ -30,10 +30,17 @@ use crate::Result;
 /// [`super::json_report`]); the others are ignored.
 #[derive(Debug, Deserialize)]
 pub(super) struct Report {
+    /// Reports from before `--hosts` have neither member: one host, no
+    /// delay.
+    #[serde(default = "one_host")]
     hosts: usize,
     delay_ms: Option<u32>,
     reps: usize,
     results: Vec<Row>,
+}
+
+fn one_host() -> usize {
+    1
 }
 
 /// One test at one size.

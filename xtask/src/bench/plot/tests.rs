@@ -235,6 +235,15 @@ fn plots_are_written_beside_the_report() {
         e.contains("bench.json") && e.contains("not a bench report"),
         "{e}"
     );
+    // A report from before --hosts: one host.
+    let mut old_report = report("write_bw", "ib_write_bw", 1, None);
+    let fields = old_report.as_object_mut().expect("an object");
+    fields.remove("hosts");
+    fields.remove("delay_ms");
+    fs::write(&json, old_report.to_string()).expect("written");
+    write_from_json(&json).expect("plotted");
+    let svg = fs::read_to_string(dir.join("bench-write_bw.svg")).expect("an SVG");
+    assert!(svg.contains("one host"), "{svg}");
     let e = write_from_json(&dir.join("none.json"))
         .unwrap_err()
         .to_string();
