@@ -228,7 +228,13 @@ impl DatagramEndpoint {
         let send_slot =
             RemoteAccessBuffer::with_access(pd, mtu.bytes() as usize, AccessFlags::LOCAL_WRITE)?;
         let mut endpoint = DatagramEndpoint {
-            queue: WorkQueue::new(qp, cq, completion_events, limits, DeviceWatch::of(ctx)),
+            queue: WorkQueue::new(
+                qp,
+                crate::engine::Completions::Own(cq),
+                completion_events,
+                limits,
+                DeviceWatch::of(ctx),
+            ),
             receive_slots,
             send_slot,
             posted: VecDeque::with_capacity(RECEIVE_SLOTS),

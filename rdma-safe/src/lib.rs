@@ -73,7 +73,7 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`channel`] | connecting: [`ConnectOptions`](channel::ConnectOptions), [`Endpoint`](channel::Endpoint), the verbs-layer parameter types |
+//! | [`channel`] | connecting: [`ConnectOptions`](channel::ConnectOptions), [`Endpoint`](channel::Endpoint), the verbs-layer parameter types; [`SharedCompletionQueue`](channel::SharedCompletionQueue), one completion queue polled for many channels |
 //! | [`cm`] | the connection manager: options, [`Connector`](cm::Connector), [`Incoming`](cm::Incoming) |
 //! | [`memory`] | why registration is sound; [`AccessFlags`](memory::AccessFlags), [`AlignedBuffer`](memory::AlignedBuffer), [`StableBuffer`](memory::StableBuffer) |
 //! | [`work`] | atomics' operands, [`PendingWork`](work::PendingWork), completion opcodes and statuses |

@@ -1,12 +1,14 @@
 //! What an operation costs the allocator on the data path: zero heap
 //! allocations per operation is the target (owning operations as futures,
-//! on a reactor and busy-polled, and blocking atomics). Counted with a global
+//! on a reactor and busy-polled, on a completion queue of their own or a
+//! shared one, and blocking atomics). Counted with a global
 //! allocator over many send/receive pairs, after a warm-up (the engine's
 //! slot ring and the runtime's first-use structures grow once).
 
 mod common;
 
 use common::{pair, pair_with, pd, registered};
+use rdma_safe::channel::SharedCompletionQueue;
 use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -135,6 +137,54 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
         let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
         println!("allocations per busy-polled owned operation: {per_op:.3}");
         assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn futures_on_a_shared_completion_queue_allocate_nothing_per_operation() {
+    const WARM: usize = 100;
+    const ROUNDS: usize = 1000;
+    let pd = pd();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        // Two pairs on one completion queue, all in flight at once: each
+        // poll sets aside the other channels' completions (their inboxes
+        // grow once, in the warm-up).
+        let cq = SharedCompletionQueue::new(&pd, 4 * 256).expect("a shared CQ");
+        let (a1, b1) = pair_with(&pd, |c| c.completion_queue(&cq));
+        let (a2, b2) = pair_with(&pd, |c| c.completion_queue(&cq));
+        let (sa1, sb1, sa2, sb2) = (a1.shared(), b1.shared(), a2.shared(), b2.shared());
+        let pool = BufferPool::new(&pd, 64, 8).expect("pool");
+        let data = {
+            let mut d = pool.try_alloc().expect("data");
+            d.fill(7);
+            d.freeze()
+        };
+        let mut counted = 0;
+        for round in 0..WARM + ROUNDS {
+            if round == WARM {
+                counted = ALLOCATIONS.load(Ordering::Relaxed);
+            }
+            let (rx1, rx2) = (pool.try_alloc().expect("rx"), pool.try_alloc().expect("rx"));
+            let (r1, s1, r2, s2) = tokio::join!(
+                sb1.submit(Request::receive(rx1)),
+                sa1.submit(Request::send(data.clone())),
+                sb2.submit(Request::receive(rx2)),
+                sa2.submit(Request::send(data.clone()))
+            );
+            assert_eq!(r1.0.expect("receive 1").bytes(), 64);
+            assert_eq!(r2.0.expect("receive 2").bytes(), 64);
+            s1.0.expect("send 1");
+            s2.0.expect("send 2");
+        }
+        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (4 * ROUNDS) as f64;
+        println!("allocations per owned operation on a shared CQ: {per_op:.3}");
+        assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+        assert_eq!(cq.strays(), 0);
     });
 }
 

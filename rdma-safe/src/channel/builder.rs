@@ -1,8 +1,9 @@
 //! [`ChannelBuilder`]: creating a channel's completion queue and queue pair.
 
+use super::SharedCompletionQueue;
 use super::{Channel, ConnectOptions, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{DeviceWatch, Limits, WorkQueue};
+use crate::engine::{Completions, DeviceWatch, Limits, WorkQueue};
 use crate::error::{Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
@@ -23,6 +24,7 @@ pub struct ChannelBuilder<'f1> {
     completion_events: bool,
     mtu: Option<Mtu>,
     srq: Option<&'f1 SharedReceiveQueue>,
+    shared_cq: Option<&'f1 SharedCompletionQueue>,
     connect_opts: ConnectOptions,
 }
 
@@ -38,6 +40,7 @@ impl<'f1> ChannelBuilder<'f1> {
             completion_events: false,
             mtu: None,
             srq: None,
+            shared_cq: None,
             connect_opts: ConnectOptions::default(),
         }
     }
@@ -125,6 +128,16 @@ impl<'f1> ChannelBuilder<'f1> {
         self
     }
 
+    /// Takes completions from `cq`, shared with other channels, instead of
+    /// a completion queue of its own (see [`SharedCompletionQueue`]): the
+    /// channel reserves its depths there. Not with
+    /// [`completion_events`](Self::completion_events) or
+    /// [`cq_size`](Self::cq_size), which concern a queue of its own.
+    pub fn completion_queue(mut self, cq: &'f1 SharedCompletionQueue) -> Self {
+        self.shared_cq = Some(cq);
+        self
+    }
+
     /// Creates the channel: a CQ, an RC queue pair in the INIT state, and the
     /// local [`Endpoint`] to hand to the peer.
     ///
@@ -165,7 +178,16 @@ impl<'f1> ChannelBuilder<'f1> {
             Some(n) => n,
             None => needed,
         };
-        let cq = rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?;
+        // A shared CQ: checked and reserved before the queue pair exists
+        // (the reservation is given back if creating it fails).
+        let reservation = match self.shared_cq {
+            Some(shared) => Some(reserve(shared, &self, ctx, needed)?),
+            None => None,
+        };
+        let cq = match &reservation {
+            Some(r) => r.cq.inner.cq().clone(),
+            None => rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?,
+        };
         let shared = self.srq.map(SharedReceiveQueue::shared);
         if shared.is_some_and(|s| !s.srq.pd().same_as(pd.as_core())) {
             return Err(VerbsError::InvalidArgument(
@@ -180,6 +202,10 @@ impl<'f1> ChannelBuilder<'f1> {
             qp = qp.srq(&s.srq);
         }
         let qp = qp.build()?;
+        let completions = match reservation {
+            Some(r) => r.join(qp.qp_num()),
+            None => Completions::Own(cq),
+        };
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
@@ -199,8 +225,13 @@ impl<'f1> ChannelBuilder<'f1> {
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
             queue: Arc::new({
-                let queue =
-                    WorkQueue::new(qp, cq, self.completion_events, limits, DeviceWatch::of(ctx));
+                let queue = WorkQueue::new(
+                    qp,
+                    completions,
+                    self.completion_events,
+                    limits,
+                    DeviceWatch::of(ctx),
+                );
                 match shared {
                     // The slots the queue pair's receives land in outlive it.
                     Some(s) => queue.keep_alive(s.clone()),
@@ -217,6 +248,69 @@ impl<'f1> ChannelBuilder<'f1> {
             cm: None,
         })
     }
+}
+
+/// Entries reserved on a shared completion queue for a queue pair being
+/// built; given back when dropped unless the queue pair joined.
+struct Reservation<'a> {
+    cq: &'a SharedCompletionQueue,
+    entries: u32,
+    joined: bool,
+}
+
+impl Reservation<'_> {
+    fn join(mut self, qp_num: u32) -> Completions {
+        self.joined = true;
+        self.cq.inner.join(qp_num, self.entries)
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.joined {
+            self.cq.inner.unreserve(self.entries);
+        }
+    }
+}
+
+/// Checks that a channel built with `b` may use the shared `cq` on `ctx`'s
+/// device and reserves its `needed` entries there.
+fn reserve<'a>(
+    cq: &'a SharedCompletionQueue,
+    b: &ChannelBuilder<'_>,
+    ctx: &rdma_core::Context,
+    needed: u32,
+) -> Result<Reservation<'a>> {
+    let refuse =
+        |why: String| -> Result<Reservation<'a>> { Err(VerbsError::InvalidArgument(why).into()) };
+    if b.completion_events {
+        return refuse(
+            "completion events need a completion queue of the channel's own: waits on a shared \
+             one poll (an event would wake one waiter for another channel's completion)"
+                .into(),
+        );
+    }
+    if b.cq_size.is_some() {
+        return refuse(
+            "cq_size sizes a completion queue of the channel's own; this channel uses a shared one"
+                .into(),
+        );
+    }
+    if cq.inner.cq().context().as_ptr() != ctx.as_ptr() {
+        return refuse(format!(
+            "the shared completion queue is on device {}, the channel's protection domain on {}",
+            cq.inner.cq().context().name(),
+            ctx.name()
+        ));
+    }
+    if let Err(why) = cq.inner.reserve(needed) {
+        return refuse(why);
+    }
+    Ok(Reservation {
+        cq,
+        entries: needed,
+        joined: false,
+    })
 }
 
 /// The error of a completion queue smaller than what the queues can have

@@ -112,7 +112,7 @@ impl Channel {
         let work = Arc::new(
             WorkQueue::new(
                 queue.qp,
-                queue.cq,
+                crate::engine::Completions::Own(queue.cq),
                 completion_events,
                 queue.limits,
                 DeviceWatch::of(ctx),

@@ -7,6 +7,7 @@ mod builder;
 mod cm;
 mod connect;
 mod ops;
+mod shared_cq;
 
 pub use crate::endpoint::{Endpoint, ENDPOINT_ENCODED_LEN};
 pub use builder::ChannelBuilder;
@@ -14,6 +15,7 @@ pub(crate) use cm::CmQueue;
 pub use connect::ConnectOptions;
 /// The verbs-layer types a channel is described by.
 pub use rdma_core::{Context, Gid, GidEntry, Mtu, QpCapabilities, QpState};
+pub use shared_cq::SharedCompletionQueue;
 
 use crate::engine::WorkQueue;
 use crate::error::Result;

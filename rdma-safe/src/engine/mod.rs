@@ -18,6 +18,7 @@
 mod atomic;
 mod attached;
 mod clock;
+mod completions;
 mod datagram;
 mod driving;
 mod gate;
@@ -35,11 +36,12 @@ mod window;
 pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::{Held, Notify};
+pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Error, Operation, Result};
-use rdma_core::{CompQueue, PostError, QpCapabilities, QueuePair};
+use rdma_core::{PostError, QpCapabilities, QueuePair};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -78,8 +80,11 @@ impl Limits {
 /// method takes `&self`, and the tracking state sits behind one lock.
 #[derive(Debug)]
 pub(crate) struct WorkQueue {
+    /// Declared before `cq`: the queue pair is destroyed first, so a
+    /// shared CQ's reservation is given back only when nothing more can
+    /// complete on it.
     qp: QueuePair,
-    cq: CompQueue,
+    cq: Completions,
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
     limits: Limits,
@@ -117,7 +122,7 @@ impl<T: Send + Sync + std::fmt::Debug> KeepAlive for T {}
 impl WorkQueue {
     pub(crate) fn new(
         qp: QueuePair,
-        cq: CompQueue,
+        cq: Completions,
         events: bool,
         limits: Limits,
         watch: Arc<DeviceWatch>,

@@ -315,7 +315,18 @@ impl WorkQueue {
     /// Poll again after arming (and before sleeping): a completion that
     /// arrived before the arming raises none.
     pub(crate) fn arm(&self) -> Result<()> {
-        self.cq.req_notify(false).map_err(Error::Poll)
+        match self.cq.own() {
+            Some(cq) => cq.req_notify(false).map_err(Error::Poll),
+            None => Err(Error::Poll(rdma_core::Error::InvalidArgument(
+                "a shared completion queue carries no completion events".into(),
+            ))),
+        }
+    }
+
+    /// Whether the queue pair takes its completions from a CQ shared with
+    /// others.
+    pub(crate) fn on_shared_cq(&self) -> bool {
+        self.cq.own().is_none()
     }
 
     /// The CQ's completion channel, if it was built with one.
@@ -424,7 +435,9 @@ impl WorkQueue {
                         return r;
                     }
                     let slice = (timeout - elapsed).min(Duration::from_millis(50));
-                    let _ = self.cq.wait_event(Some(slice));
+                    if let Some(cq) = self.cq.own() {
+                        let _ = cq.wait_event(Some(slice));
+                    }
                 }
                 _ => std::thread::yield_now(),
             }

@@ -4,9 +4,10 @@
 use super::attached::{Attached, Notify};
 use super::room::RoomWaiters;
 use super::slots::SlotRing;
+use super::Completions;
 use crate::error::{Error, Operation, Result};
 use crate::work::WorkSuccess;
-use rdma_core::{CompQueue, WcOpcode, WcStatus, WorkCompletion};
+use rdma_core::{WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.
@@ -146,7 +147,7 @@ impl Tracker {
     }
 
     /// Moves available completions from `cq` into their slots.
-    pub(crate) fn reap(&mut self, cq: &CompQueue) -> Result<usize> {
+    pub(crate) fn reap(&mut self, cq: &Completions) -> Result<usize> {
         self.reap_claiming(cq, None, &mut None)
     }
 
@@ -161,7 +162,7 @@ impl Tracker {
     #[inline]
     pub(crate) fn reap_for_untracked(
         &mut self,
-        cq: &CompQueue,
+        cq: &Completions,
         op: Operation,
     ) -> Option<WorkCompletion> {
         let claim = self.next_wr_id;
@@ -182,11 +183,11 @@ impl Tracker {
     /// `claim`'s, which goes to `claimed`. How many were polled.
     fn reap_claiming(
         &mut self,
-        cq: &CompQueue,
+        cq: &Completions,
         claim: Option<u64>,
         claimed: &mut Option<WorkCompletion>,
     ) -> Result<usize> {
-        let n = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?.len();
+        let n = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?;
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).

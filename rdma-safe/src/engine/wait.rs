@@ -146,12 +146,13 @@ impl WorkQueue {
                 // Arm the CQ, then poll once more before sleeping: a
                 // completion that arrived between the last poll and arming
                 // raises no event and would otherwise cost a whole slice.
-                if self.cq.req_notify(false).is_ok() {
+                // (`events` is never set on a shared CQ: `own` is its CQ.)
+                if let Some(cq) = self.cq.own().filter(|cq| cq.req_notify(false).is_ok()) {
                     if let Some(outcome) = self.try_take(id) {
                         return outcome;
                     }
                     let slice = (timeout - elapsed).min(Duration::from_millis(50));
-                    let _ = self.cq.wait_event(Some(slice));
+                    let _ = cq.wait_event(Some(slice));
                 }
             } else {
                 std::thread::yield_now();

@@ -137,15 +137,20 @@ impl SharedChannel {
     ///
     /// # Errors
     /// [`VerbsError::InvalidArgument`] if the channel was built without
-    /// [`completion_events`](crate::ChannelBuilder::completion_events);
+    /// [`completion_events`](crate::ChannelBuilder::completion_events) or on
+    /// a [shared completion queue](crate::channel::SharedCompletionQueue);
     /// outside a tokio runtime, or if registering the descriptor fails, the
     /// I/O error.
     #[cfg(feature = "tokio")]
     pub fn with_tokio(self) -> crate::Result<Self> {
         let channel = self.queue.comp_channel().cloned().ok_or_else(|| {
-            VerbsError::InvalidArgument(
-                "async operations need a channel built with .completion_events(true)".into(),
-            )
+            VerbsError::InvalidArgument(if self.queue.on_shared_cq() {
+                "a channel on a shared completion queue has no completion events: its futures \
+                 poll the queue themselves (use the SharedChannel without with_tokio)"
+                    .into()
+            } else {
+                "async operations need a channel built with .completion_events(true)".into()
+            })
         })?;
         Ok(self.with_reactor(Arc::new(TokioReactor::new(channel)?)))
     }
