@@ -32,6 +32,14 @@ const SIZES_ACROSS: [usize; 6] = [0, 1, 7, 4096, 65536 + 13, 1 << 20];
 /// Every wait of a side (each is also bounded by the channel's timeout).
 const WAIT: Duration = Duration::from_secs(30);
 
+/// A current-thread tokio runtime for a side's async part.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// A channel of `pd` connected to the peer's through the link's handshake.
 fn connected(pd: &ProtectionDomain, link: &mut Link) -> Channel {
     let mut ch = pd.create_channel().expect("create a channel");
@@ -282,12 +290,6 @@ fn a_batch_of_sends_into_a_batch_of_receives() {
 fn owned_buffers_echoed_by_an_async_service() {
     const MESSAGES: usize = 200;
     const LEN: usize = 512;
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    };
     let channel = |link: &mut Link, pd: &ProtectionDomain| {
         let mut ch = pd
             .channel_builder()
@@ -507,10 +509,7 @@ fn connection_manager_blocking_and_async() {
                 Some(&b"hello"[..])
             );
             receive_one(&mut first, &mut link, "cm blocking", LEN, None);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
+            let rt = runtime();
             let mut second = rt
                 .block_on(async {
                     listener
@@ -538,10 +537,7 @@ fn connection_manager_blocking_and_async() {
                 Some(&b"blocking"[..])
             );
             send_one(&mut first, &mut link, "cm blocking", LEN, None);
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime");
+            let rt = runtime();
             let mut second = rt
                 .block_on(async {
                     let opts = cm_options().completion_events(true);
