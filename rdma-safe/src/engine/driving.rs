@@ -25,6 +25,10 @@ pub(crate) enum Abandon {
     Waiting(Option<u64>),
 }
 
+/// Polls of the CQ between clock reads while a wait spins
+/// ([`SharedChannel::with_spin`](crate::SharedChannel::with_spin)).
+const SPIN_POLLS_PER_CLOCK_READ: u32 = 256;
+
 impl WorkQueue {
     /// A future's submission: posts `kind` over `held` with `waker` to be
     /// woken at its completion (see `post_owned`), looking at the
@@ -125,17 +129,23 @@ impl WorkQueue {
     /// Polls the CQ for up to `spin` until `id` completes.
     #[cold]
     fn spin_for(&self, id: u64, spin: Duration) -> Option<Returned> {
-        // The clock is read once per 64 polls (under emulation a read
-        // costs more than a poll).
-        let start = Instant::now();
-        while start.elapsed() < spin {
-            for _ in 0..64 {
+        // The clock is read only after a run of polls, and once per run
+        // after that: where the clock source is not the TSC (a VM's HPET) a
+        // read costs microseconds, more than the wait for a short
+        // operation, and reading it when the spin starts put one read on
+        // every awaited operation. The spin may run one run of polls long.
+        let mut start = None;
+        loop {
+            for _ in 0..SPIN_POLLS_PER_CLOCK_READ {
                 if let Some(r) = self.take_owned(id, None) {
                     return Some(r);
                 }
             }
+            let now = Instant::now();
+            if now.duration_since(*start.get_or_insert(now)) >= spin {
+                return None;
+            }
         }
-        None
     }
 
     /// One round of the completion driver: reaps (waking the tasks whose

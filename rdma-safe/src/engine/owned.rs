@@ -325,6 +325,7 @@ impl WorkQueue {
 
     /// Whether the queue pair takes its completions from a CQ shared with
     /// others.
+    #[cfg(feature = "tokio")]
     pub(crate) fn on_shared_cq(&self) -> bool {
         self.cq.own().is_none()
     }
