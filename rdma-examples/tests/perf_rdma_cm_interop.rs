@@ -13,26 +13,8 @@
 
 mod common;
 
+use common::perftest::{assert_sane_row, calibration_failed, ip};
 use common::*;
-
-fn ip() -> String {
-    std::env::var("RXE_IPV4")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "10.0.2.15".into())
-}
-
-/// The numbers of our result row for `size`: the line starting with it.
-fn row(output: &str, size: usize) -> Vec<f64> {
-    output
-        .lines()
-        .map(str::split_whitespace)
-        .find_map(|mut w| {
-            (w.next() == Some(&size.to_string()))
-                .then(|| w.filter_map(|x| x.parse().ok()).collect())
-        })
-        .unwrap_or_default()
-}
 
 /// The message size of a run of `test` with `opts`: `-s`, or the test's
 /// default (8 bytes for the atomic tests).
@@ -51,34 +33,6 @@ fn size_of(test: &str, opts: &[&str]) -> usize {
 /// bandwidth tests that exchange it) rather than what it did.
 fn server_reports(test: &str) -> bool {
     matches!(test, "write_bw" | "read_bw" | "atomic_bw")
-}
-
-/// Asserts that `side` printed a result row for `size` with sane numbers
-/// (finite, not negative, a positive bandwidth or latency).
-#[track_caller]
-fn assert_sane_row(side: &Finished, size: usize) {
-    let numbers = row(&side.output, size);
-    if side.label.contains("(`ib_")
-        && numbers.len() >= 3
-        && numbers[1..].iter().any(|x| x.is_infinite())
-    {
-        // perftest's own clock calibration fails under load (a busy 2-core
-        // machine running TCG guests) and it prints `inf` (REFERENCE.md
-        // §4): the C program is judged by its exit status, ours by data.
-        eprintln!(
-            "{}: perftest printed inf (its clock calibration failed); judged by exit status",
-            side.label
-        );
-        return;
-    }
-    assert!(
-        numbers.len() >= 3
-            && numbers[1..].iter().all(|x| x.is_finite() && *x >= 0.0)
-            && numbers[1..3].iter().any(|x| *x > 0.0),
-        "{} printed no sane result row for {size} bytes:\n{}",
-        side.label,
-        side.output
-    );
 }
 
 /// What our server prints when the client measures and reports nothing.
@@ -101,10 +55,7 @@ fn interop(test: &str, opts: &[&str], ours_serves: bool, port: u16) {
     // twice at most. Any other failure fails at once.
     for attempt in 0..3u16 {
         let (s, c) = interop_run(test, opts, ours_serves, port + 100 * attempt);
-        let calibration = [&s, &c]
-            .iter()
-            .any(|f| f.label.contains("(`ib_") && f.output.contains("Can't produce a report"));
-        if calibration && attempt < 2 {
+        if calibration_failed(&[&s, &c]) && attempt < 2 {
             eprintln!("perftest's clock calibration failed (attempt {attempt}); running again");
             continue;
         }

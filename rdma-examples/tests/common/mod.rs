@@ -5,6 +5,8 @@
 // Each test file uses a different part of this module.
 #![allow(dead_code)]
 
+pub(crate) mod perftest;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};

@@ -1,7 +1,9 @@
 //! `perf`'s command line (perftest's short flags), turned into the
 //! [`Options`] the server and client run with.
 
-use crate::protocol::{AtomicKind, Params, Test, INLINE, ITERS, MAX_ALL, RX_DEPTH, SIZE, TX_DEPTH};
+use crate::protocol::{
+    AtomicKind, Params, Test, INLINE, ITERS, MAX_ALL, QPS, RX_DEPTH, SIZE, TX_DEPTH,
+};
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rdma_examples::cli;
@@ -67,6 +69,15 @@ struct Args {
           hide_default_value = true, default_value = "14",
           value_parser = cli::number::<u8>(Limit::new("-u/--qp-timeout", 1, 31)))]
     qp_timeout: u8,
+    /// queue pairs, one connection each (bandwidth tests; as perftest's
+    /// -q, each runs -n operations with -t in flight)
+    #[arg(short = 'q', long = "qp", value_name = "N", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<usize>(QPS))]
+    qps: usize,
+    /// bidirectional: both sides post (bandwidth tests; as perftest's -b,
+    /// each side reports the sum of both directions)
+    #[arg(short = 'b', long = "bidirectional")]
+    bidirectional: bool,
     /// sleep on completion events while waiting (default: busy polling)
     #[arg(short = 'e', long = "events")]
     events: bool,
@@ -181,6 +192,19 @@ impl Options {
                  (not with -a, -e or --async)"
             ));
         }
+        if (a.qps > 1 || a.bidirectional) && !test.takes_many_qps() {
+            return Err(format!(
+                "-q/--qp above 1 and -b/--bidirectional apply to write_bw, read_bw and send_bw, \
+                 not {test_name}"
+            ));
+        }
+        if (a.qps > 1 || a.bidirectional) && (a.asynchronous || a.events) {
+            return Err(
+                "-q/--qp above 1 and -b/--bidirectional poll their queue pairs in turn \
+                 (not with --async or -e)"
+                    .into(),
+            );
+        }
         if a.rdma_cm && test == Test::WriteLat && a.iters.is_some_and(|n| n < 2) {
             return Err(
                 "-n/--iters: write_lat -R times each write to the next (as perftest): \
@@ -198,6 +222,8 @@ impl Options {
                 inline: a.inline_size,
                 events: a.events,
                 atomic: a.atomic_type.unwrap_or_default(),
+                qps: a.qps,
+                bidirectional: a.bidirectional,
             },
             server,
             ib_dev: a.device.ib_dev,
@@ -248,6 +274,10 @@ mod tests {
         assert!(parse(&["write_lat", "-R", "-n", "1"]).is_err());
         assert!(parse(&["write_lat", "-R", "-n", "2"]).is_ok());
         assert_eq!((o.params.iters, o.params.tx_depth), (1000, 1));
+        let o = parse(&["send_bw", "-q", "4", "-b", "-R", "host"]).unwrap();
+        assert_eq!((o.params.qps, o.params.bidirectional), (4, true));
+        assert!(o.params.many_lanes());
+        assert!(!parse(&["write_bw"]).unwrap().params.many_lanes());
     }
 
     #[test]
@@ -274,6 +304,12 @@ mod tests {
             &[],
             &["write_bw", "a", "b"],
             &["write_bw", "-q"],
+            &["write_bw", "-q", "0"],
+            &["write_bw", "-q", "65"],
+            &["write_lat", "-q", "2"],
+            &["atomic_bw", "-b"],
+            &["send_bw", "-b", "--async"],
+            &["read_bw", "-q", "2", "-e"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

@@ -37,6 +37,8 @@ pub(crate) const TX_DEPTH: Limit = Limit::new("-t/--tx-depth", 1, 16384);
 pub(crate) const RX_DEPTH: Limit = Limit::new("-r/--rx-depth", 1, 16384);
 /// Inline size (`-I`).
 pub(crate) const INLINE: Limit = Limit::new("-I/--inline-size", 0, 4096);
+/// Queue pairs (`-q`): one connection each.
+pub(crate) const QPS: Limit = Limit::new("-q/--qp", 1, 64);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Test {
@@ -114,6 +116,11 @@ impl Test {
         )
     }
 
+    /// Whether `-q` above 1 and `-b` apply (the bandwidth tests on bytes).
+    pub(crate) fn takes_many_qps(self) -> bool {
+        matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
+    }
+
     pub(crate) fn uses_receives(self) -> bool {
         matches!(self, Test::SendBw | Test::SendLat)
     }
@@ -170,6 +177,11 @@ pub(crate) struct Params {
     /// The atomic tests' operation (sent as `atomic=`; a client that does
     /// not send it means fetch-and-add).
     pub(crate) atomic: AtomicKind,
+    /// `-q`: queue pairs, each running `iters` operations with `tx_depth`
+    /// in flight (as perftest's `-q`); sent as `qps=` (absent: 1).
+    pub(crate) qps: usize,
+    /// `-b`: both sides post (sent as `bidi=`; absent: 0).
+    pub(crate) bidirectional: bool,
 }
 
 impl Params {
@@ -177,7 +189,7 @@ impl Params {
     pub(crate) fn to_line(&self) -> String {
         let sizes: Vec<String> = self.sizes.iter().map(usize::to_string).collect();
         format!(
-            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} atomic={} sizes={}",
+            "PERF1 test={} iters={} tx_depth={} rx_depth={} inline={} events={} atomic={} qps={} bidi={} sizes={}",
             self.test.name(),
             self.iters,
             self.tx_depth,
@@ -185,6 +197,8 @@ impl Params {
             self.inline.map_or("auto".to_owned(), |n| n.to_string()),
             u8::from(self.events),
             self.atomic.name(),
+            self.qps,
+            u8::from(self.bidirectional),
             sizes.join(",")
         )
     }
@@ -210,6 +224,7 @@ impl Params {
         let (mut iters, mut tx_depth, mut rx_depth) = (None, None, None);
         let (mut inline, mut events) = (None, None);
         let mut atomic = AtomicKind::default();
+        let (mut qps, mut bidirectional) = (1, false);
         for w in words {
             let (k, v) = w
                 .split_once('=')
@@ -233,13 +248,9 @@ impl Params {
                 "rx_depth" => rx_depth = num(RX_DEPTH).map_err(fail)?,
                 "inline" if v == "auto" => inline = Some(None),
                 "inline" => inline = Some(Some(INLINE.parse(v).map_err(fail)? as u32)),
-                "events" => {
-                    events = Some(match v {
-                        "0" => false,
-                        "1" => true,
-                        _ => return Err(fail(format!("bad events={}", v.escape_debug()))),
-                    })
-                }
+                "events" => events = Some(flag("events", v)?),
+                "qps" => qps = QPS.parse_usize(v).map_err(fail)?,
+                "bidi" => bidirectional = flag("bidi", v)?,
                 "atomic" => {
                     atomic = AtomicKind::parse(v)
                         .ok_or_else(|| {
@@ -263,6 +274,13 @@ impl Params {
             }
         }
         match (test, iters, tx_depth, rx_depth, inline, events) {
+            (Some(test), ..) if (qps > 1 || bidirectional) && !test.takes_many_qps() => {
+                Err(fail(format!(
+                    "{} runs on one queue pair one way (qps={qps}, bidi={})",
+                    test.name(),
+                    u8::from(bidirectional)
+                )))
+            }
             (Some(test), ..) if test.is_atomic() && sizes != [rdma_safe::work::ATOMIC_SIZE] => {
                 Err(fail(format!(
                     "{} operates on {} bytes, not sizes={}",
@@ -291,6 +309,8 @@ impl Params {
                 inline,
                 events,
                 atomic,
+                qps,
+                bidirectional,
             }),
             _ => Err(fail(format!("incomplete parameters `{}`", quoted()))),
         }
@@ -304,6 +324,12 @@ impl Params {
             Test::AtomicLat => format!("Atomic {} Latency Test", self.atomic.name()),
             t => t.title().to_owned(),
         }
+    }
+
+    /// Whether the run takes the many-lane path ([`crate::multi_qp`]):
+    /// more than one queue pair, or both directions.
+    pub(crate) fn many_lanes(&self) -> bool {
+        self.qps > 1 || self.bidirectional
     }
 
     /// The largest size (at least 1).
@@ -320,6 +346,15 @@ impl Params {
         let ops = self.iters as f64 / 1000.0;
         let bytes = self.iters as f64 * size as f64 / 1_048_576.0;
         timeout + Duration::from_secs_f64(ops + bytes)
+    }
+}
+
+/// A `0`/`1` parameter of the client's line.
+fn flag(name: &str, v: &str) -> Result<bool> {
+    match v {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(fail(format!("bad {name}={}", v.escape_debug()))),
     }
 }
 
@@ -398,6 +433,8 @@ mod tests {
             inline: Some(220),
             events: true,
             atomic: AtomicKind::FetchAndAdd,
+            qps: 1,
+            bidirectional: false,
         }
     }
 
@@ -418,9 +455,20 @@ mod tests {
             ..sample()
         };
         assert_eq!(Params::from_line(&cas.to_line()).unwrap(), cas);
-        // A client without `atomic=` means fetch-and-add.
-        let old = sample().to_line().replace(" atomic=FETCH_AND_ADD", "");
+        // A client without `atomic=` means fetch-and-add; without `qps=`
+        // and `bidi=`, one queue pair one way.
+        let old = sample()
+            .to_line()
+            .replace(" atomic=FETCH_AND_ADD", "")
+            .replace(" qps=1 bidi=0", "");
         assert_eq!(Params::from_line(&old).unwrap(), sample());
+        let many = Params {
+            test: Test::SendBw,
+            qps: 4,
+            bidirectional: true,
+            ..sample()
+        };
+        assert_eq!(Params::from_line(&many.to_line()).unwrap(), many);
         let bad = |from: &str, to: &str| {
             let line = sample().to_line().replace(from, to);
             Params::from_line(&line).unwrap_err().to_string()
@@ -433,6 +481,10 @@ mod tests {
         assert!(bad("iters=1000", "iters=0").contains("-n/--iters"));
         assert!(bad("tx_depth=1", "tx_depth=16385").contains("-t/--tx-depth"));
         assert!(bad("inline=220", "inline=4097").contains("-I/--inline-size"));
+        assert!(bad("qps=1", "qps=65").contains("-q/--qp"));
+        assert!(bad("qps=1", "qps=0").contains("-q/--qp"));
+        assert!(bad("bidi=0", "bidi=2").contains("bad bidi"));
+        assert!(bad("qps=1", "qps=2").contains("write_lat runs on one queue pair"));
         let many = vec!["1"; MAX_SIZES + 1].join(",");
         assert!(bad("sizes=2,4096", &format!("sizes={many}")).contains("more than 23"));
         assert!(bad("iters=1000 ", "").contains("incomplete"));
@@ -494,6 +546,7 @@ mod tests {
                 if let Some(n) = p.inline {
                     INLINE.check(n.into()).unwrap();
                 }
+                QPS.check_usize(p.qps).unwrap();
             }
         }
         assert!(accepted > 100, "{accepted}");

@@ -44,6 +44,7 @@ use crate::atomic;
 use crate::bandwidth::{read_chunks, ring_slots, run_bw};
 use crate::cm_exposed::Exposed;
 use crate::cm_loops::{self, run_allowance};
+use crate::cm_multi;
 use crate::control::{Control, RETRY_DELAY};
 use crate::options::Options;
 use crate::perftest_wire::{self as wire, BwReport, Dest, CACHE_LINE, PAGE_SIZE};
@@ -125,10 +126,24 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let blank = Dest::default().encode();
     ctl.hand_shake(&blank)?;
     let data_started = Instant::now();
-    let channel = data_connection(o, listener.as_ref())?;
+    // `-q`: one connection per queue pair, as perftest connects them.
+    let mut channels = Vec::with_capacity(p.qps);
+    for _ in 0..p.qps {
+        channels.push(data_connection(o, listener.as_ref())?);
+    }
     let data_setup = data_started.elapsed();
     trace("data connection established");
     ctl.hand_shake(&blank)?;
+    if p.many_lanes() {
+        let setup = cm_multi::SetUp {
+            version,
+            cycle,
+            control: control_setup,
+            data: data_setup,
+        };
+        return cm_multi::run(o, &out, ctl, channels, setup);
+    }
+    let channel = channels.pop().ok_or_else(|| fail("no data connection"))?;
 
     let pd = channel.pd().clone();
     let local_len = match p.test {
@@ -148,19 +163,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     let exposed = Exposed::new(&pd, p.test, size, cycle)?;
 
     let gid = channel.gid();
-    let endpoint = channel.local_endpoint();
-    let mine = Dest {
-        lid: endpoint.lid.into(),
-        out_reads: 16,
-        qpn: channel.qp_num(),
-        psn: 0,
-        rkey: exposed.remote().rkey(),
-        vaddr: exposed.remote().address(),
-        gid: *gid.gid.as_bytes(),
-        srqn: 0,
-        gid_index: gid.index,
-    }
-    .encode();
+    let mine = dest(&channel, &exposed).encode();
     let theirs_raw = ctl.hand_shake(&mine)?;
     trace(&format!("peer destination {theirs_raw:02x?}"));
     let theirs = Dest::decode(&theirs_raw)?;
@@ -311,6 +314,23 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// This side's `pingpong_dest` for the queue pair of `channel`: its
+/// number, GID and the exposed memory.
+pub(crate) fn dest(channel: &Channel, exposed: &Exposed) -> Dest {
+    let gid = channel.gid();
+    Dest {
+        lid: channel.local_endpoint().lid.into(),
+        out_reads: 16,
+        qpn: channel.qp_num(),
+        psn: 0,
+        rkey: exposed.remote().rkey(),
+        vaddr: exposed.remote().address(),
+        gid: *gid.gid.as_bytes(),
+        srqn: 0,
+        gid_index: gid.index,
+    }
+}
+
 /// The options of the data connection; on the server also those of its
 /// one listener, which the control connection is accepted from too (its
 /// queue pair gets the data connection's capabilities: more than it needs).
@@ -342,7 +362,10 @@ fn data_connection(o: &Options, listener: Option<&Listener>) -> Result<Channel> 
     match (listener, &o.server) {
         // The server: the client's data connection request waits in the
         // listener's backlog if it came before this call.
-        (Some(listener), _) => Ok(listener.incoming()?.accept(&[])?),
+        (Some(listener), _) => listener
+            .incoming_within(o.timeout)?
+            .ok_or_else(|| fail(format!("no data connection request within {:?}", o.timeout)))?
+            .accept(&[]),
         (None, Some(host)) => {
             let start = Instant::now();
             loop {
@@ -363,7 +386,7 @@ fn data_connection(o: &Options, listener: Option<&Listener>) -> Result<Channel> 
 
 /// xchg_bw_reports: five exchanges, the client's report going to the
 /// server; returns the peer's.
-fn exchange_report(
+pub(crate) fn exchange_report(
     ctl: &mut Control,
     bw: &rdma_examples::stats::Bandwidth,
     size: usize,

@@ -86,8 +86,13 @@ fn three<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
 struct BwJson<'a> {
     test: &'a str,
     bytes: usize,
+    /// Operations over all queue pairs (`-n` × `-q`), as perftest counts.
     iterations: usize,
     tx_depth: usize,
+    /// `-q`.
+    qps: usize,
+    /// `-b`: the numbers are the sum of both directions (as perftest's).
+    bidirectional: bool,
     #[serde(serialize_with = "three")]
     bw_peak_mb_s: f64,
     #[serde(serialize_with = "three")]
@@ -167,8 +172,10 @@ pub(crate) fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbo
                 return json_line(&BwJson {
                     test,
                     bytes: size,
-                    iterations: p.iters,
+                    iterations: p.iters * p.qps,
                     tx_depth: p.tx_depth,
+                    qps: p.qps,
+                    bidirectional: p.bidirectional,
                     bw_peak_mb_s: b.bw.peak_mb,
                     bw_avg_mb_s: b.bw.avg_mb,
                     msg_rate_mpps: b.bw.mpps,
@@ -180,7 +187,11 @@ pub(crate) fn print_report(out: &Out, p: &Params, size: usize, r: &Report, verbo
             }
             out.say(&format!(
                 " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
-                size, p.iters, b.bw.peak_mb, b.bw.avg_mb, b.bw.mpps
+                size,
+                p.iters * p.qps,
+                b.bw.peak_mb,
+                b.bw.avg_mb,
+                b.bw.mpps
             ));
             if verbose && b.post_ns_avg.is_finite() {
                 out.say(&format!(

@@ -1,0 +1,382 @@
+//! Many queue pairs and both directions (`-q`, `-b`): one thread drives
+//! every *lane* — one connection, its buffers and its own `rdma-safe`
+//! scope — in turn, as perftest's `run_iter_bw` and `run_iter_bi` walk
+//! their queue pairs in one loop.
+//!
+//! A lane posts (`-t` operations in flight, `-n` of them, batched as the
+//! one-lane loop does), receives (send_bw's receiving side: `-r` receives
+//! posted, re-posted as they complete), or both (`send_bw -b`). Nothing
+//! blocks on one lane while another has work: each turn posts what fits
+//! and polls each lane's oldest operations without waiting.
+//!
+//! Scopes are closures, so N of them are open at once by recursion
+//! ([`nest`]): each level opens its lane's scope, posts its first
+//! receives, and hands the next level a `step` of every lane opened so
+//! far; the innermost level says "ready" (perftest's go-ahead handshake:
+//! every receive is posted by then) and drives all lanes until each is
+//! done. Buffers, request arrays and handle rings are set up per lane
+//! before the run; a turn allocates nothing.
+//!
+//! A turn that sees no completion on any lane for the channel's timeout
+//! ends the run with an error (the scopes then drain, each bounded too).
+
+use crate::bandwidth::{batch_size, read_chunks, BwRun};
+use crate::{check_message, Side};
+use rdma_examples::clock::{self, Stamp};
+use rdma_examples::fail;
+use rdma_examples::stats::Bandwidth;
+use rdma_examples::Result;
+use rdma_safe::{
+    scope::ScopedPendingWork, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
+    ScatterElement, SendWorkRequest, WriteWorkRequest,
+};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// What a lane posts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Post {
+    /// Nothing (a receiving or passive side).
+    Nothing,
+    /// RDMA writes of the lane's message buffer to the region.
+    Write(RemoteMemoryRegion),
+    /// RDMA reads from the region into the lane's chunks.
+    Read(RemoteMemoryRegion),
+    /// Sends of the message buffer, immediate data = index in the lane.
+    Send,
+}
+
+/// What one lane does in a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) post: Post,
+    /// Whether the lane receives `iters` messages (send_bw).
+    pub(crate) receive: bool,
+}
+
+/// The shape of a run, the same on every lane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// Message size.
+    pub(crate) size: usize,
+    /// Operations each lane posts, and messages each receiving lane takes.
+    pub(crate) iters: usize,
+    /// Operations in flight per lane (`-t`).
+    pub(crate) depth: usize,
+    /// Receives posted per lane (`-r`).
+    pub(crate) rx_depth: usize,
+    /// Bytes between receive slots in a lane's `rx` buffer.
+    pub(crate) stride: usize,
+    /// Whether every received message must carry its index as immediate
+    /// data (`perf`'s own protocol; perftest sends none).
+    pub(crate) check_immediate: bool,
+    /// How long no lane may make progress.
+    pub(crate) timeout: Duration,
+}
+
+/// Post and completion times of a lane's operations (seconds since the
+/// run's start), and the messages it received.
+#[derive(Debug, Default)]
+pub(crate) struct LaneTimes {
+    pub(crate) posted: Vec<f64>,
+    pub(crate) completed: Vec<f64>,
+    pub(crate) received: usize,
+}
+
+/// Progress of one turn over some lanes.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    /// Every lane has finished.
+    done: bool,
+    /// Completions seen in this turn.
+    events: usize,
+}
+
+/// Runs `plans[i]` on `sides[i]`, every lane in one thread; `ready` is
+/// called once every lane has posted its first receives and before any
+/// lane posts. Returns each lane's times.
+///
+/// # Errors
+/// A post or a completion failed, a completion's length or immediate data
+/// is wrong, `ready` failed, or no lane progressed for `shape.timeout`.
+pub(crate) fn run_lanes(
+    sides: &mut [Side],
+    plans: &[Plan],
+    shape: &Shape,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<Vec<LaneTimes>> {
+    if sides.len() != plans.len() || sides.is_empty() {
+        return Err(fail(format!(
+            "{} lanes for {} plans",
+            sides.len(),
+            plans.len()
+        )));
+    }
+    let mut times: Vec<LaneTimes> = plans
+        .iter()
+        .map(|plan| {
+            let n = if matches!(plan.post, Post::Nothing) {
+                0
+            } else {
+                shape.iters
+            };
+            LaneTimes {
+                posted: Vec::with_capacity(n),
+                completed: Vec::with_capacity(n),
+                received: 0,
+            }
+        })
+        .collect();
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
+    let mut none = || {
+        Ok(Turn {
+            done: true,
+            events: 0,
+        })
+    };
+    nest(sides, plans, shape, origin, &mut times, &mut none, ready)?;
+    Ok(times)
+}
+
+/// The bandwidth of a run: every lane's operations in one timeline, post
+/// times and completion times each in order, as perftest keeps them
+/// (one array over all its queue pairs), so that the peak and the average
+/// cover all lanes.
+pub(crate) fn bandwidth(size: usize, lanes: &[LaneTimes]) -> Result<BwRun> {
+    let mut posted: Vec<f64> = lanes
+        .iter()
+        .flat_map(|l| l.posted.iter().copied())
+        .collect();
+    let mut completed: Vec<f64> = lanes
+        .iter()
+        .flat_map(|l| l.completed.iter().copied())
+        .collect();
+    posted.sort_by(f64::total_cmp);
+    completed.sort_by(f64::total_cmp);
+    let bw =
+        Bandwidth::from_times(size, &posted, &completed).ok_or_else(|| fail("no operations"))?;
+    Ok(BwRun {
+        bw,
+        post_ns_avg: f64::NAN,
+        scope_exit_us: f64::NAN,
+    })
+}
+
+/// One level of the recursion: opens the first lane's scope, sets the lane
+/// up (request arrays, receive ring, first receives), and recurses with a
+/// turn that steps `outer` (the lanes opened so far) and this lane. With
+/// no lane left, [`drive`]s them all.
+fn nest(
+    sides: &mut [Side],
+    plans: &[Plan],
+    shape: &Shape,
+    origin: Stamp,
+    times: &mut [LaneTimes],
+    outer: &mut dyn FnMut() -> Result<Turn>,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let (Some((side, sides)), Some((&plan, plans)), Some((tl, times))) = (
+        sides.split_first_mut(),
+        plans.split_first(),
+        times.split_first_mut(),
+    ) else {
+        return drive(shape.timeout, outer, ready);
+    };
+    let Shape {
+        size,
+        iters,
+        depth,
+        rx_depth,
+        stride,
+        check_immediate,
+        ..
+    } = *shape;
+    let chunks = match plan.post {
+        Post::Read(_) => read_chunks(side.local.len(), size, depth),
+        _ => 1,
+    };
+    let slots = side.slots.max(1);
+    let (mr, buf) = side.local.split_mut();
+    let buf = &mut buf[..size * chunks];
+    let (rx_mr, rx) = side.rx.split_mut();
+    side.channel
+        .scope(|s| -> Result<()> {
+            // The requests of every batch, built once: a write or send
+            // batch is one request repeated, a read batch one request per
+            // chunk.
+            let batch = batch_size(depth);
+            let (gather, mut scatter) = match plan.post {
+                Post::Read(_) => (
+                    None,
+                    buf.chunks_mut(size)
+                        .map(|c| [mr.scatter_element(c)])
+                        .collect::<Vec<_>>(),
+                ),
+                _ => (Some([mr.gather_element(buf)]), Vec::new()),
+            };
+            let mut writes = match (plan.post, &gather) {
+                (Post::Write(r), Some(g)) => vec![WriteWorkRequest::new(g, r); batch],
+                _ => Vec::new(),
+            };
+            let mut sends = match (plan.post, &gather) {
+                (Post::Send, Some(g)) => vec![SendWorkRequest::new(g); batch],
+                _ => Vec::new(),
+            };
+            let mut reads: Vec<ReadWorkRequest<'_, '_>> = match plan.post {
+                Post::Read(r) => scatter
+                    .iter_mut()
+                    .map(|e| ReadWorkRequest::new(e, r))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let (to_post, lane_batch) = match plan.post {
+                Post::Nothing => (0, 1),
+                Post::Read(_) => (iters, reads.len().max(1)),
+                _ => (iters, batch),
+            };
+            let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize)> =
+                VecDeque::with_capacity(depth.div_ceil(lane_batch) + 1);
+            let (mut next, mut outstanding) = (0usize, 0usize);
+
+            // The receive ring: more receives than slots may be posted (a
+            // slot is reused while an earlier receive into it is posted;
+            // Rust reads no slot before the scope has ended).
+            let to_receive = if plan.receive { iters } else { 0 };
+            let mut lists: Vec<[ScatterElement<'_>; 1]> = if plan.receive {
+                rx.chunks_mut(stride)
+                    .take(slots)
+                    .map(|c| [rx_mr.scatter_element(&mut c[..size])])
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let mut recvs: VecDeque<ScopedPendingWork<'_>> =
+                VecDeque::with_capacity(rx_depth.min(to_receive));
+            let mut rx_posted = 0usize;
+            while rx_posted < rx_depth.min(to_receive) {
+                let k = rx_posted % lists.len();
+                recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[k]))?);
+                rx_posted += 1;
+            }
+
+            let mut step = || -> Result<Turn> {
+                let mut events = 0;
+                while next < to_post
+                    && outstanding + lane_batch.min(to_post - next) <= depth.max(lane_batch)
+                {
+                    let n = lane_batch.min(to_post - next);
+                    let t0 = Stamp::now();
+                    let handle = match plan.post {
+                        Post::Write(_) => s.post_batch(&mut writes[..n])?,
+                        Post::Read(_) => s.post_batch(&mut reads[..n])?,
+                        Post::Send => {
+                            let g = gather.as_ref().ok_or_else(|| fail("no message"))?;
+                            for (k, wr) in sends[..n].iter_mut().enumerate() {
+                                *wr = SendWorkRequest::new(g).with_immediate((next + k) as u32);
+                            }
+                            s.post_batch(&mut sends[..n])?
+                        }
+                        Post::Nothing => return Err(fail("a passive lane posted")),
+                    };
+                    inflight.push_back((handle, n));
+                    let at = (t0 - origin).as_secs_f64();
+                    tl.posted.extend(std::iter::repeat_n(at, n));
+                    next += n;
+                    outstanding += n;
+                }
+                while let Some((oldest, n)) = inflight.pop_front() {
+                    let done = match oldest.poll() {
+                        Ok(outcome) => outcome?,
+                        Err(pending) => {
+                            inflight.push_front((pending, n));
+                            break;
+                        }
+                    };
+                    let at = (Stamp::now() - origin).as_secs_f64();
+                    tl.completed.extend(std::iter::repeat_n(at, n));
+                    outstanding -= n;
+                    events += 1;
+                    if done.bytes() != size * n {
+                        return Err(fail(format!(
+                            "operations {}..{} completed with {} bytes, expected {}",
+                            tl.completed.len() - n,
+                            tl.completed.len(),
+                            done.bytes(),
+                            size * n
+                        )));
+                    }
+                }
+                while let Some(oldest) = recvs.pop_front() {
+                    let got = match oldest.poll() {
+                        Ok(outcome) => outcome?,
+                        Err(pending) => {
+                            recvs.push_front(pending);
+                            break;
+                        }
+                    };
+                    let i = tl.received;
+                    if check_immediate {
+                        check_message(i, size, got.bytes(), got.immediate())?;
+                    } else if got.bytes() != size {
+                        return Err(fail(format!(
+                            "message {i} has {} bytes, expected {size}",
+                            got.bytes()
+                        )));
+                    }
+                    tl.received += 1;
+                    events += 1;
+                    if rx_posted < to_receive {
+                        let k = rx_posted % lists.len();
+                        recvs.push_back(s.post_receive(ReceiveWorkRequest::new(&mut lists[k]))?);
+                        rx_posted += 1;
+                    }
+                }
+                Ok(Turn {
+                    done: tl.completed.len() >= to_post && tl.received >= to_receive,
+                    events,
+                })
+            };
+            let mut turn = || -> Result<Turn> {
+                let a = outer()?;
+                let b = step()?;
+                Ok(Turn {
+                    done: a.done && b.done,
+                    events: a.events + b.events,
+                })
+            };
+            nest(sides, plans, shape, origin, times, &mut turn, ready)
+        })
+        .map_err(rdma_safe::Error::from)
+}
+
+/// The innermost level: every lane is open and has posted its first
+/// receives; says `ready`, then turns until every lane is done.
+fn drive(
+    timeout: Duration,
+    lanes: &mut dyn FnMut() -> Result<Turn>,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    ready()?;
+    let mut last = Stamp::now();
+    let mut idle = 0u32;
+    loop {
+        let turn = lanes()?;
+        if turn.done {
+            return Ok(());
+        }
+        if turn.events > 0 {
+            idle = 0;
+            last = Stamp::now();
+        } else {
+            idle = idle.wrapping_add(1);
+            // The clock is read now and then only: an idle turn is a few
+            // polls.
+            if idle.is_multiple_of(1024) && last.elapsed() > timeout {
+                return Err(fail(format!(
+                    "no completion on any of the queue pairs within {timeout:?}"
+                )));
+            }
+        }
+    }
+}
