@@ -240,6 +240,55 @@ fn perf_all_sizes() {
 
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_many_queue_pairs_and_both_directions_check_their_data() {
+    // -q: each queue pair moves its own part with its own pattern; -b: both
+    // sides post and check what the other wrote, read or sent. Two sizes,
+    // so that the second runs over buffers the first left behind.
+    for (i, (test, lanes)) in [
+        ("write_bw", &["-q", "4"][..]),
+        ("read_bw", &["-q", "4"][..]),
+        ("send_bw", &["-q", "4"][..]),
+        ("write_bw", &["-b"][..]),
+        ("read_bw", &["-b", "-q", "2"][..]),
+        ("send_bw", &["-b", "-q", "3"][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut extra = vec!["-n", "200", "-t", "32", "-r", "64", "--json", "-s"];
+        extra.push(if i % 2 == 0 { "4096" } else { "3000" });
+        extra.extend(lanes);
+        let (s, c) = perf(test, 19250 + i as u16, &extra);
+        s.assert_has("data verified");
+        c.assert_has("data verified");
+        let qps = lanes
+            .windows(2)
+            .find(|w| w[0] == "-q")
+            .map_or(1, |w| w[1].parse::<usize>().unwrap());
+        let bidi = lanes.contains(&"-b");
+        let json = c
+            .output
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("no JSON line:\n{}", c.output));
+        assert!(
+            json.contains(&format!("\"iterations\":{},", 200 * qps))
+                && json.contains(&format!("\"qps\":{qps},\"bidirectional\":{bidi}"))
+                && json.ends_with("\"verified\":true,\"checks\":\"data\"}"),
+            "{json}"
+        );
+        let mpps: f64 = json
+            .split("\"msg_rate_mpps\":")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(mpps > 0.0, "a message rate is reported: {json}");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_server_refuses_another_test() {
     let (dev, gid) = (device(), gid_index());
     let port = "19240".to_string();

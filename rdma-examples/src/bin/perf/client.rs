@@ -8,7 +8,7 @@ use crate::latency::run_lat;
 use crate::options::Options;
 use crate::protocol::{self, Test};
 use crate::report::{clock_cost, print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
-use crate::{mark, recv_region, seed, send_region, setup, BY_SERVER};
+use crate::{mark, recv_region, seed, send_region, setup, setup_lanes, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
@@ -27,6 +27,10 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     let mut link = Link::new(stream, o.timeout)?;
     link.write_line(&p.to_line())?;
     protocol::decode_answer(&link.read_line("the server's answer to our parameters")?)?;
+    if p.many_lanes() {
+        let sides = setup_lanes(o, p, &pd, &mut link, &out)?;
+        return crate::own_multi::client(o, sides, &mut link, &out);
+    }
     let mut side = setup(o, p, &pd, &mut link, &out)?;
     if p.test.is_atomic() {
         if o.asynchronous {

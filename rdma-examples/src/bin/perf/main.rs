@@ -72,6 +72,7 @@ mod control;
 mod latency;
 mod multi_qp;
 mod options;
+mod own_multi;
 mod perftest_wire;
 mod protocol;
 mod rdma_cm;
@@ -155,6 +156,33 @@ fn setup(
     link: &mut Link,
     out: &Out,
 ) -> Result<Side> {
+    setup_lane(o, p, pd, link, out, 0)
+}
+
+/// [`setup`] for every queue pair of `-q`, in order (both sides connect
+/// them in the same order over the one TCP connection).
+fn setup_lanes(
+    o: &Options,
+    p: &Params,
+    pd: &ProtectionDomain,
+    link: &mut Link,
+    out: &Out,
+) -> Result<Vec<Side>> {
+    (0..p.qps)
+        .map(|lane| setup_lane(o, p, pd, link, out, lane))
+        .collect()
+}
+
+/// [`setup`] of queue pair `lane`: the whole header for the first, one
+/// line of addresses for the others.
+fn setup_lane(
+    o: &Options,
+    p: &Params,
+    pd: &ProtectionDomain,
+    link: &mut Link,
+    out: &Out,
+    lane: usize,
+) -> Result<Side> {
     let qp = perftest_qp(o.qp_timeout, pd)?;
     let build = |inline: u32| {
         let mut b = pd
@@ -198,33 +226,51 @@ fn setup(
     let remote = net::handshake(&mut channel, link)?;
     let local_ep = channel.local_endpoint();
     let gid = channel.gid();
-    out.say(RULE);
-    out.say(&format!("                    {}", p.title()));
-    out.say(&format!(
-        " Device: {}  Port: {}  GID index: {} ({})  MTU: {}",
-        pd.context().name(),
-        o.ib_port,
-        gid.index,
-        gid.gid.to_ip(),
-        local_ep.mtu.min(remote.mtu).bytes()
-    ));
-    out.say(&format!(
-        " Iterations: {}  TX depth: {}  RX depth: {}  Inline: {}  Completions: {}",
-        p.iters,
-        p.tx_depth,
-        if p.test.uses_receives() {
-            p.rx_depth
-        } else {
-            0
-        },
-        inline,
-        if p.events { "events" } else { "polling" }
-    ));
-    out.say(&format!(
-        " local address:  QPN {:#08x} PSN {:#08x}\n remote address: QPN {:#08x} PSN {:#08x}",
-        local_ep.qp_num, local_ep.psn, remote.qp_num, remote.psn
-    ));
-    out.say(RULE);
+    if lane > 0 {
+        out.say(&format!(
+            " QP {lane}: local QPN {:#08x} PSN {:#08x}  remote QPN {:#08x} PSN {:#08x}",
+            local_ep.qp_num, local_ep.psn, remote.qp_num, remote.psn
+        ));
+    } else {
+        out.say(RULE);
+        out.say(&format!("                    {}", p.title()));
+        out.say(&format!(
+            " Device: {}  Port: {}  GID index: {} ({})  MTU: {}",
+            pd.context().name(),
+            o.ib_port,
+            gid.index,
+            gid.gid.to_ip(),
+            local_ep.mtu.min(remote.mtu).bytes()
+        ));
+        out.say(&format!(
+            " Iterations: {}  TX depth: {}  RX depth: {}  Inline: {}  Completions: {}",
+            p.iters,
+            p.tx_depth,
+            if p.test.uses_receives() {
+                p.rx_depth
+            } else {
+                0
+            },
+            inline,
+            if p.events { "events" } else { "polling" }
+        ));
+        out.say(&format!(
+            " local address:  QPN {:#08x} PSN {:#08x}\n remote address: QPN {:#08x} PSN {:#08x}",
+            local_ep.qp_num, local_ep.psn, remote.qp_num, remote.psn
+        ));
+        if p.qps > 1 || p.bidirectional {
+            out.say(&format!(
+                " Queue pairs: {}  {}",
+                p.qps,
+                if p.bidirectional {
+                    "bidirectional"
+                } else {
+                    "one way"
+                }
+            ));
+        }
+        out.say(RULE);
+    }
 
     let max = p.max_size();
     // read_bw reads each batch into separate chunks (every in-flight read

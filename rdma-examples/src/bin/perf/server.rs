@@ -7,7 +7,7 @@ use crate::latency::{serve_send_lat, serve_write_lat};
 use crate::options::Options;
 use crate::protocol::{self, Params, Test};
 use crate::report::{self, Checks, Out};
-use crate::{mark, recv_region, seed, send_region, setup, Side, BY_CLIENT, BY_SERVER};
+use crate::{mark, recv_region, seed, send_region, setup, setup_lanes, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::shared::SharedBuffer;
@@ -51,6 +51,10 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     }
     link.write_line("OK")?;
     out.say(&format!("perf: client {peer}"));
+    if p.many_lanes() {
+        let sides = setup_lanes(o, &p, &pd, &mut link, &out)?;
+        return crate::own_multi::serve(o.timeout, &p, sides, &mut link, &out);
+    }
     let mut side = setup(o, &p, &pd, &mut link, &out)?;
     if p.test.is_atomic() {
         return crate::atomic::serve(&p, &mut side, &mut link, &out);
