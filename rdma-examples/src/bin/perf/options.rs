@@ -19,7 +19,7 @@ use std::time::Duration;
                       perf [options] <test> <host>     client: run <test> against the server at <host>\n       \
                       perf [options] --test <test> [<host>]",
     after_help = "Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_bw atomic_lat\n\
-                  The client's -s/-a/-n/-t/-r/-I/-e/-A are sent to the server; both check the data.\n\
+                  The client's -s/-a/-n/-t/-r/-I/-e/-A/-q/-b are sent to the server; both check the data.\n\
                   Atomic tests operate on 8 bytes: -s other than 8 and -a do not apply."
 )]
 struct Args {

@@ -60,8 +60,9 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
     // does so only between its `GO` and its verdict for a size; this side
     // makes references to the buffer only before reading `GO` and after the
     // verdict. `mr` is dropped before `exposed` (declared after it).
-    let mut exposed = SharedBuffer::new(span, "the exposed buffer (-s, -q)")?;
-    let mr = if p.bidirectional && p.test.server_exposes() {
+    let exposes = p.bidirectional && p.test.server_exposes();
+    let mut exposed = SharedBuffer::new(if exposes { span } else { 1 }, "the exposed buffer")?;
+    let mr = if exposes {
         // SAFETY: lifetime and aliasing as just described.
         let mr = unsafe { exposed.register(sides[0].channel.pd()) }?;
         send_region(link, &mr.remote())?;
@@ -75,13 +76,12 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
     out.say(BW_HEADER);
     for &size in &p.sizes {
         // Preparation, while the server waits for nothing from us.
-        if p.bidirectional {
+        if exposes {
             // SAFETY: before `GO` the server touches nothing of ours.
             let mine = unsafe { exposed.slice_mut(0..size * n) };
             prepare_exposed(p.test, mine, size, BY_CLIENT);
-            if p.test == Test::SendBw {
-                sides.iter_mut().for_each(|s| s.rx.fill(0));
-            }
+        } else if p.bidirectional {
+            sides.iter_mut().for_each(|s| s.rx.fill(0));
         }
         fill_locals(&mut sides, p.test, size, BY_CLIENT);
         let go = link.expect_line("GO")?;
@@ -148,8 +148,9 @@ pub(crate) fn serve(
     // The client reaches this buffer only between our `GO` and its `DONE`;
     // this side makes references to it only outside those windows. `mr` is
     // dropped before `exposed` (declared after it).
-    let mut exposed = SharedBuffer::new(span, "the exposed buffer (-s, -q)")?;
-    let mr = if p.test.server_exposes() {
+    let exposes = p.test.server_exposes();
+    let mut exposed = SharedBuffer::new(if exposes { span } else { 1 }, "the exposed buffer")?;
+    let mr = if exposes {
         // SAFETY: lifetime and aliasing as just described.
         let mr = unsafe { exposed.register(sides[0].channel.pd()) }?;
         send_region(link, &mr.remote())?;
@@ -203,15 +204,12 @@ fn serve_size(
     link: &mut Link,
 ) -> Result<Option<BwRun>> {
     let n = sides.len();
-    // SAFETY: the client reaches the buffer only between GO and DONE.
-    prepare_exposed(
-        p.test,
-        unsafe { exposed.slice_mut(0..size * n) },
-        size,
-        BY_SERVER,
-    );
     if p.test == Test::SendBw {
         sides.iter_mut().for_each(|s| s.rx.fill(0));
+    } else {
+        // SAFETY: the client reaches the buffer only between GO and DONE.
+        let parts = unsafe { exposed.slice_mut(0..size * n) };
+        prepare_exposed(p.test, parts, size, BY_SERVER);
     }
     let receives = p.test == Test::SendBw;
     let mine = if p.bidirectional || receives {

@@ -3,8 +3,9 @@
 //!
 //! 1. client → server: the test parameters, one line
 //!    (`PERF1 test=write_bw iters=5000 tx_depth=128 rx_depth=512 inline=auto
-//!    events=0 atomic=FETCH_AND_ADD sizes=65536`); the server answers `OK`
-//!    or `ERR <why>`.
+//!    events=0 atomic=FETCH_AND_ADD qps=1 bidi=0 sizes=65536`); the server
+//!    answers `OK` or `ERR <why>`. With `qps` above 1 or `bidi=1` the
+//!    exchanges below change as [`crate::own_multi`] describes.
 //! 2. Both exchange queue pair addresses (`Channel::handshake`); the side
 //!    that exposes a buffer sends its region (`RemoteMemoryRegion::to_bytes`:
 //!    the server for write, read and atomic tests, the client too for

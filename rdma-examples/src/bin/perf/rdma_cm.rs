@@ -36,6 +36,9 @@
 //! with the client writing first instead, as `perf`'s own protocol does,
 //! the two sides deadlock or run ahead of each other's flag byte.
 //!
+//! `-q N` and `-b` take another path once the N data connections are up
+//! ([`crate::cm_multi`]).
+//!
 //! The peer may be perftest, whose buffers hold arbitrary bytes, so `-R`
 //! checks completion statuses and message lengths, never data; its JSON
 //! lines say so (`"verified": false`, `"checks": "statuses"`).

@@ -156,7 +156,7 @@ pub(crate) fn print_server_size(out: &Out, p: &Params, size: usize) {
             test: p.test.name(),
             role: "server",
             bytes: size,
-            iterations: p.iters,
+            iterations: p.iters * p.qps,
             verified: out.checks == Checks::Data,
             checks: out.checks,
         });
