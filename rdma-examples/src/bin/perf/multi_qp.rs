@@ -380,3 +380,35 @@ fn drive(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_merge_into_one_timeline() {
+        // Two lanes, interleaved: the report is that of one timeline with
+        // every post and every completion in order, as perftest keeps it.
+        let lane = |posted: &[f64], completed: &[f64]| LaneTimes {
+            posted: posted.to_vec(),
+            completed: completed.to_vec(),
+            received: 0,
+        };
+        let lanes = [
+            lane(&[0.0, 0.0, 2.0], &[1.0, 1.0, 3.0]),
+            lane(&[0.5, 2.5], &[1.5, 4.0]),
+        ];
+        let merged = bandwidth(1 << 20, &lanes).unwrap().bw;
+        let one = Bandwidth::from_times(
+            1 << 20,
+            &[0.0, 0.0, 0.5, 2.0, 2.5],
+            &[1.0, 1.0, 1.5, 3.0, 4.0],
+        )
+        .unwrap();
+        assert_eq!(merged, one);
+        // Five 1 MiB operations from 0 to 4 s.
+        assert!((merged.avg_mb - 1.25).abs() < 1e-9, "{merged:?}");
+        assert!((merged.mpps - 5.0 / 4.0 / 1e6).abs() < 1e-12, "{merged:?}");
+        assert!(bandwidth(64, &[LaneTimes::default()]).is_err());
+    }
+}
