@@ -127,3 +127,20 @@ fn perf_atomic_refuses_other_sizes() {
     assert_eq!(c.status.and_then(|s| s.code()), Some(2), "{}", c.output);
     c.assert_has("operates on 8 bytes, not 64");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_atomic_bw_on_four_queue_pairs_checks_every_lane() {
+    // -q 4: each queue pair runs -n atomics on its own word; every old
+    // value of every lane and every word's final count are checked.
+    for (i, kind) in ["FETCH_AND_ADD", "CMP_AND_SWAP"].into_iter().enumerate() {
+        let (s, c) = perf(
+            "atomic_bw",
+            19275 + i as u16,
+            &["-q", "4", "-n", "500", "-t", "16", "-A", kind],
+        );
+        s.assert_has("data verified");
+        c.assert_has("data verified");
+        c.assert_has(" 8          2000 ");
+    }
+}

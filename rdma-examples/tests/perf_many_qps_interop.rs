@@ -20,9 +20,13 @@ use common::*;
 const SIZE: usize = 4096;
 const ITERS: usize = 200;
 
-/// The options both sides run with: `-q`/`-b` in `extra`.
-fn options(port: u16, extra: &[&str]) -> Vec<String> {
-    let mut v = args(&["-R", "-p", &port.to_string(), "-s", "4096", "-n", "200"]);
+/// The options both sides run with: `-q`/`-b` in `extra` (the atomic
+/// tests have no `-s`: 8 bytes).
+fn options(test: &str, port: u16, extra: &[&str]) -> Vec<String> {
+    let mut v = args(&["-R", "-p", &port.to_string(), "-n", "200"]);
+    if !test.starts_with("atomic") {
+        v.extend(args(&["-s", "4096"]));
+    }
     v.extend(args(extra));
     v
 }
@@ -39,7 +43,7 @@ enum Sides {
 /// when perftest's clock calibration failed; returns server and client.
 fn run(test: &str, extra: &[&str], sides: Sides, port: u16) -> (Finished, Finished) {
     for attempt in 0..3u16 {
-        let opts = options(port + 100 * attempt, extra);
+        let opts = options(test, port + 100 * attempt, extra);
         let theirs = format!("ib_{test}");
         let mut ours = args(&[test]);
         ours.extend(opts.clone());
@@ -125,6 +129,31 @@ fn perf_four_queue_pairs_against_perftest() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_bidirectional_against_perftest() {
     against_perftest(&["-b"], 1, true, 19620);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_atomic_bw_on_four_queue_pairs_against_perftest() {
+    for (port, sides) in (19660..).zip([Sides::OursServes, Sides::TheirsServe, Sides::OursBoth]) {
+        let (s, c) = run("atomic_bw", &["-q", "4"], sides, port);
+        s.assert_ok(&c);
+        c.assert_ok(&s);
+        let mut reporters = vec![&c];
+        if sides == Sides::OursServes {
+            s.assert_has("(the client's report)");
+            reporters.push(&s);
+        }
+        for side in reporters {
+            assert_sane_row(side, 8);
+            assert_eq!(
+                row(&side.output, 8).first(),
+                Some(&((ITERS * 4) as f64)),
+                "{}: the row must count every queue pair's atomics:\n{}",
+                side.label,
+                side.output
+            );
+        }
+    }
 }
 
 #[test]

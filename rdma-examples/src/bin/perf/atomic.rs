@@ -37,7 +37,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The request of operation `i` on `remote`, its old value into `result`.
-fn request<'wr, 'd>(
+pub(crate) fn request<'wr, 'd>(
     kind: AtomicKind,
     i: usize,
     remote: RemoteMemoryRegion,

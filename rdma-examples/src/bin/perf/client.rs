@@ -29,6 +29,9 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     protocol::decode_answer(&link.read_line("the server's answer to our parameters")?)?;
     if p.many_lanes() {
         let sides = setup_lanes(o, p, &pd, &mut link, &out)?;
+        if p.test.is_atomic() {
+            return crate::atomic_multi::client(o, sides, &mut link, &out);
+        }
         return crate::own_multi::client(o, sides, &mut link, &out);
     }
     let mut side = setup(o, p, &pd, &mut link, &out)?;

@@ -1,6 +1,7 @@
 //! `perf -R -q N` and `perf -R -b`: perftest's rdma_cm mode with many
 //! queue pairs or both directions, wire-compatible with `ib_<test> -R -q N`
-//! and `-b` of perftest 4.5 (version 6.06), write_bw, read_bw and send_bw.
+//! and `-b` of perftest 4.5 (version 6.06), write_bw, read_bw and send_bw
+//! (atomic_bw: `-q` only; it goes as write_bw and read_bw do).
 //!
 //! What changes on the wire against one queue pair one way
 //! ([`crate::rdma_cm`]):
@@ -40,7 +41,7 @@ use crate::Side;
 use rdma_examples::fail;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
-use rdma_safe::{Channel, RegisteredBuffer, RemoteMemoryRegion};
+use rdma_safe::{work::ATOMIC_SIZE, Channel, RegisteredBuffer, RemoteMemoryRegion};
 use std::time::{Duration, Instant};
 
 /// What the set-up before the data connections found.
@@ -88,6 +89,12 @@ pub(crate) fn run(
         .collect();
 
     // The destinations, every queue pair's, twice (see the module docs).
+    // atomic_bw: one word of results per atomic in flight, per lane.
+    let results = if p.test == Test::AtomicBw && posts {
+        crate::atomic_multi::result_words(&sides, p.tx_depth)?
+    } else {
+        Vec::new()
+    };
     let mut theirs = Vec::with_capacity(n);
     for m in &mine {
         theirs.push(Dest::decode(&ctl.hand_shake(m)?)?);
@@ -124,22 +131,36 @@ pub(crate) fn run(
             r.size, r.iters, r.peak_mb, r.avg_mb, r.mpps
         ));
     } else {
-        let plans: Vec<Plan> = theirs
+        let plans = theirs
             .iter()
-            .map(|d| {
+            .enumerate()
+            .map(|(lane, d)| {
                 let remote = RemoteMemoryRegion::new(d.vaddr, size as u64, d.rkey);
                 let post = match (posts, p.test) {
                     (false, _) => Post::Nothing,
                     (true, Test::WriteBw) => Post::Write(remote),
                     (true, Test::ReadBw) => Post::Read(remote),
+                    (true, Test::AtomicBw) => {
+                        if !d.vaddr.is_multiple_of(ATOMIC_SIZE as u64) {
+                            return Err(fail(format!(
+                                "the peer's word at {:#x} is not 8-byte aligned",
+                                d.vaddr
+                            )));
+                        }
+                        Post::Atomic {
+                            kind: p.atomic,
+                            remote,
+                            results: &results[lane],
+                        }
+                    }
                     (true, _) => Post::Send,
                 };
-                Plan {
+                Ok(Plan {
                     post,
                     receive: receives,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         let shape = Shape {
             size,
             iters: p.iters,

@@ -57,13 +57,14 @@
 //! `-R` (both sides) speaks perftest's rdma_cm protocol instead, so that
 //! either side may be `ib_<test> -R` ([`rdma_cm`]).
 //!
-//! `-q N` (client, or both sides with `-R`) runs write_bw, read_bw and
-//! send_bw on N queue pairs, one connection each, `-n` operations with
-//! `-t` in flight on each, as perftest's `-q`; `-b` makes both sides post
-//! and each report the sum of both directions, as perftest's `-b`. One
-//! thread drives every queue pair's scope in turn ([`multi_qp`]); perf's
-//! own protocol checks every lane's bytes ([`own_multi`]), `-R` speaks
-//! perftest's sequence for N queue pairs ([`cm_multi`]).
+//! `-q N` (client, or both sides with `-R`) runs the bandwidth tests on N
+//! queue pairs, one connection each, `-n` operations with `-t` in flight
+//! on each, as perftest's `-q`; `-b` (write_bw, read_bw, send_bw) makes
+//! both sides post and each report the sum of both directions, as
+//! perftest's `-b`. One thread drives every queue pair's scope in turn
+//! ([`multi_qp`]); perf's own protocol checks every lane's bytes
+//! ([`own_multi`]) or atomics ([`atomic_multi`]), `-R` speaks perftest's
+//! sequence for N queue pairs ([`cm_multi`]).
 //!
 //! `--async` (client) runs the bandwidth and latency tests through the
 //! owned-buffer futures instead ([`asynchronous`]); the server and the
@@ -71,6 +72,7 @@
 
 mod asynchronous;
 mod atomic;
+mod atomic_multi;
 mod bandwidth;
 mod client;
 mod cm_exposed;

@@ -21,21 +21,23 @@
 //! ends the run with an error (the scopes then drain, each bounded too).
 
 use crate::bandwidth::{batch_size, read_chunks, BwRun};
+use crate::protocol::AtomicKind;
 use crate::{check_message, Side};
 use rdma_examples::clock::{self, Stamp};
 use rdma_examples::fail;
 use rdma_examples::stats::Bandwidth;
 use rdma_examples::Result;
 use rdma_safe::{
-    scope::ScopedPendingWork, ReadWorkRequest, ReceiveWorkRequest, RemoteMemoryRegion,
-    ScatterElement, SendWorkRequest, WriteWorkRequest,
+    scope::ScopedPendingWork, work::ATOMIC_SIZE, ReadWorkRequest, ReceiveWorkRequest,
+    RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// What a lane posts.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Post {
+pub(crate) enum Post<'a> {
     /// Nothing (a receiving or passive side).
     Nothing,
     /// RDMA writes of the lane's message buffer to the region.
@@ -44,12 +46,20 @@ pub(crate) enum Post {
     Read(RemoteMemoryRegion),
     /// Sends of the message buffer, immediate data = index in the lane.
     Send,
+    /// 64-bit atomics on the word at `remote`, one per post (operation `i`
+    /// as [`crate::atomic`] runs it), each old value into word `i % -t` of
+    /// `results` and from there into the lane's `olds` once it completed.
+    Atomic {
+        kind: AtomicKind,
+        remote: RemoteMemoryRegion,
+        results: &'a RemoteAccessBuffer,
+    },
 }
 
 /// What one lane does in a run.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan {
-    pub(crate) post: Post,
+pub(crate) struct Plan<'a> {
+    pub(crate) post: Post<'a>,
     /// Whether the lane receives `iters` messages (send_bw).
     pub(crate) receive: bool,
 }
@@ -81,6 +91,8 @@ pub(crate) struct LaneTimes {
     pub(crate) posted: Vec<f64>,
     pub(crate) completed: Vec<f64>,
     pub(crate) received: usize,
+    /// The old values of the lane's atomics, in order.
+    pub(crate) olds: Vec<u64>,
 }
 
 /// Progress of one turn over some lanes.
@@ -120,10 +132,16 @@ pub(crate) fn run_lanes(
             } else {
                 shape.iters
             };
+            let atomics = if matches!(plan.post, Post::Atomic { .. }) {
+                n
+            } else {
+                0
+            };
             LaneTimes {
                 posted: Vec::with_capacity(n),
                 completed: Vec::with_capacity(n),
                 received: 0,
+                olds: Vec::with_capacity(atomics),
             }
         })
         .collect();
@@ -233,6 +251,9 @@ fn nest(
             let (to_post, lane_batch) = match plan.post {
                 Post::Nothing => (0, 1),
                 Post::Read(_) => (iters, reads.len().max(1)),
+                // One atomic per post: its request names its own result
+                // word and compare value.
+                Post::Atomic { .. } => (iters, 1),
                 _ => (iters, batch),
             };
             let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize)> =
@@ -277,6 +298,20 @@ fn nest(
                             }
                             s.post_batch(&mut sends[..n])?
                         }
+                        Post::Atomic {
+                            kind,
+                            remote,
+                            results,
+                        } => {
+                            // Word `next % depth`: at most `depth` atomics are
+                            // in flight, so its previous one has completed and
+                            // its old value was read.
+                            let slot = next % depth;
+                            let mut word =
+                                results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)?;
+                            let mut wr = [crate::atomic::request(kind, next, remote, &mut word)];
+                            s.post_batch(&mut wr)?
+                        }
                         Post::Nothing => return Err(fail("a passive lane posted")),
                     };
                     inflight.push_back((handle, n));
@@ -294,9 +329,17 @@ fn nest(
                         }
                     };
                     let at = (Stamp::now() - origin).as_secs_f64();
+                    let first = tl.completed.len();
                     tl.completed.extend(std::iter::repeat_n(at, n));
                     outstanding -= n;
                     events += 1;
+                    if let Post::Atomic { results, .. } = plan.post {
+                        let words = results.words();
+                        tl.olds.extend(
+                            (first..first + n).map(|k| words[k % depth].load(Ordering::Acquire)),
+                        );
+                        continue;
+                    }
                     if done.bytes() != size * n {
                         return Err(fail(format!(
                             "operations {}..{} completed with {} bytes, expected {}",
@@ -393,6 +436,7 @@ mod tests {
             posted: posted.to_vec(),
             completed: completed.to_vec(),
             received: 0,
+            olds: Vec::new(),
         };
         let lanes = [
             lane(&[0.0, 0.0, 2.0], &[1.0, 1.0, 3.0]),

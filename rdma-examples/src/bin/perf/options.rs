@@ -69,8 +69,8 @@ struct Args {
           hide_default_value = true, default_value = "14",
           value_parser = cli::number::<u8>(Limit::new("-u/--qp-timeout", 1, 31)))]
     qp_timeout: u8,
-    /// queue pairs, one connection each (bandwidth tests; as perftest's
-    /// -q, each runs -n operations with -t in flight)
+    /// queue pairs, one connection each (bandwidth tests, atomic_bw
+    /// included; as perftest's -q, each runs -n operations with -t in flight)
     #[arg(short = 'q', long = "qp", value_name = "N", hide_default_value = true, default_value = "1",
           value_parser = cli::number::<usize>(QPS))]
     qps: usize,
@@ -192,10 +192,14 @@ impl Options {
                  (not with -a, -e or --async)"
             ));
         }
-        if (a.qps > 1 || a.bidirectional) && !test.takes_many_qps() {
+        if a.qps > 1 && !test.takes_many_qps() {
             return Err(format!(
-                "-q/--qp above 1 and -b/--bidirectional apply to write_bw, read_bw and send_bw, \
-                 not {test_name}"
+                "-q/--qp above 1 applies to the bandwidth tests, not {test_name}"
+            ));
+        }
+        if a.bidirectional && !test.takes_both_directions() {
+            return Err(format!(
+                "-b/--bidirectional applies to write_bw, read_bw and send_bw, not {test_name}"
             ));
         }
         if (a.qps > 1 || a.bidirectional) && (a.asynchronous || a.events) {
@@ -278,6 +282,7 @@ mod tests {
         assert_eq!((o.params.qps, o.params.bidirectional), (4, true));
         assert!(o.params.many_lanes());
         assert!(!parse(&["write_bw"]).unwrap().params.many_lanes());
+        assert_eq!(parse(&["atomic_bw", "-q", "4"]).unwrap().params.qps, 4);
     }
 
     #[test]
@@ -308,6 +313,7 @@ mod tests {
             &["write_bw", "-q", "65"],
             &["write_lat", "-q", "2"],
             &["atomic_bw", "-b"],
+            &["atomic_lat", "-q", "2"],
             &["send_bw", "-b", "--async"],
             &["read_bw", "-q", "2", "-e"],
         ] {

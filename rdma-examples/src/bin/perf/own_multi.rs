@@ -271,7 +271,7 @@ fn plans(
     remote: Option<RemoteMemoryRegion>,
     size: usize,
     n: usize,
-) -> Result<Vec<Plan>> {
+) -> Result<Vec<Plan<'static>>> {
     (0..n)
         .map(|lane| {
             let part = || -> Result<RemoteMemoryRegion> {

@@ -117,8 +117,13 @@ impl Test {
         )
     }
 
-    /// Whether `-q` above 1 and `-b` apply (the bandwidth tests on bytes).
+    /// Whether `-q` above 1 applies (the bandwidth tests).
     pub(crate) fn takes_many_qps(self) -> bool {
+        self.is_bw()
+    }
+
+    /// Whether `-b` applies (the bandwidth tests on bytes).
+    pub(crate) fn takes_both_directions(self) -> bool {
         matches!(self, Test::WriteBw | Test::ReadBw | Test::SendBw)
     }
 
@@ -275,7 +280,10 @@ impl Params {
             }
         }
         match (test, iters, tx_depth, rx_depth, inline, events) {
-            (Some(test), ..) if (qps > 1 || bidirectional) && !test.takes_many_qps() => {
+            (Some(test), ..)
+                if (qps > 1 && !test.takes_many_qps())
+                    || (bidirectional && !test.takes_both_directions()) =>
+            {
                 Err(fail(format!(
                     "{} runs on one queue pair one way (qps={qps}, bidi={})",
                     test.name(),

@@ -53,6 +53,9 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     out.say(&format!("perf: client {peer}"));
     if p.many_lanes() {
         let sides = setup_lanes(o, &p, &pd, &mut link, &out)?;
+        if p.test.is_atomic() {
+            return crate::atomic_multi::serve(o.timeout, &p, sides, &mut link, &out);
+        }
         return crate::own_multi::serve(o.timeout, &p, sides, &mut link, &out);
     }
     let mut side = setup(o, &p, &pd, &mut link, &out)?;
