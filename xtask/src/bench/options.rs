@@ -131,7 +131,11 @@ struct Cli {
     /// name ending in _async (write_bw_async, read_bw_async,
     /// send_bw_async, write_lat_async, send_lat_async)
     /// runs ours with perf --async against the same
-    /// perftest program
+    /// perftest program; write_bw_q4, write_bw_q16,
+    /// read_bw_q4 (-q N: N queue pairs share the
+    /// run's iterations), write_bw_bidi, send_bw_bidi
+    /// (-b: both directions, each tool reports the sum)
+    /// run both tools with those flags
     #[arg(long, allow_hyphen_values = true, value_name = "T,...", value_parser = tests, verbatim_doc_comment)]
     tests: Option<::std::vec::Vec<Test>>,
     /// run the async variant of every selected test that

@@ -142,8 +142,11 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     for (k, r) in runs.iter().enumerate() {
         let port = BASE_PORT + k as u32;
-        let (size, n) = (r.size, a.iters(r.test, r.size));
-        let extra = depth_and_inline(a, r.test);
+        // Many queue pairs share the run's iterations (each runs its part),
+        // so a run moves as many bytes as with one; perftest needs >= 5.
+        let n = (a.iters(r.test, r.size) / r.test.qps).max(5);
+        let size = r.size;
+        let extra = format!("{}{}", depth_and_inline(a, r.test), r.test.multi_flags());
         let s = size_option(r.test, size);
         let f = format!("f=\"$R/{}\"", r.stem());
         // On success show only the result (the line after the table
@@ -279,6 +282,52 @@ mod tests {
         assert_eq!(depth_and_inline(&a, by_name("write_lat")), "");
         assert_eq!(depth_and_inline(&a, by_name("atomic_bw")), " -t 128");
         assert_eq!(depth_and_inline(&a, by_name("atomic_lat")), "");
+    }
+
+    #[test]
+    fn many_queue_pairs_and_both_directions_reach_both_tools() {
+        let v = crate::cli::words;
+        let a = options::parse(&v(&[
+            "--tests",
+            "write_bw_q4,send_bw_bidi",
+            "--sizes",
+            "4K",
+            "--reps",
+            "1",
+            "--iters",
+            "2000",
+        ]))
+        .unwrap()
+        .unwrap();
+        let r = runs(&a);
+        let text = plan(&a, &r, Path::new("/t/perf")).text().to_string();
+        let steps: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("server_client "))
+            .collect();
+        assert_eq!(steps.len(), 4, "{text}");
+        // perftest: both sides get -q 4; each queue pair runs 2000 / 4.
+        assert!(
+            steps[0].contains("ib_write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -s 4096 -n 500 -t 128 -q 4 -F"),
+            "{}",
+            steps[0]
+        );
+        // ours: the client tells the server (perf's parameter line).
+        assert!(
+            steps[1].contains("/t/perf write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -s 4096 -n 500 -t 128 -q 4 -p"),
+            "{}",
+            steps[1]
+        );
+        assert!(
+            steps[2].contains("ib_send_bw") && steps[2].contains(" -n 2000 -t 128 -b -F"),
+            "{}",
+            steps[2]
+        );
+        assert!(
+            steps[3].contains("/t/perf send_bw -d") && steps[3].contains(" -b -p"),
+            "{}",
+            steps[3]
+        );
     }
 
     #[test]

@@ -21,9 +21,15 @@ pub(super) struct Test {
     /// row is named `<test>_cm`), and bench reports the data connection's
     /// set-up time beside the metric.
     pub(super) cm: bool,
+    /// Queue pairs (`-q`; the row is named `<test>_q<N>`): each runs the
+    /// run's iterations divided by this, so a run moves the same bytes.
+    pub(super) qps: u32,
+    /// Both directions at once (`-b`; the row is named `<test>_bidi`):
+    /// each tool reports the sum.
+    pub(super) bidirectional: bool,
 }
 
-pub(super) const TESTS: [Test; 19] = [
+pub(super) const TESTS: [Test; 24] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
@@ -32,6 +38,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "read_bw",
@@ -41,6 +49,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_bw",
@@ -50,6 +60,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "write_lat",
@@ -59,6 +71,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_lat",
@@ -68,6 +82,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     // Fetch-and-add, both tools' default atomic.
     Test {
@@ -78,6 +94,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: Some(8),
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "atomic_lat",
@@ -87,6 +105,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: Some(8),
         asynchronous: false,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     // `--async`: ours on the owned-buffer futures.
     Test {
@@ -97,6 +117,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: true,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "read_bw_async",
@@ -106,6 +128,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: true,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_bw_async",
@@ -115,6 +139,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: true,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "write_lat_async",
@@ -124,6 +150,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: true,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_lat_async",
@@ -133,6 +161,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: true,
         cm: false,
+        qps: 1,
+        bidirectional: false,
     },
     // `--cm`: both tools with `-R`, connected through the RDMA CM.
     Test {
@@ -143,6 +173,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "read_bw_cm",
@@ -152,6 +184,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_bw_cm",
@@ -161,6 +195,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "write_lat_cm",
@@ -170,6 +206,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "send_lat_cm",
@@ -179,6 +217,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: None,
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "atomic_bw_cm",
@@ -188,6 +228,8 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: Some(8),
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
     },
     Test {
         name: "atomic_lat_cm",
@@ -197,14 +239,90 @@ pub(super) const TESTS: [Test; 19] = [
         fixed_size: Some(8),
         asynchronous: false,
         cm: true,
+        qps: 1,
+        bidirectional: false,
+    },
+    // Many queue pairs (`-q`) and both directions (`-b`) on both tools;
+    // named with `--tests` (perftest's send_bw -q 4 hung at 64 KiB without
+    // -R in one run, so send has only the -b row).
+    Test {
+        name: "write_bw_q4",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 4,
+        bidirectional: false,
+    },
+    Test {
+        name: "write_bw_q16",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 16,
+        bidirectional: false,
+    },
+    Test {
+        name: "write_bw_bidi",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 1,
+        bidirectional: true,
+    },
+    Test {
+        name: "read_bw_q4",
+        perftest: "ib_read_bw",
+        bw: true,
+        inline: false,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 4,
+        bidirectional: false,
+    },
+    Test {
+        name: "send_bw_bidi",
+        perftest: "ib_send_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 1,
+        bidirectional: true,
     },
 ];
 
 impl Test {
-    /// The test's name for `perf` (without `_async` or `_cm`).
+    /// The test's name for `perf` (without `_async`, `_cm`, `_q<N>` or
+    /// `_bidi`).
     pub(super) fn perf_name(self) -> &'static str {
-        let n = self.name.strip_suffix("_async").unwrap_or(self.name);
-        n.strip_suffix("_cm").unwrap_or(n)
+        ["_async", "_cm", "_q4", "_q16", "_bidi"]
+            .iter()
+            .find_map(|suffix| self.name.strip_suffix(suffix))
+            .unwrap_or(self.name)
+    }
+
+    /// `-q N` and `-b` for this row's both tools ("" for one queue pair,
+    /// one direction).
+    pub(super) fn multi_flags(self) -> String {
+        let mut f = String::new();
+        if self.qps > 1 {
+            f.push_str(&format!(" -q {}", self.qps));
+        }
+        if self.bidirectional {
+            f.push_str(" -b");
+        }
+        f
     }
 
     /// The `--cm` variant of this test, if it has one.
