@@ -242,8 +242,9 @@ fn perf_all_sizes() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_many_queue_pairs_and_both_directions_check_their_data() {
     // -q: each queue pair moves its own part with its own pattern; -b: both
-    // sides post and check what the other wrote, read or sent. Two sizes,
-    // so that the second runs over buffers the first left behind.
+    // sides post and check what the other wrote, read or sent; --threads:
+    // the client's queue pairs split over threads. Two sizes, so that the
+    // second runs over buffers the first left behind.
     for (i, (test, lanes)) in [
         ("write_bw", &["-q", "4"][..]),
         ("read_bw", &["-q", "4"][..]),
@@ -251,6 +252,10 @@ fn perf_many_queue_pairs_and_both_directions_check_their_data() {
         ("write_bw", &["-b"][..]),
         ("read_bw", &["-b", "-q", "2"][..]),
         ("send_bw", &["-b", "-q", "3"][..]),
+        // The client's queue pairs driven from several threads.
+        ("write_bw", &["-q", "4", "--threads", "2"][..]),
+        ("send_bw", &["-q", "4", "--threads", "4"][..]),
+        ("read_bw", &["-b", "-q", "2", "--threads", "2"][..]),
     ]
     .into_iter()
     .enumerate()

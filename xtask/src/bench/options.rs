@@ -135,7 +135,9 @@ struct Cli {
     /// read_bw_q4 (-q N: N queue pairs share the
     /// run's iterations), write_bw_bidi, send_bw_bidi
     /// (-b: both directions, each tool reports the sum)
-    /// run both tools with those flags
+    /// run both tools with those flags; write_bw_q4_t2,
+    /// write_bw_q4_t4 drive our client's 4 queue
+    /// pairs from 2 or 4 threads (perftest: one)
     #[arg(long, allow_hyphen_values = true, value_name = "T,...", value_parser = tests, verbatim_doc_comment)]
     tests: Option<::std::vec::Vec<Test>>,
     /// run the async variant of every selected test that

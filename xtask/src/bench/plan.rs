@@ -172,7 +172,11 @@ pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
             }
             Tool::Ours => {
                 let name = r.test.perf_name();
-                let mode = if r.test.asynchronous { " --async" } else { "" };
+                let mode = match (r.test.asynchronous, r.test.threads) {
+                    (true, _) => " --async".to_string(),
+                    (false, t) if t > 1 => format!(" --threads {t}"),
+                    _ => String::new(),
+                };
                 (
                     format!(
                         "{raw}; {f}; {perf} {name} {dev} -p {port} --json \
@@ -327,6 +331,37 @@ mod tests {
             steps[3].contains("/t/perf send_bw -d") && steps[3].contains(" -b -p"),
             "{}",
             steps[3]
+        );
+    }
+
+    #[test]
+    fn threads_are_ours_alone() {
+        let v = crate::cli::words;
+        let a = options::parse(&v(&[
+            "--tests",
+            "write_bw_q4_t2",
+            "--sizes",
+            "64",
+            "--reps",
+            "1",
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(a.tests[0].perf_name(), "write_bw");
+        let text = plan(&a, &runs(&a), Path::new("/t/perf")).text().to_string();
+        let steps: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("server_client "))
+            .collect();
+        assert!(
+            steps[0].contains(" -q 4 -F") && !steps[0].contains("--threads"),
+            "{}",
+            steps[0]
+        );
+        assert!(
+            steps[1].contains("/t/perf write_bw --threads 2 -d"),
+            "{}",
+            steps[1]
         );
     }
 

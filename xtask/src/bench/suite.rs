@@ -27,9 +27,12 @@ pub(super) struct Test {
     /// Both directions at once (`-b`; the row is named `<test>_bidi`):
     /// each tool reports the sum.
     pub(super) bidirectional: bool,
+    /// Threads our client drives its queue pairs from (`--threads`; the
+    /// row is named `<test>_q<N>_t<T>`); perftest has one thread.
+    pub(super) threads: u32,
 }
 
-pub(super) const TESTS: [Test; 24] = [
+pub(super) const TESTS: [Test; 26] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
@@ -40,6 +43,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "read_bw",
@@ -51,6 +55,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_bw",
@@ -62,6 +67,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "write_lat",
@@ -73,6 +79,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_lat",
@@ -84,6 +91,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     // Fetch-and-add, both tools' default atomic.
     Test {
@@ -96,6 +104,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "atomic_lat",
@@ -107,6 +116,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     // `--async`: ours on the owned-buffer futures.
     Test {
@@ -119,6 +129,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "read_bw_async",
@@ -130,6 +141,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_bw_async",
@@ -141,6 +153,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "write_lat_async",
@@ -152,6 +165,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_lat_async",
@@ -163,6 +177,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     // `--cm`: both tools with `-R`, connected through the RDMA CM.
     Test {
@@ -175,6 +190,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "read_bw_cm",
@@ -186,6 +202,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_bw_cm",
@@ -197,6 +214,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "write_lat_cm",
@@ -208,6 +226,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_lat_cm",
@@ -219,6 +238,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "atomic_bw_cm",
@@ -230,6 +250,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "atomic_lat_cm",
@@ -241,6 +262,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: true,
         qps: 1,
         bidirectional: false,
+        threads: 1,
     },
     // Many queue pairs (`-q`) and both directions (`-b`) on both tools;
     // named with `--tests` (perftest's send_bw -q 4 hung at 64 KiB without
@@ -255,6 +277,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 4,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "write_bw_q16",
@@ -266,6 +289,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 16,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "write_bw_bidi",
@@ -277,6 +301,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: true,
+        threads: 1,
     },
     Test {
         name: "read_bw_q4",
@@ -288,6 +313,7 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 4,
         bidirectional: false,
+        threads: 1,
     },
     Test {
         name: "send_bw_bidi",
@@ -299,17 +325,47 @@ pub(super) const TESTS: [Test; 24] = [
         cm: false,
         qps: 1,
         bidirectional: true,
+        threads: 1,
+    },
+    // Our client's four queue pairs driven from 2 and 4 threads, against
+    // perftest's one thread polling four (write_bw_q4 is the one-thread
+    // row). The bench's guest has 2 vCPUs: 4 threads share them.
+    Test {
+        name: "write_bw_q4_t2",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 4,
+        bidirectional: false,
+        threads: 2,
+    },
+    Test {
+        name: "write_bw_q4_t4",
+        perftest: "ib_write_bw",
+        bw: true,
+        inline: true,
+        fixed_size: None,
+        asynchronous: false,
+        cm: false,
+        qps: 4,
+        bidirectional: false,
+        threads: 4,
     },
 ];
 
 impl Test {
-    /// The test's name for `perf` (without `_async`, `_cm`, `_q<N>` or
-    /// `_bidi`).
+    /// The test's name for `perf` (without `_async`, `_cm`, `_q<N>[_t<T>]`
+    /// or `_bidi`).
     pub(super) fn perf_name(self) -> &'static str {
-        ["_async", "_cm", "_q4", "_q16", "_bidi"]
+        let end = ["_async", "_cm", "_q", "_bidi"]
             .iter()
-            .find_map(|suffix| self.name.strip_suffix(suffix))
-            .unwrap_or(self.name)
+            .filter_map(|marker| self.name.find(marker))
+            .min()
+            .unwrap_or(self.name.len());
+        &self.name[..end]
     }
 
     /// `-q N` and `-b` for this row's both tools ("" for one queue pair,

@@ -81,7 +81,8 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
             check_immediate: false,
             timeout: o.timeout,
         };
-        let times = multi_qp::run_lanes(&mut sides, &plans, &shape, &mut || Ok(()))?;
+        let times =
+            multi_qp::run_lanes_threaded(&mut sides, &plans, &shape, o.threads, &mut || Ok(()))?;
         let run = multi_qp::bandwidth(ATOMIC_SIZE, &times)?;
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;

@@ -178,7 +178,8 @@ pub(crate) fn run(
             }
             Ok(())
         };
-        let times = multi_qp::run_lanes(&mut sides, &plans, &shape, &mut ready)?;
+        let times =
+            multi_qp::run_lanes_threaded(&mut sides, &plans, &shape, o.threads, &mut ready)?;
         if posts {
             let mut r = multi_qp::bandwidth(size, &times)?;
             let total = p.iters * n;

@@ -31,8 +31,10 @@ use rdma_safe::{
     scope::ScopedPendingWork, work::ATOMIC_SIZE, ReadWorkRequest, ReceiveWorkRequest,
     RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
 use std::time::Duration;
 
 /// What a lane posts.
@@ -124,29 +126,20 @@ pub(crate) fn run_lanes(
             plans.len()
         )));
     }
-    let mut times: Vec<LaneTimes> = plans
-        .iter()
-        .map(|plan| {
-            let n = if matches!(plan.post, Post::Nothing) {
-                0
-            } else {
-                shape.iters
-            };
-            let atomics = if matches!(plan.post, Post::Atomic { .. }) {
-                n
-            } else {
-                0
-            };
-            LaneTimes {
-                posted: Vec::with_capacity(n),
-                completed: Vec::with_capacity(n),
-                received: 0,
-                olds: Vec::with_capacity(atomics),
-            }
-        })
-        .collect();
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let origin = Stamp::now();
+    lanes_from(sides, plans, shape, origin, ready)
+}
+
+/// [`run_lanes`]' body, the times counted from `origin`.
+fn lanes_from(
+    sides: &mut [Side],
+    plans: &[Plan],
+    shape: &Shape,
+    origin: Stamp,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<Vec<LaneTimes>> {
+    let mut times: Vec<LaneTimes> = plans.iter().map(|plan| lane_times(plan, shape)).collect();
     let mut none = || {
         Ok(Turn {
             done: true,
@@ -155,6 +148,118 @@ pub(crate) fn run_lanes(
     };
     nest(sides, plans, shape, origin, &mut times, &mut none, ready)?;
     Ok(times)
+}
+
+/// As [`run_lanes`], with the lanes split over `threads` threads, each
+/// driving its share in turn as `run_lanes` does, on channels of its own
+/// (nothing is shared between the threads but the clock's origin). `ready`
+/// runs on this thread once every thread's lanes have posted their first
+/// receives, before any lane posts. One thread: `run_lanes`.
+///
+/// # Errors
+/// As [`run_lanes`]; the first thread's error if several failed.
+pub(crate) fn run_lanes_threaded(
+    sides: &mut [Side],
+    plans: &[Plan],
+    shape: &Shape,
+    threads: usize,
+    ready: &mut dyn FnMut() -> Result<()>,
+) -> Result<Vec<LaneTimes>> {
+    if threads <= 1 || sides.len() <= 1 {
+        return run_lanes(sides, plans, shape, ready);
+    }
+    if sides.len() != plans.len() {
+        return Err(fail(format!(
+            "{} lanes for {} plans",
+            sides.len(),
+            plans.len()
+        )));
+    }
+    let per = sides.len().div_ceil(threads);
+    let groups = sides.len().div_ceil(per);
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
+    // Every thread and this one meet twice: once every receive is posted
+    // (this thread then says `ready`), and once it has (the lanes post).
+    let (posted, go) = (Barrier::new(groups + 1), Barrier::new(groups + 1));
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|t| {
+        let workers: Vec<_> = sides
+            .chunks_mut(per)
+            .zip(plans.chunks(per))
+            .map(|(sides, plans)| {
+                let (posted, go, abort) = (&posted, &go, &abort);
+                t.spawn(move || {
+                    let met = Cell::new(false);
+                    let mut gate = || -> Result<()> {
+                        met.set(true);
+                        posted.wait();
+                        go.wait();
+                        if abort.load(Ordering::Acquire) {
+                            return Err(fail(
+                                "stopped: another thread's queue pairs failed to start",
+                            ));
+                        }
+                        Ok(())
+                    };
+                    let r = lanes_from(sides, plans, shape, origin, &mut gate);
+                    if !met.get() {
+                        // Failed before the meeting: meet anyway, so that
+                        // nobody waits for this thread, and stop the rest.
+                        abort.store(true, Ordering::Release);
+                        posted.wait();
+                        go.wait();
+                    }
+                    r
+                })
+            })
+            .collect();
+        posted.wait();
+        let said = if abort.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            ready()
+        };
+        if said.is_err() {
+            abort.store(true, Ordering::Release);
+        }
+        go.wait();
+        let mut times = Vec::with_capacity(plans.len());
+        let mut first_error = said.err();
+        for w in workers {
+            match w.join() {
+                Ok(Ok(t)) => times.extend(t),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(times),
+        }
+    })
+}
+
+/// A lane's empty record, with room for its operations.
+fn lane_times(plan: &Plan, shape: &Shape) -> LaneTimes {
+    let n = if matches!(plan.post, Post::Nothing) {
+        0
+    } else {
+        shape.iters
+    };
+    let atomics = if matches!(plan.post, Post::Atomic { .. }) {
+        n
+    } else {
+        0
+    };
+    LaneTimes {
+        posted: Vec::with_capacity(n),
+        completed: Vec::with_capacity(n),
+        received: 0,
+        olds: Vec::with_capacity(atomics),
+    }
 }
 
 /// The bandwidth of a run: every lane's operations in one timeline, post

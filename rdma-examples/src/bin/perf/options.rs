@@ -78,6 +78,11 @@ struct Args {
     /// each side reports the sum of both directions)
     #[arg(short = 'b', long = "bidirectional")]
     bidirectional: bool,
+    /// client: drive the -q queue pairs from N threads, each its share on
+    /// channels of its own (default 1: one thread polls them all in turn)
+    #[arg(long = "threads", value_name = "N", hide_default_value = true, default_value = "1",
+          value_parser = cli::number::<usize>(Limit::new("--threads", 1, 64)))]
+    threads: usize,
     /// sleep on completion events while waiting (default: busy polling)
     #[arg(short = 'e', long = "events")]
     events: bool,
@@ -139,6 +144,8 @@ pub(crate) struct Options {
     pub(crate) asynchronous: bool,
     pub(crate) verbose: bool,
     pub(crate) timeout: Duration,
+    /// `--threads`: threads that drive the client's queue pairs.
+    pub(crate) threads: usize,
 }
 
 impl Options {
@@ -209,6 +216,12 @@ impl Options {
                     .into(),
             );
         }
+        if a.threads > a.qps {
+            return Err(format!(
+                "--threads {} drives -q/--qp queue pairs, {} here: give -q {} or more",
+                a.threads, a.qps, a.threads
+            ));
+        }
         if a.rdma_cm && test == Test::WriteLat && a.iters.is_some_and(|n| n < 2) {
             return Err(
                 "-n/--iters: write_lat -R times each write to the next (as perftest): \
@@ -241,6 +254,7 @@ impl Options {
             asynchronous: a.asynchronous,
             verbose: a.verbose,
             timeout: a.timeout.timeout,
+            threads: a.threads,
         })
     }
 }
@@ -283,6 +297,17 @@ mod tests {
         assert!(o.params.many_lanes());
         assert!(!parse(&["write_bw"]).unwrap().params.many_lanes());
         assert_eq!(parse(&["atomic_bw", "-q", "4"]).unwrap().params.qps, 4);
+        assert_eq!(
+            parse(&["write_bw", "-q", "4", "--threads", "2"])
+                .unwrap()
+                .threads,
+            2
+        );
+        let e = parse(&["write_bw", "-q", "2", "--threads", "4"]).unwrap_err();
+        assert!(
+            e.contains("--threads 4 drives -q/--qp queue pairs, 2 here"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -96,8 +96,13 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
             }
             Ok(())
         };
-        let times =
-            multi_qp::run_lanes(&mut sides, &plans, &shape(p, size, o.timeout), &mut ready)?;
+        let times = multi_qp::run_lanes_threaded(
+            &mut sides,
+            &plans,
+            &shape(p, size, o.timeout),
+            o.threads,
+            &mut ready,
+        )?;
         let mut run = multi_qp::bandwidth(size, &times)?;
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
