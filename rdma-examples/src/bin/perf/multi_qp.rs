@@ -191,6 +191,15 @@ pub(crate) fn run_lanes_threaded(
                 let (posted, go, abort) = (&posted, &go, &abort);
                 t.spawn(move || {
                     let met = Cell::new(false);
+                    // Failing (or panicking) before the meeting still meets,
+                    // so that nobody waits for this thread, and stops the
+                    // others.
+                    let _meet = MeetOnExit {
+                        met: &met,
+                        posted,
+                        go,
+                        abort,
+                    };
                     let mut gate = || -> Result<()> {
                         met.set(true);
                         posted.wait();
@@ -202,28 +211,22 @@ pub(crate) fn run_lanes_threaded(
                         }
                         Ok(())
                     };
-                    let r = lanes_from(sides, plans, shape, origin, &mut gate);
-                    if !met.get() {
-                        // Failed before the meeting: meet anyway, so that
-                        // nobody waits for this thread, and stop the rest.
-                        abort.store(true, Ordering::Release);
-                        posted.wait();
-                        go.wait();
-                    }
-                    r
+                    lanes_from(sides, plans, shape, origin, &mut gate)
                 })
             })
             .collect();
         posted.wait();
+        // The threads wait at `go` whatever `ready` does, even unwind.
         let said = if abort.load(Ordering::Acquire) {
-            Ok(())
+            Ok(Ok(()))
         } else {
-            ready()
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *ready))
         };
-        if said.is_err() {
+        if !matches!(said, Ok(Ok(()))) {
             abort.store(true, Ordering::Release);
         }
         go.wait();
+        let said = said.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let mut times = Vec::with_capacity(plans.len());
         let mut first_error = said.err();
         for w in workers {
@@ -240,6 +243,25 @@ pub(crate) fn run_lanes_threaded(
             None => Ok(times),
         }
     })
+}
+
+/// A lane thread's side of the meeting in [`run_lanes_threaded`] if it
+/// leaves (returns or unwinds) without having met.
+struct MeetOnExit<'a> {
+    met: &'a Cell<bool>,
+    posted: &'a Barrier,
+    go: &'a Barrier,
+    abort: &'a AtomicBool,
+}
+
+impl Drop for MeetOnExit<'_> {
+    fn drop(&mut self) {
+        if !self.met.get() {
+            self.abort.store(true, Ordering::Release);
+            self.posted.wait();
+            self.go.wait();
+        }
+    }
 }
 
 /// A lane's empty record, with room for its operations.
