@@ -18,6 +18,10 @@ pub(crate) const APT_PACKAGES: &[(&str, &str)] = &[
     ("ibverbs-utils", "ibv_devices, ibv_devinfo, ibv_rc_pingpong"),
     ("rdmacm-utils", "rping, ucmatose"),
     ("perftest", "ib_write_bw and friends, the reference peers"),
+    (
+        "valgrind",
+        "callgrind: bench --instructions counts instructions per operation",
+    ),
     ("iproute2", "`rdma link add` creates the rxe device"),
     ("kmod", "modprobe rdma_rxe"),
     (

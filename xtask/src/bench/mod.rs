@@ -20,7 +20,17 @@
 //! [`results`] (reading the raw outputs), [`judgement`] (medians, ratio,
 //! pairs), [`table`] (what is printed), [`json_report`] (bench.json) and
 //! [`plot`] (the SVGs, drawn from bench.json).
+//!
+//! `--instructions` runs both tools under valgrind's callgrind instead and
+//! reports user-space instructions per operation: [`instructions`] (the
+//! runs and their commands), [`callgrind`] (reading its files),
+//! [`instruction_counts`] (the figures) and [`instruction_report`] (the
+//! table and bench.json's `instructions` member).
 
+mod callgrind;
+mod instruction_counts;
+mod instruction_report;
+mod instructions;
 mod json_report;
 mod judgement;
 mod options;
@@ -30,6 +40,8 @@ mod results;
 mod suite;
 mod table;
 
+use std::fs;
+use std::path::Path;
 use std::process::ExitCode;
 
 use crate::demo::build_examples;
@@ -55,6 +67,9 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     }
     let ws = Workspace::locate();
     let bin = build_examples(&ws)?;
+    if a.instructions.is_some() {
+        return run_instructions(&a, &ws, &bin.join("perf"));
+    }
     let runs = plan::runs(&a);
     let plan = plan::plan(&a, &runs, &bin.join("perf"));
     let (route, outcome, failure) = if a.hosts == 2 {
@@ -122,6 +137,48 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     if !plotted {
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--instructions`: the callgrind runs, their table and bench.json's
+/// `instructions` member.
+fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<ExitCode> {
+    let runs = instructions::runs(a);
+    let plan = instructions::plan(a, &runs, perf);
+    let route = rxe::choose_route(ws, "bench", a.run.want)?;
+    let outcome = rxe::run(ws, "bench", &route, &plan, &a.run)?;
+    let failure = outcome.failure_reason();
+    let raw = outcome.out.join("raw");
+    let shim_path = ws.root.join(instruction_counts::SHIM_FILE);
+    let shim = fs::read_to_string(&shim_path)
+        .ok()
+        .and_then(|t| instruction_counts::shim_line(&t));
+    if shim.is_none() {
+        println!(
+            "problem: no `ops.poll_cq` call in {}: polls cannot be counted",
+            shim_path.display()
+        );
+    }
+    let ins = instruction_counts::collect(a, &runs, &raw, shim);
+
+    heading("bench instructions");
+    instruction_report::print(a, &route, &ins);
+    let json_path = ws.target.join("bench.json");
+    let kernel = outcome.env("KERNEL").unwrap_or("unknown");
+    instruction_report::write(&json_path, a, &route, kernel, &raw, &ins)?;
+    println!(
+        "\nadded to {} as `instructions` (callgrind's files in {}; \
+         `callgrind_annotate --inclusive=yes FILE` shows where they went)",
+        json_path.display(),
+        raw.display()
+    );
+    if let Some(why) = failure {
+        println!("problem: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if !ins.problems.is_empty() || ins.poll_fn.is_none() {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -44,6 +44,45 @@ pub(super) struct Args {
     pub(super) delay_ms: Option<u32>,
     /// `--plot-only`: draw the SVGs of this report and run nothing.
     pub(super) plot_only: Option<PathBuf>,
+    /// `--instructions`: callgrind runs instead of the timing runs, at
+    /// these two operation counts per bandwidth and per latency run.
+    pub(super) instructions: Option<InstructionIters>,
+}
+
+/// The two operation counts of `--instructions` (n1 < n2): instructions
+/// per operation are `(Ir(n2) - Ir(n1)) / (n2 - n1)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct InstructionIters {
+    pub(super) bw: (u32, u32),
+    pub(super) lat: (u32, u32),
+}
+
+impl InstructionIters {
+    /// Under valgrind (and the VM's emulation) a run is 50-100x slower:
+    /// counts small enough that the default tests take minutes, large
+    /// enough that n2 - n1 operations dwarf the counts' noise. `--iters N`
+    /// sets n1 = N and n2 = 3N for both kinds.
+    fn new(iters: Option<u32>) -> Self {
+        match iters {
+            Some(n) => InstructionIters {
+                bw: (n, 3 * n),
+                lat: (n, 3 * n),
+            },
+            None => InstructionIters {
+                bw: (2000, 6000),
+                lat: (1000, 3000),
+            },
+        }
+    }
+
+    /// `(n1, n2)` of `test`.
+    pub(super) fn of(self, test: Test) -> (u32, u32) {
+        if test.bw {
+            self.bw
+        } else {
+            self.lat
+        }
+    }
 }
 
 impl Args {
@@ -188,6 +227,18 @@ struct Cli {
     /// (a bench.json) again, beside it as <stem>-<test>.svg
     #[arg(long, value_name = "PATH", verbatim_doc_comment)]
     plot_only: Option<PathBuf>,
+    /// instead of the timing runs: user-space instructions
+    /// per operation of both tools, client and server, under
+    /// valgrind's callgrind, from runs of n1 and n2
+    /// operations (default 2000/6000 bandwidth, 1000/3000
+    /// latency; --iters N: N/3N), --reps measurements
+    /// (default 2), --sizes default 64; ours counts inside
+    /// its measured loops only, perftest (stripped) the
+    /// whole program; the provider's completion polls are
+    /// counted apart; printed and added to bench.json as
+    /// `instructions` (its timing results are kept)
+    #[arg(long, verbatim_doc_comment)]
+    instructions: bool,
     #[command(flatten)]
     run: RunArgs,
     #[command(flatten)]
@@ -270,12 +321,19 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
     // Long enough that a bandwidth run measures the steady state, not its
     // start-up.
     let (bw_iters, lat_iters) = c.iters.map_or((20000, 5000), |n| (n, n));
+    let instructions = c.instructions.then(|| InstructionIters::new(c.iters));
     let mut a = Args {
         run,
-        reps: c.reps.unwrap_or(3),
+        reps: c.reps.unwrap_or(if instructions.is_some() { 2 } else { 3 }),
         bw_iters,
         lat_iters,
-        sizes: c.sizes.unwrap_or_else(|| vec![64, 4096, 65536, 1 << 20]),
+        sizes: c.sizes.unwrap_or_else(|| {
+            if instructions.is_some() {
+                vec![64]
+            } else {
+                vec![64, 4096, 65536, 1 << 20]
+            }
+        }),
         tests: c.tests.unwrap_or_else(|| {
             TESTS
                 .iter()
@@ -290,7 +348,11 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         hosts: c.hosts.unwrap_or(1),
         delay_ms: c.delay,
         plot_only: c.plot_only,
+        instructions,
     };
+    if a.instructions.is_some() && a.hosts != 1 {
+        return Err("bench: --instructions runs on one host (--hosts 1)".into());
+    }
     if a.asynchronous {
         a.tests = a
             .tests
@@ -417,6 +479,7 @@ mod tests {
             "--cm",
             "--delay <MS>",
             "--plot-only <PATH>",
+            "--instructions",
             "--vm",
         ] {
             assert!(help.contains(option), "{option} in {help}");
@@ -491,6 +554,23 @@ mod tests {
         );
         assert_eq!(parse(&[]).unwrap().unwrap().plot_only, None);
         assert!(parse(&v(&["--plot-only"])).is_err());
+    }
+
+    #[test]
+    fn instructions_replace_the_timing_runs_with_two_counts() {
+        let a = parse(&v(&["--instructions"])).unwrap().unwrap();
+        let i = a.instructions.expect("asked for");
+        assert_eq!((i.bw, i.lat), ((2000, 6000), (1000, 3000)));
+        assert_eq!((a.reps, a.sizes.as_slice()), (2, &[64][..]));
+        assert_eq!(i.of(a.tests[0]), (2000, 6000), "write_bw");
+        assert_eq!(i.of(a.tests[3]), (1000, 3000), "write_lat");
+        let a = parse(&v(&["--instructions", "--iters", "500", "--reps", "3"]))
+            .unwrap()
+            .unwrap();
+        let i = a.instructions.unwrap();
+        assert_eq!((i.bw, i.lat, a.reps), ((500, 1500), (500, 1500), 3));
+        assert!(parse(&v(&["--instructions", "--hosts", "2"])).is_err());
+        assert_eq!(parse(&[]).unwrap().unwrap().instructions, None);
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub(super) fn runs(a: &Args) -> Vec<Run> {
 
 /// The size option both tools take: `-s`, except for a test of fixed size
 /// (perftest's atomic tests have no size to choose).
-fn size_option(test: Test, size: u64) -> String {
+pub(super) fn size_option(test: Test, size: u64) -> String {
     match test.fixed_size {
         Some(_) => String::new(),
         None => format!(" -s {size}"),
@@ -93,7 +93,7 @@ fn size_option(test: Test, size: u64) -> String {
 
 /// The options both tools take alike beyond size and iterations: the tx
 /// depth of bandwidth tests and `--inline`, for the tests that can inline.
-fn depth_and_inline(a: &Args, test: Test) -> String {
+pub(super) fn depth_and_inline(a: &Args, test: Test) -> String {
     let mut options = String::new();
     if test.bw {
         options += &format!(" -t {TX_DEPTH}");

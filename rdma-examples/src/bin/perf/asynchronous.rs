@@ -12,6 +12,7 @@
 
 use crate::bandwidth::{batch_size, ring_slots, BwRun};
 use crate::latency::wait_for_byte;
+use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::clock::{self, Stamp};
@@ -53,14 +54,17 @@ fn on_runtime<T>(
         .enable_all()
         .build()
         .map_err(|e| fail(format!("starting the tokio runtime: {e}")))?;
-    rt.block_on(async {
-        let shared = side.channel.shared();
-        let shared = if events {
-            shared.with_tokio()?
-        } else {
-            shared.with_spin(BUSY_SPIN)
-        };
-        f(&shared).await
+    // The runtime runs the loop on this thread: the marker holds it.
+    measured_loop(|| {
+        rt.block_on(async {
+            let shared = side.channel.shared();
+            let shared = if events {
+                shared.with_tokio()?
+            } else {
+                shared.with_spin(BUSY_SPIN)
+            };
+            f(&shared).await
+        })
     })
 }
 

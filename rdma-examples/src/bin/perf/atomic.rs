@@ -18,6 +18,7 @@
 //! the scope, so a slot is free again before the ring comes round to it.
 
 use crate::bandwidth::{batch_size, BwRun};
+use crate::measured::measured_loop;
 use crate::options::Options;
 use crate::protocol::{self, AtomicKind, Params, Test};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
@@ -247,9 +248,8 @@ fn run_bw(
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let origin = Stamp::now();
     let (posted_ref, completed_ref, post_time_ref) = (&mut posted, &mut completed, &mut post_time);
-    let closure_end = side
-        .channel
-        .scope(|s| -> Result<Instant> {
+    let closure_end = measured_loop(|| {
+        side.channel.scope(|s| -> Result<Instant> {
             // (handle, first operation, operations) of each batch in flight.
             let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize, usize)> =
                 VecDeque::with_capacity(depth);
@@ -293,7 +293,8 @@ fn run_bw(
             }
             Ok(Instant::now())
         })
-        .map_err(rdma_safe::Error::from)?;
+    })
+    .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
     let bw = Bandwidth::from_times(ATOMIC_SIZE, &posted, &completed)
         .ok_or_else(|| fail("no operations"))?;
@@ -320,14 +321,17 @@ fn run_lat(
     let mut samples: Vec<u64> = Vec::with_capacity(p.iters);
     let word = &results.words()[0];
     let _ = clock::ticks_per_sec();
-    for (i, old) in olds.iter_mut().enumerate() {
-        let mut result = results.scatter(..ATOMIC_SIZE)?;
-        let wr = request(p.atomic, i, remote, &mut result);
-        let t0 = Stamp::now();
-        side.channel.run(wr)?;
-        samples.push(Stamp::now().ticks_since(t0));
-        *old = word.load(Ordering::Acquire);
-    }
+    measured_loop(|| -> Result<()> {
+        for (i, old) in olds.iter_mut().enumerate() {
+            let mut result = results.scatter(..ATOMIC_SIZE)?;
+            let wr = request(p.atomic, i, remote, &mut result);
+            let t0 = Stamp::now();
+            side.channel.run(wr)?;
+            samples.push(Stamp::now().ticks_since(t0));
+            *old = word.load(Ordering::Acquire);
+        }
+        Ok(())
+    })?;
     Ok(samples.into_iter().map(clock::micros).collect())
 }
 

@@ -3,6 +3,7 @@
 //! server's receive ring ([`serve_send_bw`]), and how the rotating buffers
 //! are sized.
 
+use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp};
@@ -29,8 +30,8 @@ pub(crate) fn serve_send_bw(
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
     let (rx_mr, rx) = side.rx.split_mut();
     let refill = batch_size(p.rx_depth);
-    side.channel
-        .scope(|s| -> Result<()> {
+    measured_loop(|| {
+        side.channel.scope(|s| -> Result<()> {
             let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
                 .chunks_mut(stride)
                 .take(slots)
@@ -59,7 +60,8 @@ pub(crate) fn serve_send_bw(
             }
             Ok(())
         })
-        .map_err(rdma_safe::Error::from)
+    })
+    .map_err(rdma_safe::Error::from)
 }
 
 /// Posts up to `n` receives, as one batch, into the ring `lists` from slot
@@ -112,9 +114,8 @@ pub(crate) fn run_bw(
     let origin = Stamp::now();
     let mut tl = Timeline::with_capacity(iters);
     let tl_ref = &mut tl;
-    let closure_end = side
-        .channel
-        .scope(|s| -> Result<Instant> {
+    let closure_end = measured_loop(|| {
+        side.channel.scope(|s| -> Result<Instant> {
             match test {
                 Test::WriteBw => {
                     let remote = remote.ok_or_else(|| fail("no remote region"))?;
@@ -177,7 +178,8 @@ pub(crate) fn run_bw(
             }
             Ok(Instant::now())
         })
-        .map_err(rdma_safe::Error::from)?;
+    })
+    .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
     let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed)
         .ok_or_else(|| fail("no operations"))?;

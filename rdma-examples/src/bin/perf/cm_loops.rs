@@ -15,6 +15,7 @@
 
 use crate::control::Control;
 use crate::latency::wait_for_byte;
+use crate::measured::measured_loop;
 use crate::perftest_wire::DEST_LEN;
 use rdma_examples::clock::{self, Stamp};
 use rdma_examples::fail;
@@ -40,8 +41,8 @@ pub(crate) fn receive_bw(
 ) -> Result<()> {
     let slots = (rx.len() / size.max(1)).max(1);
     let (mr, buf) = rx.split_mut();
-    channel
-        .scope(|s| -> Result<()> {
+    measured_loop(|| {
+        channel.scope(|s| -> Result<()> {
             let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = buf
                 .chunks_mut(size.max(1))
                 .take(slots)
@@ -74,7 +75,8 @@ pub(crate) fn receive_bw(
             }
             Ok(())
         })
-        .map_err(rdma_safe::Error::from)
+    })
+    .map_err(rdma_safe::Error::from)
 }
 
 /// write_lat, either side; returns the client's samples in usec: half the
@@ -97,21 +99,24 @@ pub(crate) fn write_lat(
     let mut ticks = Vec::with_capacity(if client { iters } else { 0 });
     let _ = clock::ticks_per_sec();
     let mut posted: Option<Stamp> = None;
-    for n in 1..=iters {
-        let mark = n as u8; // perftest's `(char)++count`
-        if client {
-            wait_for_byte(exposed, size - 1, mark, timeout)?;
-            if let Some(t0) = posted {
-                ticks.push(Stamp::now().ticks_since(t0));
+    measured_loop(|| -> Result<()> {
+        for n in 1..=iters {
+            let mark = n as u8; // perftest's `(char)++count`
+            if client {
+                wait_for_byte(exposed, size - 1, mark, timeout)?;
+                if let Some(t0) = posted {
+                    ticks.push(Stamp::now().ticks_since(t0));
+                }
+            }
+            local[size - 1] = mark;
+            posted = Some(Stamp::now());
+            channel.write(WriteWorkRequest::new(&[local.gather(..size)], remote))?;
+            if !client {
+                wait_for_byte(exposed, size - 1, mark, timeout)?;
             }
         }
-        local[size - 1] = mark;
-        posted = Some(Stamp::now());
-        channel.write(WriteWorkRequest::new(&[local.gather(..size)], remote))?;
-        if !client {
-            wait_for_byte(exposed, size - 1, mark, timeout)?;
-        }
-    }
+        Ok(())
+    })?;
     Ok(half_round_trips(&ticks))
 }
 
@@ -134,8 +139,8 @@ pub(crate) fn send_lat(
     let mut ticks: Vec<u64> = Vec::with_capacity(if client { iters } else { 0 });
     let _ = clock::ticks_per_sec();
     let (rx_mr, rx_buf) = rx.split_mut();
-    channel
-        .scope(|s| -> Result<()> {
+    measured_loop(|| {
+        channel.scope(|s| -> Result<()> {
             let mut scatter = [rx_mr.scatter_element(&mut rx_buf[..size])];
             let gather = [local.gather(..size)];
             let mut recvs = VecDeque::with_capacity(LAT_RECEIVES);
@@ -174,7 +179,8 @@ pub(crate) fn send_lat(
             }
             Ok(())
         })
-        .map_err(rdma_safe::Error::from)?;
+    })
+    .map_err(rdma_safe::Error::from)?;
     Ok(half_round_trips(&ticks))
 }
 
@@ -189,11 +195,14 @@ pub(crate) fn read_lat(
 ) -> Result<Vec<f64>> {
     let mut ticks = Vec::with_capacity(iters);
     let _ = clock::ticks_per_sec();
-    for _ in 0..iters {
-        let t0 = Stamp::now();
-        channel.read(ReadWorkRequest::new(&mut [local.scatter(..size)], remote))?;
-        ticks.push(Stamp::now().ticks_since(t0));
-    }
+    measured_loop(|| -> Result<()> {
+        for _ in 0..iters {
+            let t0 = Stamp::now();
+            channel.read(ReadWorkRequest::new(&mut [local.scatter(..size)], remote))?;
+            ticks.push(Stamp::now().ticks_since(t0));
+        }
+        Ok(())
+    })?;
     Ok(ticks.iter().map(|&t| clock::micros(t)).collect())
 }
 

@@ -3,6 +3,7 @@
 //! servers' answers ([`serve_send_lat`], [`serve_write_lat`]), send_lat's
 //! receive bookkeeping ([`LatRing`]) and write_lat's byte spin.
 
+use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp};
@@ -27,8 +28,8 @@ pub(crate) fn serve_send_lat(
     let (rx_mr, rx) = side.rx.split_mut();
     let rx = &mut rx[..size];
     let (local, local_mr) = (&side.local[..size], side.local.region());
-    side.channel
-        .scope(|s| -> Result<()> {
+    measured_loop(|| {
+        side.channel.scope(|s| -> Result<()> {
             let mut scatter = [rx_mr.scatter_element(rx)];
             let gather = [local_mr.gather_element(local)];
             let mut ring = LatRing::new(s, &mut scatter, p.iters)?;
@@ -40,7 +41,8 @@ pub(crate) fn serve_send_lat(
             }
             ring.finish()
         })
-        .map_err(rdma_safe::Error::from)
+    })
+    .map_err(rdma_safe::Error::from)
 }
 
 /// Receives a send_lat side keeps posted ahead of the message it waits for.
@@ -175,12 +177,14 @@ pub(crate) fn serve_write_lat(
     remote: RemoteMemoryRegion,
 ) -> Result<()> {
     let timeout = side.channel.timeout();
-    for i in 0..p.iters {
-        wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-        side.local[size - 1] = mark(i);
-        write_and_claim(side, size, remote)?;
-    }
-    Ok(())
+    measured_loop(|| {
+        for i in 0..p.iters {
+            wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+            side.local[size - 1] = mark(i);
+            write_and_claim(side, size, remote)?;
+        }
+        Ok(())
+    })
 }
 
 /// One write of `side.local[..size]` to `remote`, claiming its completion
@@ -246,63 +250,66 @@ pub(crate) fn run_lat(
     let mut samples: Vec<u64> = Vec::with_capacity(iters);
     // One-way latency is half a round trip (write and send); a read is one.
     let per_sample = if p.test == Test::ReadLat { 1.0 } else { 2.0 };
-    match p.test {
-        Test::ReadLat => {
-            let remote = remote.ok_or_else(|| fail("no remote region"))?;
-            side.local[..size].fill(0);
-            let _ = clock::ticks_per_sec();
-            for _ in 0..iters {
-                let t0 = Stamp::now();
-                let (mr, local) = side.local.split_mut();
-                side.channel.read(ReadWorkRequest::new(
-                    &mut [mr.scatter_element(&mut local[..size])],
-                    remote,
-                ))?;
-                samples.push(Stamp::now().ticks_since(t0));
+    measured_loop(|| -> Result<()> {
+        match p.test {
+            Test::ReadLat => {
+                let remote = remote.ok_or_else(|| fail("no remote region"))?;
+                side.local[..size].fill(0);
+                let _ = clock::ticks_per_sec();
+                for _ in 0..iters {
+                    let t0 = Stamp::now();
+                    let (mr, local) = side.local.split_mut();
+                    side.channel.read(ReadWorkRequest::new(
+                        &mut [mr.scatter_element(&mut local[..size])],
+                        remote,
+                    ))?;
+                    samples.push(Stamp::now().ticks_since(t0));
+                }
             }
-        }
-        Test::WriteLat => {
-            let remote = remote.ok_or_else(|| fail("no remote region"))?;
-            let timeout = side.channel.timeout();
-            pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
-            let _ = clock::ticks_per_sec();
-            // SAFETY: the server writes our buffer only in answer to our
-            // writes of this size, none of which has been posted yet.
-            unsafe { exposed.slice_mut(0..size) }.fill(0);
-            for i in 0..iters {
-                side.local[size - 1] = mark(i);
-                let t0 = Stamp::now();
-                write_and_claim(side, size, remote)?;
-                wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-                samples.push(Stamp::now().ticks_since(t0));
+            Test::WriteLat => {
+                let remote = remote.ok_or_else(|| fail("no remote region"))?;
+                let timeout = side.channel.timeout();
+                pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+                let _ = clock::ticks_per_sec();
+                // SAFETY: the server writes our buffer only in answer to our
+                // writes of this size, none of which has been posted yet.
+                unsafe { exposed.slice_mut(0..size) }.fill(0);
+                for i in 0..iters {
+                    side.local[size - 1] = mark(i);
+                    let t0 = Stamp::now();
+                    write_and_claim(side, size, remote)?;
+                    wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+                    samples.push(Stamp::now().ticks_since(t0));
+                }
             }
+            Test::SendLat => {
+                pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
+                let _ = clock::ticks_per_sec();
+                side.rx[..size].fill(0);
+                let (rx_mr, rx) = side.rx.split_mut();
+                let rx = &mut rx[..size];
+                let (local, local_mr) = (&side.local[..size], side.local.region());
+                let samples_ref = &mut samples;
+                side.channel
+                    .scope(|s| -> Result<()> {
+                        let mut scatter = [rx_mr.scatter_element(rx)];
+                        let gather = [local_mr.gather_element(local)];
+                        let mut ring = LatRing::new(s, &mut scatter, iters)?;
+                        for i in 0..iters {
+                            let t0 = Stamp::now();
+                            ring.send(s, &mut scatter, &gather, i as u32)?;
+                            let got = ring.next_message(s, &mut scatter)?;
+                            samples_ref.push(Stamp::now().ticks_since(t0));
+                            check_message(i, size, got.bytes(), got.immediate())?;
+                        }
+                        ring.finish()
+                    })
+                    .map_err(rdma_safe::Error::from)?;
+            }
+            _ => unreachable!("not a latency test"),
         }
-        Test::SendLat => {
-            pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
-            let _ = clock::ticks_per_sec();
-            side.rx[..size].fill(0);
-            let (rx_mr, rx) = side.rx.split_mut();
-            let rx = &mut rx[..size];
-            let (local, local_mr) = (&side.local[..size], side.local.region());
-            let samples_ref = &mut samples;
-            side.channel
-                .scope(|s| -> Result<()> {
-                    let mut scatter = [rx_mr.scatter_element(rx)];
-                    let gather = [local_mr.gather_element(local)];
-                    let mut ring = LatRing::new(s, &mut scatter, iters)?;
-                    for i in 0..iters {
-                        let t0 = Stamp::now();
-                        ring.send(s, &mut scatter, &gather, i as u32)?;
-                        let got = ring.next_message(s, &mut scatter)?;
-                        samples_ref.push(Stamp::now().ticks_since(t0));
-                        check_message(i, size, got.bytes(), got.immediate())?;
-                    }
-                    ring.finish()
-                })
-                .map_err(rdma_safe::Error::from)?;
-        }
-        _ => unreachable!("not a latency test"),
-    }
+        Ok(())
+    })?;
     Ok(samples
         .into_iter()
         .map(|t| clock::micros(t) / per_sample)

@@ -80,6 +80,7 @@ mod cm_loops;
 mod cm_multi;
 mod control;
 mod latency;
+mod measured;
 mod multi_qp;
 mod options;
 mod own_multi;

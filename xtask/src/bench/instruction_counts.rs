@@ -1,0 +1,324 @@
+//! `--instructions`, back on the host: callgrind's files of every run
+//! turned into instructions per operation, per test, tool and side.
+//!
+//! Per measurement (one n1 run and one n2 run of a tool), per side:
+//!
+//! * **Ir/op** = `(Ir(n2) - Ir(n1)) / (n2 - n1)`: Ir are the instructions
+//!   callgrind collected (ours: inside the measured loops; perftest: the
+//!   whole program less libc's `qsort`, which its latency report calls on
+//!   the samples);
+//! * **polls/op**: calls to the provider's completion-queue poll function
+//!   (rxe's `rxe_poll_cq`, reached through `ibv_poll_cq`'s function
+//!   pointer), n-differenced likewise; an empty poll is one that found
+//!   nothing, and how many there are depends on timing;
+//! * **Ir/op w/o polls** = Ir/op minus the inclusive instructions of those
+//!   calls per operation: the same provider function for both tools, so
+//!   taking it out entirely (a poll that finds a completion costs a few
+//!   tens of instructions more than an empty one) leaves what each tool
+//!   does itself, including its own loop around each poll;
+//! * **loop Ir/poll** (where it can be measured): the whole cost of one
+//!   more poll, the tool's loop included, from the runs with the same n
+//!   in different measurements, which differ only in how often they
+//!   polled: `(Ir_a - Ir_b) / (polls_a - polls_b)`.
+//!
+//! The provider is stripped: callgrind names its functions by their offset
+//! in the library. The poll function's offset is taken from ours' files:
+//! the callee of the call made from the line of our `ibv_poll_cq` shim
+//! (ibverbs-sys, inlined into rdma-safe with its line information).
+
+use std::fs;
+use std::path::Path;
+
+use super::callgrind::{self, Profile};
+use super::instructions::CgRun;
+use super::options::Args;
+use super::plan::Tool;
+use super::suite::Test;
+
+/// The file of our `ibv_poll_cq` shim, as callgrind's paths end.
+pub(super) const SHIM_FILE: &str = "ibverbs-sys/src/inline/post.rs";
+
+/// The line of the shim's call through `ops.poll_cq` in `text` (the
+/// shim's source), 1-based.
+pub(super) fn shim_line(text: &str) -> Option<u64> {
+    text.lines()
+        .position(|l| l.contains("ops.poll_cq"))
+        .map(|i| i as u64 + 1)
+}
+
+/// What one side of one run counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Counts {
+    /// Instructions counted (perftest: less its `qsort` calls).
+    pub(super) ir: u64,
+    /// Calls to the provider's poll function and their inclusive cost.
+    pub(super) polls: u64,
+    pub(super) poll_ir: u64,
+}
+
+/// libc's sort: perftest's latency report sorts its n samples.
+const SORTS: [&str; 2] = ["qsort", "qsort_r"];
+
+/// One side's counts from its profile; `poll` is the provider's poll
+/// function (object, name) when it is known.
+pub(super) fn counts(tool: Tool, p: &Profile, poll: Option<(&str, &str)>) -> Counts {
+    let sort = match tool {
+        Tool::Perftest => p.calls_named(&SORTS).1,
+        Tool::Ours => 0,
+    };
+    let (polls, poll_ir) = poll.map_or((0, 0), |(obj, f)| p.calls_into(obj, f));
+    Counts {
+        ir: p.total.saturating_sub(sort),
+        polls,
+        poll_ir,
+    }
+}
+
+/// Per-operation figures of one measurement (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct PerOp {
+    pub(super) ir: f64,
+    pub(super) polls: f64,
+    pub(super) poll_ir: f64,
+}
+
+impl PerOp {
+    /// The n-difference of runs `a` (n1 operations) and `b` (n2).
+    pub(super) fn between(a: Counts, n1: u32, b: Counts, n2: u32) -> PerOp {
+        let d = f64::from(n2) - f64::from(n1);
+        let per = |x: u64, y: u64| (y as f64 - x as f64) / d;
+        PerOp {
+            ir: per(a.ir, b.ir),
+            polls: per(a.polls, b.polls),
+            poll_ir: per(a.poll_ir, b.poll_ir),
+        }
+    }
+
+    /// Ir/op without the provider's poll function.
+    pub(super) fn without_polls(&self) -> f64 {
+        self.ir - self.poll_ir
+    }
+}
+
+/// The cost of one more poll, the tool's loop included, from two runs of
+/// the same n that polled a different number of times; `None` when they
+/// polled nearly as often (under 100 polls or 5% apart: the quotient
+/// would be noise).
+pub(super) fn loop_ir_per_poll(a: Counts, b: Counts) -> Option<f64> {
+    let dp = b.polls as f64 - a.polls as f64;
+    let enough = dp.abs() >= 100.0 && dp.abs() >= 0.05 * a.polls.max(b.polls) as f64;
+    enough.then(|| (b.ir as f64 - a.ir as f64) / dp)
+}
+
+/// One tool's side of a test: every measurement's figures.
+#[derive(Debug, Default)]
+pub(super) struct SideFigures {
+    /// One entry per measurement that had both runs.
+    pub(super) per_op: Vec<PerOp>,
+    /// Measurements missing a run or a file.
+    pub(super) failed: usize,
+    /// `loop_ir_per_poll` of every pair of same-n runs where it exists.
+    pub(super) loop_ir_per_poll: Vec<f64>,
+}
+
+/// A test at a size: both tools, both sides.
+#[derive(Debug)]
+pub(super) struct InstructionRow {
+    pub(super) test: Test,
+    pub(super) size: u64,
+    pub(super) n: (u32, u32),
+    /// `[client, server]` of perftest and of ours.
+    pub(super) perftest: [SideFigures; 2],
+    pub(super) ours: [SideFigures; 2],
+}
+
+/// The sides, in the order of [`InstructionRow`]'s arrays.
+pub(super) const SIDES: [&str; 2] = ["client", "server"];
+
+/// Everything `--instructions` measured, and how.
+#[derive(Debug)]
+pub(super) struct Instructions {
+    pub(super) rows: Vec<InstructionRow>,
+    /// The provider's poll function as callgrind names it (`None`: no
+    /// file of ours showed it, and no poll is counted).
+    pub(super) poll_fn: Option<(String, String)>,
+    /// Files that could not be read or parsed, with why.
+    pub(super) problems: Vec<String>,
+}
+
+/// Reads every run's files under `raw` and computes the figures; `shim`
+/// is the line of the `ibv_poll_cq` shim's call in [`SHIM_FILE`].
+pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -> Instructions {
+    let mut problems = Vec::new();
+    // Every run's two profiles, parsed once.
+    let profiles: Vec<[Option<Profile>; 2]> = runs
+        .iter()
+        .map(|r| {
+            SIDES.map(|side| {
+                let path = raw.join(format!("{}.{side}.cg", r.stem()));
+                match fs::read_to_string(&path) {
+                    Ok(text) => callgrind::parse(&text)
+                        .map_err(|e| problems.push(format!("{}: {e}", path.display())))
+                        .ok(),
+                    Err(e) => {
+                        problems.push(format!("{}: {e}", path.display()));
+                        None
+                    }
+                }
+            })
+        })
+        .collect();
+    let poll_fn = shim.and_then(|line| {
+        profiles
+            .iter()
+            .flatten()
+            .flatten()
+            .find_map(|p| p.callee_at(SHIM_FILE, line))
+            .map(|(o, f)| (o.to_string(), f.to_string()))
+    });
+    let poll = poll_fn.as_ref().map(|(o, f)| (o.as_str(), f.as_str()));
+    let mut rows = Vec::new();
+    for &test in &a.tests {
+        let Some(iters) = a.instructions else { break };
+        let n = iters.of(test);
+        for size in a.sizes_of(test) {
+            let side = |tool: Tool, s: usize| {
+                let at = |rep: usize, count: u32| -> Option<Counts> {
+                    let k = runs.iter().position(|r| {
+                        r.test.name == test.name
+                            && r.size == size
+                            && r.tool == tool
+                            && r.rep == rep
+                            && r.n == count
+                    })?;
+                    profiles[k][s].as_ref().map(|p| counts(tool, p, poll))
+                };
+                let mut f = SideFigures::default();
+                for rep in 1..=a.reps {
+                    match (at(rep, n.0), at(rep, n.1)) {
+                        (Some(x), Some(y)) => f.per_op.push(PerOp::between(x, n.0, y, n.1)),
+                        _ => f.failed += 1,
+                    }
+                }
+                for count in [n.0, n.1] {
+                    let all: Vec<Counts> = (1..=a.reps).filter_map(|rep| at(rep, count)).collect();
+                    for (i, x) in all.iter().enumerate() {
+                        for y in &all[i + 1..] {
+                            f.loop_ir_per_poll.extend(loop_ir_per_poll(*x, *y));
+                        }
+                    }
+                }
+                f
+            };
+            rows.push(InstructionRow {
+                test,
+                size,
+                n,
+                perftest: [side(Tool::Perftest, 0), side(Tool::Perftest, 1)],
+                ours: [side(Tool::Ours, 0), side(Tool::Ours, 1)],
+            });
+        }
+    }
+    Instructions {
+        rows,
+        poll_fn,
+        problems,
+    }
+}
+
+/// The mean of `v`; `None` for none.
+pub(super) fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The spread of `v`: (max - min) / |mean|, in percent; `None` for fewer
+/// than two values or a mean near 0.
+pub(super) fn spread_pct(v: &[f64]) -> Option<f64> {
+    let m = mean(v)?;
+    if v.len() < 2 || m.abs() < 1.0 {
+        return None;
+    }
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+            (l.min(x), h.max(x))
+        });
+    Some((hi - lo) / m.abs() * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shim_line_is_the_call_through_ops_poll_cq() {
+        let src = "/// doc\npub unsafe fn ibv_poll_cq() {\n    unsafe { ((*(*cq).context).ops.poll_cq.unwrap_unchecked())(cq, n, wc) }\n}\n";
+        assert_eq!(shim_line(src), Some(3));
+        assert_eq!(shim_line("fn x() {}"), None);
+        // The workspace's own shim has one.
+        let real = include_str!("../../../ibverbs-sys/src/inline/post.rs");
+        assert!(shim_line(real).is_some());
+    }
+
+    #[test]
+    fn per_operation_figures_are_n_differences() {
+        let a = Counts {
+            ir: 1_000_000,
+            polls: 5_000,
+            poll_ir: 200_000,
+        };
+        let b = Counts {
+            ir: 3_000_000,
+            polls: 15_000,
+            poll_ir: 600_000,
+        };
+        let p = PerOp::between(a, 1000, b, 3000);
+        assert_eq!((p.ir, p.polls, p.poll_ir), (1000.0, 5.0, 200.0));
+        assert_eq!(p.without_polls(), 800.0);
+        // A set-up of any size cancels.
+        let more = |c: Counts| Counts {
+            ir: c.ir + 777_777,
+            ..c
+        };
+        assert_eq!(PerOp::between(more(a), 1000, more(b), 3000), p);
+    }
+
+    #[test]
+    fn loop_cost_per_poll_needs_clearly_different_poll_counts() {
+        let a = Counts {
+            ir: 1_000_000,
+            polls: 10_000,
+            poll_ir: 0,
+        };
+        let b = Counts {
+            ir: 1_060_000,
+            polls: 11_000,
+            poll_ir: 0,
+        };
+        assert_eq!(loop_ir_per_poll(a, b), Some(60.0));
+        assert_eq!(loop_ir_per_poll(b, a), Some(60.0));
+        let close = Counts { polls: 10_050, ..b };
+        assert_eq!(loop_ir_per_poll(a, close), None, "0.5% apart");
+    }
+
+    #[test]
+    fn perftest_loses_its_sort_ours_counts_everything_collected() {
+        let text = "events: Ir\nob=/usr/bin/ib_send_lat\nfn=0x10\ncob=/lib/libc.so.6\ncfn=qsort\ncalls=1 0\n0 5000\n\
+                    cob=/lib/librxe.so\ncfn=0x4b30\ncalls=7 0\n0 280\ntotals: 100000\n";
+        let p = callgrind::parse(text).unwrap();
+        let poll = Some(("/lib/librxe.so", "0x4b30"));
+        let pt = counts(Tool::Perftest, &p, poll);
+        assert_eq!((pt.ir, pt.polls, pt.poll_ir), (95_000, 7, 280));
+        assert_eq!(counts(Tool::Ours, &p, poll).ir, 100_000);
+        assert_eq!(counts(Tool::Ours, &p, None).polls, 0);
+    }
+
+    #[test]
+    fn means_and_spreads() {
+        assert_eq!(mean(&[1.0, 3.0]), Some(2.0));
+        assert_eq!(mean(&[]), None);
+        assert_eq!(spread_pct(&[990.0, 1010.0]), Some(2.0));
+        assert_eq!(spread_pct(&[5.0]), None);
+        assert_eq!(spread_pct(&[0.1, -0.1]), None, "a mean near 0");
+    }
+}

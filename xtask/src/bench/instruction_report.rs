@@ -1,0 +1,315 @@
+//! What `--instructions` prints and the `instructions` member it adds to
+//! `target/bench.json` (the file's timing results, if any, are kept).
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::instruction_counts::{
+    mean, spread_pct, InstructionRow, Instructions, SideFigures, SIDES,
+};
+use super::instructions::TOGGLE;
+use super::options::Args;
+use super::table::size_name;
+use crate::rxe::Route;
+use crate::Result;
+
+/// A spread (percent) above which a figure is called unstable.
+const STABLE_PCT: f64 = 5.0;
+
+/// How each tool was counted, for the table's legend and bench.json.
+fn methods() -> [(&'static str, String); 2] {
+    [
+        (
+            "perftest",
+            "whole program (Debian's binaries are stripped: no loop function to toggle on), \
+             n-difference, less libc qsort (its latency report sorts the samples)"
+                .to_string(),
+        ),
+        (
+            "ours",
+            format!("inside perf's measured loops only (callgrind --toggle-collect={TOGGLE}), n-difference"),
+        ),
+    ]
+}
+
+/// `mean ±spread%`, `idle` for a side that ran no loop (0 in every
+/// measurement), `-` for none.
+fn cell(v: &[f64], digits: usize) -> String {
+    match mean(v) {
+        None => "-".to_string(),
+        Some(_) if v.iter().all(|x| x.abs() < 0.5) => "idle".to_string(),
+        Some(m) => match spread_pct(v) {
+            Some(s) => format!("{m:.digits$} ±{s:.1}%"),
+            None => format!("{m:.digits$}"),
+        },
+    }
+}
+
+fn ir(f: &SideFigures) -> Vec<f64> {
+    f.per_op.iter().map(|p| p.ir).collect()
+}
+
+fn without_polls(f: &SideFigures) -> Vec<f64> {
+    f.per_op.iter().map(|p| p.without_polls()).collect()
+}
+
+fn polls(f: &SideFigures) -> Vec<f64> {
+    f.per_op.iter().map(|p| p.polls).collect()
+}
+
+/// Prints the legend, one line per test, size and side, and the notes.
+pub(super) fn print(a: &Args, route: &Route, ins: &Instructions) {
+    println!("route: {route}");
+    println!(
+        "user-space instructions per operation (callgrind Ir), Ir/op = (Ir(n2) - Ir(n1)) / (n2 - n1);\n\
+         each cell: the mean of {} measurements ±(max - min)/mean",
+        a.reps
+    );
+    for (tool, how) in methods() {
+        println!("  {tool}: {how}");
+    }
+    println!(
+        "w/o polls: less the provider's completion-queue poll function (rxe_poll_cq, inclusive) \
+         per op;\npolls/op: its calls per op (most of them empty: their number follows timing)\n"
+    );
+    println!(
+        "{:<15} {:>5} {:<6} | {:>15} {:>15} {:>12} | {:>15} {:>15} {:>12} | {:>7}",
+        "test",
+        "size",
+        "side",
+        "perftest Ir/op",
+        "w/o polls",
+        "polls/op",
+        "ours Ir/op",
+        "w/o polls",
+        "polls/op",
+        "ratio*"
+    );
+    let mut unstable = Vec::new();
+    for r in &ins.rows {
+        for (s, side) in SIDES.iter().enumerate() {
+            let (p, o) = (&r.perftest[s], &r.ours[s]);
+            let ratio = match (mean(&without_polls(o)), mean(&without_polls(p))) {
+                (Some(o), Some(p)) if p.abs() >= 1.0 && o.abs() >= 0.5 => format!("{:.2}", o / p),
+                _ => "-".to_string(),
+            };
+            println!(
+                "{:<15} {:>5} {:<6} | {:>15} {:>15} {:>12} | {:>15} {:>15} {:>12} | {:>7}",
+                r.test.name,
+                size_name(r.size),
+                side,
+                cell(&ir(p), 0),
+                cell(&without_polls(p), 0),
+                cell(&polls(p), 2),
+                cell(&ir(o), 0),
+                cell(&without_polls(o), 0),
+                cell(&polls(o), 2),
+                ratio
+            );
+            for (tool, f) in [("perftest", p), ("ours", o)] {
+                if spread_pct(&without_polls(f)).is_some_and(|x| x > STABLE_PCT) {
+                    unstable.push(format!("{} {side} {tool}", r.test.name));
+                }
+                if f.failed > 0 {
+                    unstable.push(format!(
+                        "{} {side} {tool}: {} of {} measurements missing",
+                        r.test.name, f.failed, a.reps
+                    ));
+                }
+            }
+        }
+    }
+    println!("* ratio: ours/perftest of Ir/op w/o polls");
+    print_loop_costs(&ins.rows);
+    match &ins.poll_fn {
+        Some((obj, f)) => println!("\nprovider poll function: {f} in {obj} (rxe is stripped: named by offset)"),
+        None => println!(
+            "\nproblem: the provider's poll function was not found in ours' files: polls are not counted"
+        ),
+    }
+    if unstable.is_empty() {
+        println!("every Ir/op w/o polls within {STABLE_PCT}% across the measurements");
+    } else {
+        println!(
+            "not stable (spread > {STABLE_PCT}% or missing): {}",
+            unstable.join("; ")
+        );
+    }
+    for p in &ins.problems {
+        println!("problem: {p}");
+    }
+}
+
+/// The measured cost of one more poll, where the runs of the same n
+/// polled clearly different numbers of times.
+fn print_loop_costs(rows: &[InstructionRow]) {
+    let mut lines = Vec::new();
+    for r in rows {
+        for (s, side) in SIDES.iter().enumerate() {
+            for (tool, f) in [("perftest", &r.perftest[s]), ("ours", &r.ours[s])] {
+                if let Some(m) = mean(&f.loop_ir_per_poll) {
+                    lines.push(format!(
+                        "  {} {side} {tool}: {m:.0} Ir per extra poll ({} pairs)",
+                        r.test.name,
+                        f.loop_ir_per_poll.len()
+                    ));
+                }
+            }
+        }
+    }
+    if !lines.is_empty() {
+        println!("\none more poll, loop included (same-n runs that polled differently):");
+        for l in lines {
+            println!("{l}");
+        }
+    }
+}
+
+/// One side's figures in bench.json (rounded to 0.1).
+#[derive(Debug, Serialize)]
+struct SideJson {
+    ir_per_op: Vec<f64>,
+    ir_per_op_without_polls: Vec<f64>,
+    polls_per_op: Vec<f64>,
+    provider_poll_ir_per_op: Vec<f64>,
+    mean_ir_per_op: Option<f64>,
+    mean_ir_per_op_without_polls: Option<f64>,
+    spread_pct_without_polls: Option<f64>,
+    loop_ir_per_extra_poll: Vec<f64>,
+    failed: usize,
+}
+
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+impl SideJson {
+    fn of(f: &SideFigures) -> SideJson {
+        let r = |v: Vec<f64>| v.into_iter().map(round1).collect();
+        SideJson {
+            ir_per_op: r(ir(f)),
+            ir_per_op_without_polls: r(without_polls(f)),
+            polls_per_op: f
+                .per_op
+                .iter()
+                .map(|p| (p.polls * 1000.0).round() / 1000.0)
+                .collect(),
+            provider_poll_ir_per_op: r(f.per_op.iter().map(|p| p.poll_ir).collect()),
+            mean_ir_per_op: mean(&ir(f)).map(round1),
+            mean_ir_per_op_without_polls: mean(&without_polls(f)).map(round1),
+            spread_pct_without_polls: spread_pct(&without_polls(f)).map(round1),
+            loop_ir_per_extra_poll: r(f.loop_ir_per_poll.clone()),
+            failed: f.failed,
+        }
+    }
+}
+
+/// The `instructions` member.
+fn member(a: &Args, route: &Route, kernel: &str, raw: &Path, ins: &Instructions) -> Value {
+    let rows: Vec<Value> = ins
+        .rows
+        .iter()
+        .map(|r| {
+            let tool = |f: &[SideFigures; 2]| {
+                json!({ "client": SideJson::of(&f[0]), "server": SideJson::of(&f[1]) })
+            };
+            json!({
+                "test": r.test.name,
+                "perftest_program": r.test.perftest,
+                "size": r.size,
+                "n1": r.n.0,
+                "n2": r.n.1,
+                "perftest": tool(&r.perftest),
+                "ours": tool(&r.ours),
+            })
+        })
+        .collect();
+    let methods: serde_json::Map<String, Value> = methods()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v)))
+        .collect();
+    json!({
+        "route": route.to_string(),
+        "kernel": kernel,
+        "measurements": a.reps,
+        "method": methods,
+        "without_polls": "Ir/op less the inclusive instructions of the provider's poll function per op",
+        "poll_function": ins.poll_fn.as_ref().map(|(o, f)| format!("{o}:{f}")),
+        "raw_dir": raw.to_string_lossy(),
+        "results": rows,
+        "problems": ins.problems,
+    })
+}
+
+/// Adds (or replaces) `instructions` in the report at `path`, keeping the
+/// rest of it; a new report has no timing results.
+pub(super) fn write(
+    path: &Path,
+    a: &Args,
+    route: &Route,
+    kernel: &str,
+    raw: &Path,
+    ins: &Instructions,
+) -> Result<()> {
+    let old = fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .filter(Value::is_object);
+    let mut report = old.unwrap_or_else(|| {
+        json!({
+            "route": route.to_string(),
+            "kernel": kernel,
+            "hosts": 1,
+            "delay_ms": null,
+            "reps": 0,
+            "results": [],
+        })
+    });
+    report["instructions"] = member(a, route, kernel, raw, ins);
+    let mut text = serde_json::to_string_pretty(&report)?;
+    text.push('\n');
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::instruction_counts::PerOp;
+    use super::*;
+
+    #[test]
+    fn cells_show_mean_spread_and_idle_sides() {
+        assert_eq!(cell(&[990.0, 1010.0], 0), "1000 ±2.0%");
+        assert_eq!(cell(&[0.0, 0.2], 0), "idle");
+        assert_eq!(cell(&[], 0), "-");
+        assert_eq!(cell(&[1.5], 2), "1.50");
+    }
+
+    #[test]
+    fn side_json_rounds_and_keeps_every_measurement() {
+        let f = SideFigures {
+            per_op: vec![
+                PerOp {
+                    ir: 1000.04,
+                    polls: 2.0,
+                    poll_ir: 100.0,
+                },
+                PerOp {
+                    ir: 1020.0,
+                    polls: 2.5,
+                    poll_ir: 120.0,
+                },
+            ],
+            failed: 0,
+            loop_ir_per_poll: vec![61.26],
+        };
+        let v = serde_json::to_value(SideJson::of(&f)).unwrap();
+        assert_eq!(v["ir_per_op"], json!([1000.0, 1020.0]));
+        assert_eq!(v["ir_per_op_without_polls"], json!([900.0, 900.0]));
+        assert_eq!(v["spread_pct_without_polls"], json!(0.0));
+        assert_eq!(v["loop_ir_per_extra_poll"], json!([61.3]));
+    }
+}
