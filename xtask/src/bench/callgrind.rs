@@ -143,10 +143,8 @@ pub(super) fn parse(text: &str) -> Result<Profile, String> {
             return Err(at(format!("not a callgrind line: `{line}`")));
         };
         match key {
-            "events" => {
-                if value.split_whitespace().next() != Some("Ir") {
-                    return Err(at(format!("the first event is not Ir: `{value}`")));
-                }
+            "events" if value.split_whitespace().next() != Some("Ir") => {
+                return Err(at(format!("the first event is not Ir: `{value}`")));
             }
             "totals" | "summary" => {
                 let v = value.split_whitespace().next().unwrap_or_default();
@@ -214,7 +212,11 @@ impl Profile {
     pub(super) fn calls_named(&self, names: &[&str]) -> (u64, u64) {
         self.calls
             .iter()
-            .filter(|c| names.contains(&c.callee_fn.as_str()) && c.caller_obj != c.callee_obj)
+            .filter(|c| {
+                // Versioned symbols come as `qsort@@GLIBC_2.2.5`.
+                let base = c.callee_fn.split('@').next().unwrap_or_default();
+                names.contains(&base) && c.caller_obj != c.callee_obj
+            })
             .fold((0, 0), |(n, ir), c| (n + c.count, ir + c.inclusive))
     }
 
@@ -300,6 +302,8 @@ totals: 5000
         assert_eq!(p.calls_into(obj, "0x0000000000009999"), (0, 0));
         assert_eq!(p.calls_named(&["perf::helper"]), (0, 0), "same object");
         assert_eq!(p.calls_named(&["0x0000000000005000", "x"]), (10, 900));
+        let versioned = "events: Ir\nob=a\nfn=f\ncob=libc\ncfn=qsort@@GLIBC_2.2.5\ncalls=2 0\n0 70\ntotals: 1\n";
+        assert_eq!(parse(versioned).unwrap().calls_named(&["qsort"]), (2, 70));
     }
 
     /// Shaped like a stripped perftest: no compression, every function a
