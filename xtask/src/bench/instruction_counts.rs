@@ -39,10 +39,10 @@ use super::suite::Test;
 pub(super) const SHIM_FILE: &str = "ibverbs-sys/src/inline/post.rs";
 
 /// The line of the shim's call through `ops.poll_cq` in `text` (the
-/// shim's source), 1-based.
+/// shim's source), 1-based; comments that name it do not count.
 pub(super) fn shim_line(text: &str) -> Option<u64> {
     text.lines()
-        .position(|l| l.contains("ops.poll_cq"))
+        .position(|l| l.contains("ops.poll_cq") && !l.trim_start().starts_with("//"))
         .map(|i| i as u64 + 1)
 }
 
@@ -252,8 +252,14 @@ mod tests {
 
     #[test]
     fn the_shim_line_is_the_call_through_ops_poll_cq() {
-        let src = "/// doc\npub unsafe fn ibv_poll_cq() {\n    unsafe { ((*(*cq).context).ops.poll_cq.unwrap_unchecked())(cq, n, wc) }\n}\n";
-        assert_eq!(shim_line(src), Some(3));
+        let src =
+            "/// doc\npub unsafe fn ibv_poll_cq() {\n    // SAFETY: sets `ops.poll_cq`.\n    \
+                   unsafe { ((*(*cq).context).ops.poll_cq.unwrap_unchecked())(cq, n, wc) }\n}\n";
+        assert_eq!(
+            shim_line(src),
+            Some(4),
+            "the call, not the comment above it"
+        );
         assert_eq!(shim_line("fn x() {}"), None);
         // The workspace's own shim has one.
         let real = include_str!("../../../ibverbs-sys/src/inline/post.rs");

@@ -13,7 +13,6 @@ use super::instruction_counts::{
 use super::instructions::TOGGLE;
 use super::options::Args;
 use super::table::size_name;
-use crate::rxe::Route;
 use crate::Result;
 
 /// A spread (percent) above which a figure is called unstable.
@@ -35,12 +34,12 @@ fn methods() -> [(&'static str, String); 2] {
     ]
 }
 
-/// `mean ±spread%`, `idle` for a side that ran no loop (0 in every
-/// measurement), `-` for none.
+/// `mean ±spread%`, `idle` for instructions of a side that ran no loop
+/// (under 0.5 per operation in every measurement), `-` for none.
 fn cell(v: &[f64], digits: usize) -> String {
     match mean(v) {
         None => "-".to_string(),
-        Some(_) if v.iter().all(|x| x.abs() < 0.5) => "idle".to_string(),
+        Some(_) if digits == 0 && v.iter().all(|x| x.abs() < 0.5) => "idle".to_string(),
         Some(m) => match spread_pct(v) {
             Some(s) => format!("{m:.digits$} ±{s:.1}%"),
             None => format!("{m:.digits$}"),
@@ -61,7 +60,7 @@ fn polls(f: &SideFigures) -> Vec<f64> {
 }
 
 /// Prints the legend, one line per test, size and side, and the notes.
-pub(super) fn print(a: &Args, route: &Route, ins: &Instructions) {
+pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
     println!("route: {route}");
     println!(
         "user-space instructions per operation (callgrind Ir), Ir/op = (Ir(n2) - Ir(n1)) / (n2 - n1);\n\
@@ -208,7 +207,7 @@ impl SideJson {
 }
 
 /// The `instructions` member.
-fn member(a: &Args, route: &Route, kernel: &str, raw: &Path, ins: &Instructions) -> Value {
+fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -> Value {
     let rows: Vec<Value> = ins
         .rows
         .iter()
@@ -232,7 +231,7 @@ fn member(a: &Args, route: &Route, kernel: &str, raw: &Path, ins: &Instructions)
         .map(|(k, v)| (k.to_string(), Value::String(v)))
         .collect();
     json!({
-        "route": route.to_string(),
+        "route": route,
         "kernel": kernel,
         "measurements": a.reps,
         "method": methods,
@@ -249,7 +248,7 @@ fn member(a: &Args, route: &Route, kernel: &str, raw: &Path, ins: &Instructions)
 pub(super) fn write(
     path: &Path,
     a: &Args,
-    route: &Route,
+    route: &str,
     kernel: &str,
     raw: &Path,
     ins: &Instructions,
@@ -260,7 +259,7 @@ pub(super) fn write(
         .filter(Value::is_object);
     let mut report = old.unwrap_or_else(|| {
         json!({
-            "route": route.to_string(),
+            "route": route,
             "kernel": kernel,
             "hosts": 1,
             "delay_ms": null,
@@ -286,6 +285,11 @@ mod tests {
         assert_eq!(cell(&[0.0, 0.2], 0), "idle");
         assert_eq!(cell(&[], 0), "-");
         assert_eq!(cell(&[1.5], 2), "1.50");
+        assert_eq!(
+            cell(&[0.125, 0.125], 2),
+            "0.12 ±0.0%",
+            "polls are never idle"
+        );
     }
 
     #[test]

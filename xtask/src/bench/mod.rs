@@ -62,6 +62,13 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(raw) = &a.instructions_from {
+        // Nothing to set up, build or boot: the files are there.
+        let ws = Workspace::locate();
+        let runs = instructions::runs(&a);
+        let route = format!("(read back from {})", raw.display());
+        return report_instructions(&a, &ws, &runs, raw, &route, "unknown", None);
+    }
     if !a.no_setup {
         setup::ensure()?;
     }
@@ -151,6 +158,21 @@ fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<Ex
     let outcome = rxe::run(ws, "bench", &route, &plan, &a.run)?;
     let failure = outcome.failure_reason();
     let raw = outcome.out.join("raw");
+    let kernel = outcome.env("KERNEL").unwrap_or("unknown");
+    report_instructions(a, ws, &runs, &raw, &route.to_string(), kernel, failure)
+}
+
+/// The table and bench.json member of the callgrind files in `raw`;
+/// `failure` is the run's, if it had one.
+fn report_instructions(
+    a: &options::Args,
+    ws: &Workspace,
+    runs: &[instructions::CgRun],
+    raw: &Path,
+    route: &str,
+    kernel: &str,
+    failure: Option<String>,
+) -> Result<ExitCode> {
     let shim_path = ws.root.join(instruction_counts::SHIM_FILE);
     let shim = fs::read_to_string(&shim_path)
         .ok()
@@ -161,13 +183,12 @@ fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<Ex
             shim_path.display()
         );
     }
-    let ins = instruction_counts::collect(a, &runs, &raw, shim);
+    let ins = instruction_counts::collect(a, runs, raw, shim);
 
     heading("bench instructions");
-    instruction_report::print(a, &route, &ins);
+    instruction_report::print(a, route, &ins);
     let json_path = ws.target.join("bench.json");
-    let kernel = outcome.env("KERNEL").unwrap_or("unknown");
-    instruction_report::write(&json_path, a, &route, kernel, &raw, &ins)?;
+    instruction_report::write(&json_path, a, route, kernel, raw, &ins)?;
     println!(
         "\nadded to {} as `instructions` (callgrind's files in {}; \
          `callgrind_annotate --inclusive=yes FILE` shows where they went)",

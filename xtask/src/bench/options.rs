@@ -47,6 +47,9 @@ pub(super) struct Args {
     /// `--instructions`: callgrind runs instead of the timing runs, at
     /// these two operation counts per bandwidth and per latency run.
     pub(super) instructions: Option<InstructionIters>,
+    /// `--instructions-from`: read an earlier `--instructions` run's raw
+    /// directory instead of running.
+    pub(super) instructions_from: Option<PathBuf>,
 }
 
 /// The two operation counts of `--instructions` (n1 < n2): instructions
@@ -239,6 +242,12 @@ struct Cli {
     /// `instructions` (its timing results are kept)
     #[arg(long, verbatim_doc_comment)]
     instructions: bool,
+    /// run nothing: compute the --instructions table and
+    /// bench.json member again from the callgrind files in
+    /// DIR (an earlier run's raw/), given the same --tests,
+    /// --sizes, --iters and --reps as that run
+    #[arg(long, value_name = "DIR", verbatim_doc_comment)]
+    instructions_from: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
     #[command(flatten)]
@@ -321,7 +330,8 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
     // Long enough that a bandwidth run measures the steady state, not its
     // start-up.
     let (bw_iters, lat_iters) = c.iters.map_or((20000, 5000), |n| (n, n));
-    let instructions = c.instructions.then(|| InstructionIters::new(c.iters));
+    let instructions =
+        (c.instructions || c.instructions_from.is_some()).then(|| InstructionIters::new(c.iters));
     let mut a = Args {
         run,
         reps: c.reps.unwrap_or(if instructions.is_some() { 2 } else { 3 }),
@@ -349,6 +359,7 @@ pub(super) fn parse(args: &[String]) -> Result<Option<Args>> {
         delay_ms: c.delay,
         plot_only: c.plot_only,
         instructions,
+        instructions_from: c.instructions_from,
     };
     if a.instructions.is_some() && a.hosts != 1 {
         return Err("bench: --instructions runs on one host (--hosts 1)".into());
@@ -571,6 +582,10 @@ mod tests {
         assert_eq!((i.bw, i.lat, a.reps), ((500, 1500), (500, 1500), 3));
         assert!(parse(&v(&["--instructions", "--hosts", "2"])).is_err());
         assert_eq!(parse(&[]).unwrap().unwrap().instructions, None);
+        let a = parse(&v(&["--instructions-from", "x/raw"]))
+            .unwrap()
+            .unwrap();
+        assert!(a.instructions.is_some() && a.instructions_from.is_some());
     }
 
     #[test]
