@@ -11,15 +11,19 @@
 //!   (rxe's `rxe_poll_cq`, reached through `ibv_poll_cq`'s function
 //!   pointer), n-differenced likewise; an empty poll is one that found
 //!   nothing, and how many there are depends on timing;
-//! * **Ir/op w/o polls** = Ir/op minus the inclusive instructions of those
-//!   calls per operation: the same provider function for both tools, so
-//!   taking it out entirely (a poll that finds a completion costs a few
-//!   tens of instructions more than an empty one) leaves what each tool
-//!   does itself, including its own loop around each poll;
-//! * **loop Ir/poll** (where it can be measured): the whole cost of one
-//!   more poll, the tool's loop included, from the runs with the same n
-//!   in different measurements, which differ only in how often they
-//!   polled: `(Ir_a - Ir_b) / (polls_a - polls_b)`.
+//! * **Ir/poll**: the whole cost of one more poll, the tool's loop around
+//!   it included, measured from runs with the same n in different
+//!   measurements, which do the same work and differ in how often they
+//!   polled: the least-squares slope of `Ir_a - Ir_b` on
+//!   `polls_a - polls_b` over every such pair of a test (client and
+//!   server), or over all the tool's tests where a test's pairs polled
+//!   too alike;
+//! * **Ir/op w/o polls** = Ir/op - Ir/poll x polls/op: what an operation
+//!   costs with the polls taken out, so that it does not follow timing.
+//!   It takes out the polls that found a completion too (one or two per
+//!   operation in a latency test, far fewer in a bandwidth test), at the
+//!   same price for both tools' structure. Without an Ir/poll it falls
+//!   back to taking out the provider function's own instructions only.
 //!
 //! The provider is stripped: callgrind names its functions by their offset
 //! in the library. The poll function's offset is taken from ours' files:
@@ -94,20 +98,32 @@ impl PerOp {
         }
     }
 
-    /// Ir/op without the provider's poll function.
-    pub(super) fn without_polls(&self) -> f64 {
-        self.ir - self.poll_ir
+    /// Ir/op without its polls at `poll_cost` each (loop included), or
+    /// without the provider function's instructions when that is unknown.
+    pub(super) fn without_polls(&self, poll_cost: Option<f64>) -> f64 {
+        match poll_cost {
+            Some(c) => self.ir - c * self.polls,
+            None => self.ir - self.poll_ir,
+        }
     }
 }
 
-/// The cost of one more poll, the tool's loop included, from two runs of
-/// the same n that polled a different number of times; `None` when they
-/// polled nearly as often (under 100 polls or 5% apart: the quotient
-/// would be noise).
-pub(super) fn loop_ir_per_poll(a: Counts, b: Counts) -> Option<f64> {
+/// `(polls_b - polls_a, Ir_b - Ir_a)` of two runs of the same n; `None`
+/// when they polled nearly as often (under 100 polls or 5% apart: the
+/// pair says nothing about a poll's cost).
+pub(super) fn poll_pair(a: Counts, b: Counts) -> Option<(f64, f64)> {
     let dp = b.polls as f64 - a.polls as f64;
     let enough = dp.abs() >= 100.0 && dp.abs() >= 0.05 * a.polls.max(b.polls) as f64;
-    enough.then(|| (b.ir as f64 - a.ir as f64) / dp)
+    enough.then(|| (dp, b.ir as f64 - a.ir as f64))
+}
+
+/// The least-squares cost of one more poll over `pairs` (a line through
+/// the origin: same work, different polls); `None` without pairs.
+pub(super) fn fit_poll_cost<'a>(pairs: impl IntoIterator<Item = &'a (f64, f64)>) -> Option<f64> {
+    let (sxy, sxx) = pairs.into_iter().fold((0.0, 0.0), |(xy, xx), &(dp, di)| {
+        (xy + dp * di, xx + dp * dp)
+    });
+    (sxx > 0.0).then(|| sxy / sxx)
 }
 
 /// One tool's side of a test: every measurement's figures.
@@ -117,8 +133,22 @@ pub(super) struct SideFigures {
     pub(super) per_op: Vec<PerOp>,
     /// Measurements missing a run or a file.
     pub(super) failed: usize,
-    /// `loop_ir_per_poll` of every pair of same-n runs where it exists.
-    pub(super) loop_ir_per_poll: Vec<f64>,
+    /// [`poll_pair`] of every pair of same-n runs where it exists.
+    pub(super) pairs: Vec<(f64, f64)>,
+    /// Ir/poll used for this side (see the module docs).
+    pub(super) poll_cost: Option<f64>,
+    /// Whether `poll_cost` came from this test's own pairs.
+    pub(super) poll_cost_own: bool,
+}
+
+impl SideFigures {
+    /// Every measurement's Ir/op w/o polls.
+    pub(super) fn without_polls(&self) -> Vec<f64> {
+        self.per_op
+            .iter()
+            .map(|p| p.without_polls(self.poll_cost))
+            .collect()
+    }
 }
 
 /// A test at a size: both tools, both sides.
@@ -204,7 +234,7 @@ pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -
                     let all: Vec<Counts> = (1..=a.reps).filter_map(|rep| at(rep, count)).collect();
                     for (i, x) in all.iter().enumerate() {
                         for y in &all[i + 1..] {
-                            f.loop_ir_per_poll.extend(loop_ir_per_poll(*x, *y));
+                            f.pairs.extend(poll_pair(*x, *y));
                         }
                     }
                 }
@@ -219,10 +249,42 @@ pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -
             });
         }
     }
+    set_poll_costs(&mut rows);
     Instructions {
         rows,
         poll_fn,
         problems,
+    }
+}
+
+/// Sets every side's Ir/poll: its test's (both sides' pairs of the tool),
+/// else the tool's over all tests.
+fn set_poll_costs(rows: &mut [InstructionRow]) {
+    fn of(r: &mut InstructionRow, tool: Tool) -> &mut [SideFigures; 2] {
+        match tool {
+            Tool::Perftest => &mut r.perftest,
+            Tool::Ours => &mut r.ours,
+        }
+    }
+    for tool in [Tool::Perftest, Tool::Ours] {
+        let all: Vec<(f64, f64)> = rows
+            .iter_mut()
+            .flat_map(|r| {
+                of(r, tool)
+                    .iter()
+                    .flat_map(|s| s.pairs.clone())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let global = fit_poll_cost(&all);
+        for r in rows.iter_mut() {
+            let s = of(r, tool);
+            let own = fit_poll_cost(s[0].pairs.iter().chain(&s[1].pairs));
+            for side in s.iter_mut() {
+                side.poll_cost = own.or(global);
+                side.poll_cost_own = own.is_some();
+            }
+        }
     }
 }
 
@@ -249,6 +311,33 @@ pub(super) fn spread_pct(v: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn side(pairs: Vec<(f64, f64)>) -> SideFigures {
+        SideFigures {
+            pairs,
+            ..SideFigures::default()
+        }
+    }
+
+    #[test]
+    fn a_test_without_pairs_borrows_the_tools_poll_cost() {
+        let t = super::super::suite::TESTS;
+        let row = |test, ours: Vec<(f64, f64)>| InstructionRow {
+            test,
+            size: 64,
+            n: (1, 2),
+            perftest: [side(vec![]), side(vec![])],
+            ours: [side(ours), side(vec![(100.0, 20_000.0)])],
+        };
+        let mut rows = [row(t[0], vec![(100.0, 10_000.0)]), row(t[3], vec![])];
+        set_poll_costs(&mut rows);
+        let c = rows[0].ours[0].poll_cost.unwrap();
+        assert!((c - 150.0).abs() < 1e-9, "both sides' pairs: {c}");
+        assert!(rows[0].ours[1].poll_cost_own);
+        // The second test's only pair is its server's: its own.
+        assert_eq!(rows[1].ours[0].poll_cost, Some(200.0));
+        assert_eq!(rows[0].perftest[0].poll_cost, None, "no pair anywhere");
+    }
 
     #[test]
     fn the_shim_line_is_the_call_through_ops_poll_cq() {
@@ -280,7 +369,8 @@ mod tests {
         };
         let p = PerOp::between(a, 1000, b, 3000);
         assert_eq!((p.ir, p.polls, p.poll_ir), (1000.0, 5.0, 200.0));
-        assert_eq!(p.without_polls(), 800.0);
+        assert_eq!(p.without_polls(None), 800.0, "less the provider's");
+        assert_eq!(p.without_polls(Some(50.0)), 750.0, "less 5 polls at 50");
         // A set-up of any size cancels.
         let more = |c: Counts| Counts {
             ir: c.ir + 777_777,
@@ -301,10 +391,14 @@ mod tests {
             polls: 11_000,
             poll_ir: 0,
         };
-        assert_eq!(loop_ir_per_poll(a, b), Some(60.0));
-        assert_eq!(loop_ir_per_poll(b, a), Some(60.0));
+        assert_eq!(poll_pair(a, b), Some((1000.0, 60_000.0)));
+        assert_eq!(poll_pair(b, a), Some((-1000.0, -60_000.0)));
         let close = Counts { polls: 10_050, ..b };
-        assert_eq!(loop_ir_per_poll(a, close), None, "0.5% apart");
+        assert_eq!(poll_pair(a, close), None, "0.5% apart");
+        // The slope through the origin, weighted by the poll difference.
+        let c = fit_poll_cost(&[(1000.0, 60_000.0), (-3000.0, -150_000.0)]).unwrap();
+        assert!((c - 51.0).abs() < 1e-9, "{c}");
+        assert_eq!(fit_poll_cost(&[]), None);
     }
 
     #[test]

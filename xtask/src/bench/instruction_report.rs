@@ -52,7 +52,7 @@ fn ir(f: &SideFigures) -> Vec<f64> {
 }
 
 fn without_polls(f: &SideFigures) -> Vec<f64> {
-    f.per_op.iter().map(|p| p.without_polls()).collect()
+    f.without_polls()
 }
 
 fn polls(f: &SideFigures) -> Vec<f64> {
@@ -71,8 +71,10 @@ pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
         println!("  {tool}: {how}");
     }
     println!(
-        "w/o polls: less the provider's completion-queue poll function (rxe_poll_cq, inclusive) \
-         per op;\npolls/op: its calls per op (most of them empty: their number follows timing)\n"
+        "polls/op: calls to the provider's completion-queue poll function (rxe_poll_cq) per op,\n\
+         most of them empty: their number follows timing;\n\
+         w/o polls: Ir/op - Ir/poll x polls/op, Ir/poll the cost of one more poll with the tool's\n\
+         loop, measured from same-n runs that polled differently (listed below the table)\n"
     );
     println!(
         "{:<15} {:>5} {:<6} | {:>15} {:>15} {:>12} | {:>15} {:>15} {:>12} | {:>7}",
@@ -142,28 +144,20 @@ pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
     }
 }
 
-/// The measured cost of one more poll, where the runs of the same n
-/// polled clearly different numbers of times.
+/// The Ir/poll each row used, and where it came from.
 fn print_loop_costs(rows: &[InstructionRow]) {
-    let mut lines = Vec::new();
+    println!("\nIr/poll (one more poll, the tool's loop included):");
     for r in rows {
-        for (s, side) in SIDES.iter().enumerate() {
-            for (tool, f) in [("perftest", &r.perftest[s]), ("ours", &r.ours[s])] {
-                if let Some(m) = mean(&f.loop_ir_per_poll) {
-                    lines.push(format!(
-                        "  {} {side} {tool}: {m:.0} Ir per extra poll ({} pairs)",
-                        r.test.name,
-                        f.loop_ir_per_poll.len()
-                    ));
-                }
-            }
+        let mut parts = Vec::new();
+        for (tool, f) in [("perftest", &r.perftest), ("ours", &r.ours)] {
+            let pairs = f[0].pairs.len() + f[1].pairs.len();
+            parts.push(match f[0].poll_cost {
+                Some(c) if f[0].poll_cost_own => format!("{tool} {c:.0} ({pairs} pairs)"),
+                Some(c) => format!("{tool} {c:.0} (the tool's, over all tests)"),
+                None => format!("{tool} - (provider's instructions only)"),
+            });
         }
-    }
-    if !lines.is_empty() {
-        println!("\none more poll, loop included (same-n runs that polled differently):");
-        for l in lines {
-            println!("{l}");
-        }
+        println!("  {:<15} {}", r.test.name, parts.join(", "));
     }
 }
 
@@ -177,7 +171,11 @@ struct SideJson {
     mean_ir_per_op: Option<f64>,
     mean_ir_per_op_without_polls: Option<f64>,
     spread_pct_without_polls: Option<f64>,
-    loop_ir_per_extra_poll: Vec<f64>,
+    /// Ir/poll used, and whether it is this test's own.
+    ir_per_poll: Option<f64>,
+    ir_per_poll_own: bool,
+    /// `[polls_b - polls_a, Ir_b - Ir_a]` of the same-n pairs.
+    same_n_pairs: Vec<(f64, f64)>,
     failed: usize,
 }
 
@@ -200,7 +198,9 @@ impl SideJson {
             mean_ir_per_op: mean(&ir(f)).map(round1),
             mean_ir_per_op_without_polls: mean(&without_polls(f)).map(round1),
             spread_pct_without_polls: spread_pct(&without_polls(f)).map(round1),
-            loop_ir_per_extra_poll: r(f.loop_ir_per_poll.clone()),
+            ir_per_poll: f.poll_cost.map(round1),
+            ir_per_poll_own: f.poll_cost_own,
+            same_n_pairs: f.pairs.clone(),
             failed: f.failed,
         }
     }
@@ -235,7 +235,9 @@ fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -
         "kernel": kernel,
         "measurements": a.reps,
         "method": methods,
-        "without_polls": "Ir/op less the inclusive instructions of the provider's poll function per op",
+        "without_polls": "Ir/op - ir_per_poll x polls/op; ir_per_poll: the cost of one more poll, \
+            the tool's loop included, the least-squares slope of Ir on polls over same-n runs \
+            (without one: Ir/op less the provider poll function's inclusive instructions)",
         "poll_function": ins.poll_fn.as_ref().map(|(o, f)| format!("{o}:{f}")),
         "raw_dir": raw.to_string_lossy(),
         "results": rows,
@@ -304,12 +306,27 @@ mod tests {
                 },
             ],
             failed: 0,
-            loop_ir_per_poll: vec![61.26],
+            pairs: vec![(100.0, 5000.0)],
+            poll_cost: None,
+            poll_cost_own: false,
         };
         let v = serde_json::to_value(SideJson::of(&f)).unwrap();
         assert_eq!(v["ir_per_op"], json!([1000.0, 1020.0]));
         assert_eq!(v["ir_per_op_without_polls"], json!([900.0, 900.0]));
         assert_eq!(v["spread_pct_without_polls"], json!(0.0));
-        assert_eq!(v["loop_ir_per_extra_poll"], json!([61.3]));
+        assert_eq!(v["same_n_pairs"], json!([[100.0, 5000.0]]));
+        assert!(v["ir_per_poll"].is_null());
+        // With a poll cost: less 2 and 2.5 polls at 50.
+        let f = SideFigures {
+            poll_cost: Some(50.0),
+            poll_cost_own: true,
+            ..f
+        };
+        let v = serde_json::to_value(SideJson::of(&f)).unwrap();
+        assert_eq!(v["ir_per_op_without_polls"], json!([900.0, 895.0]));
+        assert_eq!(
+            (v["ir_per_poll"].as_f64(), v["ir_per_poll_own"].as_bool()),
+            (Some(50.0), Some(true))
+        );
     }
 }
