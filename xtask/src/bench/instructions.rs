@@ -44,6 +44,11 @@ pub(super) const TOGGLE: &str = "*measured_loop*";
 /// program slowly under emulation (seconds reading ours' debug info).
 const SERVER_START_SECS: u32 = 240;
 
+/// perf's `--timeout` under callgrind: its default of 30 s (plus 1 s per
+/// 1000 operations for a passive server) ran out while an atomic_bw client
+/// of 6000 operations ran under valgrind.
+const PERF_TIMEOUT: &str = " --timeout 300";
+
 /// One server/client pair under callgrind.
 #[derive(Debug, Clone)]
 pub(super) struct CgRun {
@@ -162,13 +167,15 @@ fn programs(a: &Args, r: &CgRun, perf: &str, port: u32) -> (String, String) {
             let name = r.test.perf_name();
             let mode = if r.test.asynchronous { " --async" } else { "" };
             (
-                format!("{perf} {name} {dev} -p {port} --json"),
-                format!("{perf} {name}{mode} {dev}{s} -n {n}{extra} -p {port} --json 127.0.0.1"),
+                format!("{perf} {name} {dev} -p {port}{PERF_TIMEOUT} --json"),
+                format!(
+                    "{perf} {name}{mode} {dev}{s} -n {n}{extra} -p {port}{PERF_TIMEOUT} --json 127.0.0.1"
+                ),
             )
         }
         (Tool::Ours, true) => {
             let cmd = format!(
-                "{perf} {} -R{s} -n {n}{extra} -p {port} --json",
+                "{perf} {} -R{s} -n {n}{extra} -p {port}{PERF_TIMEOUT} --json",
                 r.test.perf_name()
             );
             (cmd.clone(), format!("{cmd} \"$RXE_IPV4\""))
@@ -288,7 +295,10 @@ mod tests {
         ]);
         let r = runs(&a);
         let (server, client) = programs(&a, &r[1], "perf", 19001);
-        assert_eq!(server, "perf write_lat -R -s 64 -n 1000 -p 19001 --json");
+        assert_eq!(
+            server,
+            "perf write_lat -R -s 64 -n 1000 -p 19001 --timeout 300 --json"
+        );
         assert!(client.ends_with("--json \"$RXE_IPV4\""), "{client}");
         let (_, client) = programs(&a, &r[0], "perf", 19000);
         assert!(
