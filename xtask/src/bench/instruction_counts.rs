@@ -114,7 +114,7 @@ impl PerOp {
 pub(super) fn poll_pair(a: Counts, b: Counts) -> Option<(f64, f64)> {
     let dp = b.polls as f64 - a.polls as f64;
     let enough = dp.abs() >= 100.0 && dp.abs() >= 0.05 * a.polls.max(b.polls) as f64;
-    enough.then(|| (dp, b.ir as f64 - a.ir as f64))
+    enough.then_some((dp, b.ir as f64 - a.ir as f64))
 }
 
 /// The least-squares cost of one more poll over `pairs` (a line through
