@@ -291,6 +291,35 @@ mod tests {
     }
 
     #[test]
+    fn the_member_joins_a_report_and_keeps_its_timing_results() {
+        let dir = std::env::temp_dir().join(format!("xtask-ins-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.json");
+        fs::write(&path, r#"{"reps": 3, "results": [{"test": "write_bw"}]}"#).unwrap();
+        let a = super::super::options::parse(&crate::cli::words(&["--instructions"]))
+            .unwrap()
+            .unwrap();
+        let ins = Instructions {
+            rows: Vec::new(),
+            poll_fn: Some(("/lib/librxe.so".into(), "0x2ca0".into())),
+            problems: Vec::new(),
+        };
+        write(&path, &a, "VM", "6.1", Path::new("raw"), &ins).unwrap();
+        let v: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["results"][0]["test"], "write_bw", "timing results kept");
+        assert_eq!(v["reps"], 3);
+        assert_eq!(v["instructions"]["poll_function"], "/lib/librxe.so:0x2ca0");
+        assert_eq!(v["instructions"]["measurements"], 2);
+        // No report yet: a new one, with no timing results.
+        fs::remove_file(&path).unwrap();
+        write(&path, &a, "VM", "6.1", Path::new("raw"), &ins).unwrap();
+        let v: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["results"], json!([]));
+        assert!(v["instructions"].is_object());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn side_json_rounds_and_keeps_every_measurement() {
         let f = SideFigures {
             per_op: vec![

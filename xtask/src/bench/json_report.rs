@@ -122,6 +122,16 @@ pub(super) fn write(
         raw_dir: raw.to_string_lossy().into_owned(),
         results: rows.iter().map(|c| row(a, c)).collect(),
     };
+    let mut report = serde_json::to_value(&report)?;
+    // An earlier `--instructions` member stays (it carries its own route
+    // and kernel), as that run keeps these results.
+    if let Some(ins) = fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|old| old.get("instructions").cloned())
+    {
+        report["instructions"] = ins;
+    }
     let mut text = serde_json::to_string_pretty(&report)?;
     text.push('\n');
     fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
