@@ -32,79 +32,58 @@ pub(super) struct Test {
     pub(super) threads: u32,
 }
 
+/// What a row is unless it says otherwise: bandwidth, inline where the
+/// operation can carry it, any size, blocking, connected over TCP, one
+/// queue pair, one direction, one thread.
+const ROW: Test = Test {
+    name: "",
+    perftest: "",
+    bw: true,
+    inline: true,
+    fixed_size: None,
+    asynchronous: false,
+    cm: false,
+    qps: 1,
+    bidirectional: false,
+    threads: 1,
+};
+
 pub(super) const TESTS: [Test; 26] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "read_bw",
         perftest: "ib_read_bw",
-        bw: true,
         inline: false,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_bw",
         perftest: "ib_send_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "write_lat",
         perftest: "ib_write_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_lat",
         perftest: "ib_send_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     // Fetch-and-add, both tools' default atomic.
     Test {
         name: "atomic_bw",
         perftest: "ib_atomic_bw",
-        bw: true,
         inline: false,
         fixed_size: Some(8),
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "atomic_lat",
@@ -112,145 +91,83 @@ pub(super) const TESTS: [Test; 26] = [
         bw: false,
         inline: false,
         fixed_size: Some(8),
-        asynchronous: false,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     // `--async`: ours on the owned-buffer futures.
     Test {
         name: "write_bw_async",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
         asynchronous: true,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "read_bw_async",
         perftest: "ib_read_bw",
-        bw: true,
         inline: false,
-        fixed_size: None,
         asynchronous: true,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_bw_async",
         perftest: "ib_send_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
         asynchronous: true,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "write_lat_async",
         perftest: "ib_write_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
         asynchronous: true,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_lat_async",
         perftest: "ib_send_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
         asynchronous: true,
-        cm: false,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     // `--cm`: both tools with `-R`, connected through the RDMA CM.
     Test {
         name: "write_bw_cm",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "read_bw_cm",
         perftest: "ib_read_bw",
-        bw: true,
         inline: false,
-        fixed_size: None,
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_bw_cm",
         perftest: "ib_send_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "write_lat_cm",
         perftest: "ib_write_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_lat_cm",
         perftest: "ib_send_lat",
         bw: false,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "atomic_bw_cm",
         perftest: "ib_atomic_bw",
-        bw: true,
         inline: false,
         fixed_size: Some(8),
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "atomic_lat_cm",
@@ -258,11 +175,8 @@ pub(super) const TESTS: [Test; 26] = [
         bw: false,
         inline: false,
         fixed_size: Some(8),
-        asynchronous: false,
         cm: true,
-        qps: 1,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     // Many queue pairs (`-q`) and both directions (`-b`) on both tools;
     // named with `--tests` (perftest's send_bw -q 4 hung at 64 KiB without
@@ -270,62 +184,33 @@ pub(super) const TESTS: [Test; 26] = [
     Test {
         name: "write_bw_q4",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
         qps: 4,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "write_bw_q16",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
         qps: 16,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "write_bw_bidi",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
         bidirectional: true,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "read_bw_q4",
         perftest: "ib_read_bw",
-        bw: true,
         inline: false,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
         qps: 4,
-        bidirectional: false,
-        threads: 1,
+        ..ROW
     },
     Test {
         name: "send_bw_bidi",
         perftest: "ib_send_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
-        qps: 1,
         bidirectional: true,
-        threads: 1,
+        ..ROW
     },
     // Our client's four queue pairs driven from 2 and 4 threads, against
     // perftest's one thread polling four (write_bw_q4 is the one-thread
@@ -333,26 +218,16 @@ pub(super) const TESTS: [Test; 26] = [
     Test {
         name: "write_bw_q4_t2",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
         qps: 4,
-        bidirectional: false,
         threads: 2,
+        ..ROW
     },
     Test {
         name: "write_bw_q4_t4",
         perftest: "ib_write_bw",
-        bw: true,
-        inline: true,
-        fixed_size: None,
-        asynchronous: false,
-        cm: false,
         qps: 4,
-        bidirectional: false,
         threads: 4,
+        ..ROW
     },
 ];
 
