@@ -112,12 +112,8 @@ pub(crate) fn serve(
     send_region(link, &words.remote())?;
     for &size in &p.sizes {
         let outcome = serve_size(timeout, p, size, &words, link);
-        let (reply, result) = match outcome {
-            Ok(()) => (format!("OK {size}"), Ok(())),
-            Err(e) => (format!("BAD {size} {e}"), Err(e)),
-        };
-        let _ = link.write_line(&reply.replace('\n', " "));
-        result.map_err(|e| fail(format!("{size} bytes: {e}")))?;
+        // Tell the client either way, then stop on failure.
+        protocol::send_verdict(link, size, outcome)?;
         print_server_size(out, p, size);
     }
     link.expect_line("BYE")?;

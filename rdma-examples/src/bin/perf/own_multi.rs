@@ -178,12 +178,8 @@ pub(crate) fn serve(
             client_region,
             link,
         );
-        let (reply, result) = match outcome {
-            Ok(run) => (format!("OK {size}"), Ok(run)),
-            Err(e) => (format!("BAD {size} {e}"), Err(e)),
-        };
-        let _ = link.write_line(&reply.replace('\n', " "));
-        let run = result.map_err(|e| fail(format!("{size} bytes: {e}")))?;
+        // Tell the client either way, then stop on failure.
+        let run = protocol::send_verdict(link, size, outcome)?;
         if let Some(r) = run {
             link.write_line(&format!(
                 "BW {} {} {}",

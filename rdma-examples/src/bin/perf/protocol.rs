@@ -19,7 +19,7 @@
 
 use rdma_examples::fail;
 use rdma_examples::limit::Limit;
-use rdma_examples::net::{self, MAX_LINE};
+use rdma_examples::net::{self, Link, MAX_LINE};
 use rdma_examples::Result;
 use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
 use std::time::Duration;
@@ -408,6 +408,22 @@ pub(crate) fn expect_size(rest: &str, size: usize, what: &str) -> Result<()> {
             rest.chars().take(64).collect::<String>().escape_debug()
         )))
     }
+}
+
+/// The server's verdict on one size, told to the client either way
+/// (`OK <size>`, or `BAD <size> <why>` on one line; the client reads it
+/// with [`decode_verdict`]); then `outcome`, its error naming the size.
+///
+/// # Errors
+/// `outcome`'s error. A verdict that cannot be written is not one: the
+/// client then fails on its own read.
+pub(crate) fn send_verdict<T>(link: &mut Link, size: usize, outcome: Result<T>) -> Result<T> {
+    let reply = match &outcome {
+        Ok(_) => format!("OK {size}"),
+        Err(e) => format!("BAD {size} {e}").replace('\n', " "),
+    };
+    let _ = link.write_line(&reply);
+    outcome.map_err(|e| fail(format!("{size} bytes: {e}")))
 }
 
 /// The server's verdict on a size: `OK <size>`, or the reason of `BAD`.

@@ -88,13 +88,8 @@ pub(crate) fn server(o: &Options) -> Result<()> {
 
     for &size in &p.sizes {
         let outcome = server_size(&p, size, &mut side, &mut exposed, client_region, &mut link);
-        let (reply, result) = match outcome {
-            Ok(()) => (format!("OK {size}"), Ok(())),
-            Err(e) => (format!("BAD {size} {e}"), Err(e)),
-        };
         // Tell the client either way, then stop on failure.
-        let _ = link.write_line(&reply.replace('\n', " "));
-        result.map_err(|e| fail(format!("{} bytes: {e}", size)))?;
+        protocol::send_verdict(&mut link, size, outcome)?;
         report::print_server_size(&out, &p, size);
     }
     link.expect_line("BYE")?;
