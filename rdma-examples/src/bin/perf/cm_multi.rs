@@ -35,7 +35,7 @@ use crate::multi_qp::{self, Plan, Post, Shape};
 use crate::options::Options;
 use crate::perftest_wire::{Dest, DEST_LEN};
 use crate::protocol::Test;
-use crate::rdma_cm::{dest, exchange_report};
+use crate::rdma_cm::{dest, exchange_report, say_clients_report};
 use crate::report::{print_report, Out, Report, BW_HEADER, RULE};
 use crate::Side;
 use rdma_examples::fail;
@@ -118,18 +118,7 @@ pub(crate) fn run(
     if !posts && !send {
         // write_bw or read_bw server, one way: the client's "done", then
         // its report.
-        ctl.exchange_within(&mine[0], allowance)?;
-        let nothing = Bandwidth {
-            peak_mb: 0.0,
-            avg_mb: 0.0,
-            mpps: 0.0,
-        };
-        let r = exchange_report(&mut ctl, &nothing, 0, 0)?;
-        out.say(BW_HEADER);
-        out.say(&format!(
-            " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}   (the client's report)",
-            r.size, r.iters, r.peak_mb, r.avg_mb, r.mpps
-        ));
+        say_clients_report(&mut ctl, &mine[0], allowance, out)?;
     } else {
         let plans = theirs
             .iter()

@@ -231,19 +231,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
             print_report(&out, p, size, &Report::Bw(r), o.verbose);
         }
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, false) => {
-            // The client's "done", then its report.
-            ctl.exchange_within(&mine, allowance)?;
-            let nothing = rdma_examples::stats::Bandwidth {
-                peak_mb: 0.0,
-                avg_mb: 0.0,
-                mpps: 0.0,
-            };
-            let r = exchange_report(&mut ctl, &nothing, 0, 0)?;
-            out.say(BW_HEADER);
-            out.say(&format!(
-                " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}   (the client's report)",
-                r.size, r.iters, r.peak_mb, r.avg_mb, r.mpps
-            ));
+            say_clients_report(&mut ctl, &mine, allowance, &out)?;
         }
         (Test::SendBw, true) => {
             out.say(BW_HEADER);
@@ -385,6 +373,33 @@ fn data_connection(o: &Options, listener: Option<&Listener>) -> Result<Channel> 
             "perf -R: neither a server's listener nor a server to connect to",
         )),
     }
+}
+
+/// A one-way server's end of a run: waits (within `allowance`) for the
+/// client's "done", takes its report and prints it.
+///
+/// # Errors
+/// The exchanges' errors: the client is gone, silent past `allowance`, or
+/// sends what is not a report.
+pub(crate) fn say_clients_report(
+    ctl: &mut Control,
+    mine: &[u8],
+    allowance: Duration,
+    out: &Out,
+) -> Result<()> {
+    ctl.exchange_within(mine, allowance)?;
+    let nothing = rdma_examples::stats::Bandwidth {
+        peak_mb: 0.0,
+        avg_mb: 0.0,
+        mpps: 0.0,
+    };
+    let r = exchange_report(ctl, &nothing, 0, 0)?;
+    out.say(BW_HEADER);
+    out.say(&format!(
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}   (the client's report)",
+        r.size, r.iters, r.peak_mb, r.avg_mb, r.mpps
+    ));
+    Ok(())
 }
 
 /// xchg_bw_reports: five exchanges, the client's report going to the
