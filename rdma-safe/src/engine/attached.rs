@@ -48,6 +48,15 @@ pub(crate) struct Attached {
     pub(crate) notify: Notify,
 }
 
+impl Attached {
+    /// Nothing here has a destructor to run: no memory kept, no waker or
+    /// callback to release.
+    #[inline]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        matches!(self.held, Held::None) && matches!(self.notify, Notify::Claim | Notify::Abandoned)
+    }
+}
+
 impl fmt::Debug for Notify {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -50,7 +50,11 @@ impl WorkQueue {
     /// Validates a send and builds its request (id and signaling are set
     /// when it is posted).
     #[inline(always)]
-    fn send_request<'a>(&self, wr: &SendWorkRequest<'a, '_>) -> Result<SendRequest<'a>> {
+    fn send_request<'a>(
+        &self,
+        wr: &SendWorkRequest<'a, '_>,
+        len: usize,
+    ) -> Result<SendRequest<'a>> {
         self.check_sges(
             Operation::Send,
             wr.gather.len(),
@@ -64,7 +68,7 @@ impl WorkQueue {
         if wr.solicited {
             req = req.solicited();
         }
-        if self.inline_for(Operation::Send, wr.len(), wr.inline)? {
+        if self.inline_for(Operation::Send, len, wr.inline)? {
             req = req.inline();
         }
         Ok(req)
@@ -112,8 +116,10 @@ impl WorkQueue {
 
     #[inline]
     pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> Result<u64> {
-        let req = self.send_request(wr)?;
-        self.post_sends(Operation::Send, wr.len(), &mut [req])
+        // The length once: summing even a one-element list is a loop.
+        let len = wr.len();
+        let req = self.send_request(wr, len)?;
+        self.post_sends(Operation::Send, len, &mut [req])
     }
 
     #[inline]
@@ -132,7 +138,7 @@ impl WorkQueue {
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
         let mut reqs = wrs
             .iter()
-            .map(|wr| self.send_request(wr))
+            .map(|wr| self.send_request(wr, wr.len()))
             .collect::<Result<Vec<_>>>()?;
         let len = wrs.iter().map(SendWorkRequest::len).sum();
         self.post_sends(Operation::Send, len, &mut reqs)

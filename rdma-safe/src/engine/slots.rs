@@ -127,6 +127,32 @@ impl<T> SlotRing<T> {
         Some(r)
     }
 
+    /// As [`remove_with`](Self::remove_with), for `f` returning also
+    /// whether the entry owns nothing that needs its destructor (no memory,
+    /// no waker): such an entry is forgotten in place, not dropped. The data
+    /// path's entries mostly own nothing, and their drop glue (a call per
+    /// field enum) was about 35 instructions an entry under callgrind.
+    #[inline]
+    pub(crate) fn remove_plain_with<R>(
+        &mut self,
+        id: u64,
+        f: impl FnOnce(&mut T) -> (R, bool),
+    ) -> Option<R> {
+        let i = self.index(id)?;
+        let entry = &mut self.entries[i];
+        let (r, owns_nothing) = f(entry.as_mut()?);
+        if owns_nothing {
+            // SAFETY: `entry` is a valid, exclusively borrowed place, so
+            // writing to it is sound; not running the destructor of what it
+            // held can only leak, and `f` said that value owns nothing.
+            unsafe { std::ptr::write(entry, None) };
+        } else {
+            *entry = None;
+        }
+        self.released();
+        Some(r)
+    }
+
     /// An entry was just emptied: count it and advance the window past
     /// the holes at its front.
     #[inline]
@@ -238,5 +264,24 @@ mod tests {
             next += 1;
         }
         assert_eq!(s.entries.len(), cap);
+    }
+
+    #[test]
+    fn plain_removal_forgets_only_what_owns_nothing() {
+        use std::rc::Rc;
+        let owner = Rc::new(());
+        let mut s = SlotRing::default();
+        s.insert(1, Rc::clone(&owner));
+        s.insert(2, Rc::clone(&owner));
+        assert_eq!(Rc::strong_count(&owner), 3);
+        // Said to own something: dropped, its count given back.
+        assert_eq!(s.remove_plain_with(1, |_| ((), false)), Some(()));
+        assert_eq!(Rc::strong_count(&owner), 2);
+        // Said to own nothing: forgotten in place (here a deliberate leak,
+        // which is how the test sees that no destructor ran).
+        assert_eq!(s.remove_plain_with(2, |_| ((), true)), Some(()));
+        assert_eq!(Rc::strong_count(&owner), 2);
+        assert_eq!((s.len(), s.span), (0, 0));
+        assert_eq!(s.remove_plain_with(2, |_| ((), true)), None);
     }
 }

@@ -147,6 +147,7 @@ impl Tracker {
     }
 
     /// Moves available completions from `cq` into their slots.
+    #[inline]
     pub(crate) fn reap(&mut self, cq: &Completions) -> Result<usize> {
         self.reap_claiming(cq, None, &mut None)
     }
@@ -181,6 +182,12 @@ impl Tracker {
 
     /// Moves available completions from `cq` into their slots, except
     /// `claim`'s, which goes to `claimed`. How many were polled.
+    ///
+    /// Inlined into the waits: most polls of a spinning wait find nothing,
+    /// and those cost the provider's poll and a comparison, not a call
+    /// with the sorting's frame (about 40 instructions a poll under
+    /// callgrind).
+    #[inline(always)]
     fn reap_claiming(
         &mut self,
         cq: &Completions,
@@ -188,6 +195,16 @@ impl Tracker {
         claimed: &mut Option<WorkCompletion>,
     ) -> Result<usize> {
         let n = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?;
+        if n != 0 {
+            self.sort_polled(n, claim, claimed);
+        }
+        Ok(n)
+    }
+
+    /// Delivers the `n` completions just polled into `wcs`, except
+    /// `claim`'s, which goes to `claimed`.
+    #[inline(never)]
+    fn sort_polled(&mut self, n: usize, claim: Option<u64>, claimed: &mut Option<WorkCompletion>) {
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
@@ -202,7 +219,6 @@ impl Tracker {
             }
             self.deliver(&wc);
         }
-        Ok(n)
     }
 
     /// Records the completion `wc` in its request's slot and tells whoever

@@ -49,9 +49,12 @@ impl WorkQueue {
     pub(super) fn take_done(&self, st: &mut Tracker, id: u64) -> Option<Result<WorkSuccess>> {
         match st.slots.get(id) {
             Some(slot) if slot.posted() => None,
-            Some(_) => st
-                .slots
-                .remove_with(id, |slot| self.outcome(slot.op, slot.len, &slot.wc)),
+            Some(_) => st.slots.remove_plain_with(id, |slot| {
+                (
+                    self.outcome(slot.op, slot.len, &slot.wc),
+                    slot.att.owns_nothing(),
+                )
+            }),
             None => Some(Err(Error::Unusable(format!(
                 "work request {id} is not outstanding"
             )))),
