@@ -19,8 +19,13 @@
 //!
 //! A turn that sees no completion on any lane for the channel's timeout
 //! ends the run with an error (the scopes then drain, each bounded too).
+//!
+//! Each thread's lanes, scopes and turns run inside one
+//! [`measured_loop`] (`cargo xtask bench --instructions` counts there):
+//! the `ready` handshake inside it is constant per run.
 
 use crate::bandwidth::{batch_size, read_chunks, BwRun};
+use crate::measured::measured_loop;
 use crate::protocol::AtomicKind;
 use crate::{check_message, Side};
 use rdma_examples::clock::{self, Stamp};
@@ -146,7 +151,10 @@ fn lanes_from(
             events: 0,
         })
     };
-    nest(sides, plans, shape, origin, &mut times, &mut none, ready)?;
+    // The lanes' scopes and every turn, as the one-lane loops wrap their
+    // scope; once per thread with `--threads` (callgrind toggles its
+    // collection per thread).
+    measured_loop(|| nest(sides, plans, shape, origin, &mut times, &mut none, ready))?;
     Ok(times)
 }
 
