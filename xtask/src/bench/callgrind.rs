@@ -220,6 +220,18 @@ impl Profile {
             .fold((0, 0), |(n, ir), c| (n + c.count, ir + c.inclusive))
     }
 
+    /// Calls into any function of the objects `inside` accepts from an
+    /// object it does not, and their inclusive cost: `(calls,
+    /// instructions)`. What runs in those objects on behalf of the others,
+    /// with whatever they call in turn (libc's locks, the doorbell's
+    /// `write`), each instruction counted once.
+    pub(super) fn calls_into_objects(&self, inside: impl Fn(&str) -> bool) -> (u64, u64) {
+        self.calls
+            .iter()
+            .filter(|c| inside(&c.callee_obj) && !inside(&c.caller_obj))
+            .fold((0, 0), |(n, ir), c| (n + c.count, ir + c.inclusive))
+    }
+
     /// Calls into `func` of `obj` from outside that object, and their
     /// inclusive cost: `(calls, instructions)`.
     pub(super) fn calls_into(&self, obj: &str, func: &str) -> (u64, u64) {

@@ -23,7 +23,21 @@
 //!   It takes out the polls that found a completion too (one or two per
 //!   operation in a latency test, far fewer in a bandwidth test), at the
 //!   same price for both tools' structure. Without an Ir/poll it falls
-//!   back to taking out the provider function's own instructions only.
+//!   back to taking out the provider function's own instructions only;
+//! * **provider Ir/op** (the floor): the instructions executed inside the
+//!   provider — rdma-core's user-space library and driver, callgrind's
+//!   objects `libibverbs.so.*` and `libibverbs/lib<driver>-rdmav*.so` (rxe:
+//!   `librxe-rdmav34.so`; and `libmlx5.so.*` and the like) — entered from the tool's code, inclusive (what
+//!   they call in libc: spin locks, the doorbell's `write`, `memcpy`),
+//!   n-differenced. The posts and polls go straight there (`ibv_post_send`
+//!   and `ibv_poll_cq` are inline function-pointer calls), so a C program
+//!   doing the same operations pays this much whatever its loop. Taken
+//!   **w/o polls** as the other column is (less the poll function's
+//!   inclusive instructions), and **over** = Ir/op w/o polls - that: what
+//!   the tool's own code adds to the provider's posting and reaping.
+//!
+//! Operations of a run: `-n` on each of the test's queue pairs (both
+//! tools' `-q`), so a `-q 4` row divides by 4 x (n2 - n1).
 //!
 //! The provider is stripped: callgrind names its functions by their offset
 //! in the library. The poll function's offset is taken from ours' files:
@@ -58,6 +72,27 @@ pub(super) struct Counts {
     /// Calls to the provider's poll function and their inclusive cost.
     pub(super) polls: u64,
     pub(super) poll_ir: u64,
+    /// Inclusive instructions of every call into the provider.
+    pub(super) provider: u64,
+}
+
+/// rdma-core's libraries that are a driver with an API of its own
+/// (`mlx5dv_*` and the like), loaded by perftest beside libibverbs.
+const DRIVER_LIBS: [&str; 5] = [
+    "libibverbs.so",
+    "libmlx4.so",
+    "libmlx5.so",
+    "libefa.so",
+    "libmana.so",
+];
+
+/// Whether callgrind's object `obj` is the provider: libibverbs or one of
+/// its drivers (`<dir>/libibverbs/lib<driver>-rdmav<N>.so`, or one of
+/// [`DRIVER_LIBS`]).
+pub(super) fn is_provider(obj: &str) -> bool {
+    let base = obj.rsplit('/').next().unwrap_or(obj);
+    DRIVER_LIBS.iter().any(|l| base.starts_with(l))
+        || (base.starts_with("lib") && base.contains("-rdmav"))
 }
 
 /// libc's sort: perftest's latency report sorts its n samples.
@@ -75,6 +110,7 @@ pub(super) fn counts(tool: Tool, p: &Profile, poll: Option<(&str, &str)>) -> Cou
         ir: p.total.saturating_sub(sort),
         polls,
         poll_ir,
+        provider: p.calls_into_objects(is_provider).1,
     }
 }
 
@@ -84,6 +120,7 @@ pub(super) struct PerOp {
     pub(super) ir: f64,
     pub(super) polls: f64,
     pub(super) poll_ir: f64,
+    pub(super) provider: f64,
 }
 
 impl PerOp {
@@ -95,7 +132,14 @@ impl PerOp {
             ir: per(a.ir, b.ir),
             polls: per(a.polls, b.polls),
             poll_ir: per(a.poll_ir, b.poll_ir),
+            provider: per(a.provider, b.provider),
         }
+    }
+
+    /// The provider's instructions per operation less its poll function's:
+    /// the floor under Ir/op w/o polls.
+    pub(super) fn floor(&self) -> f64 {
+        self.provider - self.poll_ir
     }
 
     /// Ir/op without its polls at `poll_cost` each (loop included), or
@@ -149,6 +193,19 @@ impl SideFigures {
             .map(|p| p.without_polls(self.poll_cost))
             .collect()
     }
+
+    /// Every measurement's provider floor ([`PerOp::floor`]).
+    pub(super) fn floor(&self) -> Vec<f64> {
+        self.per_op.iter().map(PerOp::floor).collect()
+    }
+
+    /// Every measurement's Ir/op w/o polls over its floor.
+    pub(super) fn over(&self) -> Vec<f64> {
+        self.per_op
+            .iter()
+            .map(|p| p.without_polls(self.poll_cost) - p.floor())
+            .collect()
+    }
 }
 
 /// A test at a size: both tools, both sides.
@@ -156,6 +213,7 @@ impl SideFigures {
 pub(super) struct InstructionRow {
     pub(super) test: Test,
     pub(super) size: u64,
+    /// n1 and n2, per queue pair.
     pub(super) n: (u32, u32),
     /// `[client, server]` of perftest and of ours.
     pub(super) perftest: [SideFigures; 2],
@@ -211,6 +269,8 @@ pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -
     for &test in &a.tests {
         let Some(iters) = a.instructions else { break };
         let n = iters.of(test);
+        // Operations per run: `-n` on each queue pair.
+        let ops = (n.0 * test.qps, n.1 * test.qps);
         for size in a.sizes_of(test) {
             let side = |tool: Tool, s: usize| {
                 let at = |rep: usize, count: u32| -> Option<Counts> {
@@ -226,7 +286,7 @@ pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -
                 let mut f = SideFigures::default();
                 for rep in 1..=a.reps {
                     match (at(rep, n.0), at(rep, n.1)) {
-                        (Some(x), Some(y)) => f.per_op.push(PerOp::between(x, n.0, y, n.1)),
+                        (Some(x), Some(y)) => f.per_op.push(PerOp::between(x, ops.0, y, ops.1)),
                         _ => f.failed += 1,
                     }
                 }
@@ -361,16 +421,26 @@ mod tests {
             ir: 1_000_000,
             polls: 5_000,
             poll_ir: 200_000,
+            provider: 500_000,
         };
         let b = Counts {
             ir: 3_000_000,
             polls: 15_000,
             poll_ir: 600_000,
+            provider: 1_300_000,
         };
         let p = PerOp::between(a, 1000, b, 3000);
         assert_eq!((p.ir, p.polls, p.poll_ir), (1000.0, 5.0, 200.0));
         assert_eq!(p.without_polls(None), 800.0, "less the provider's");
         assert_eq!(p.without_polls(Some(50.0)), 750.0, "less 5 polls at 50");
+        // 400 in the provider, 200 of them polling.
+        assert_eq!((p.provider, p.floor()), (400.0, 200.0));
+        let f = SideFigures {
+            per_op: vec![p],
+            poll_cost: Some(50.0),
+            ..SideFigures::default()
+        };
+        assert_eq!((f.floor(), f.over()), (vec![200.0], vec![550.0]));
         // A set-up of any size cancels.
         let more = |c: Counts| Counts {
             ir: c.ir + 777_777,
@@ -384,12 +454,12 @@ mod tests {
         let a = Counts {
             ir: 1_000_000,
             polls: 10_000,
-            poll_ir: 0,
+            ..Counts::default()
         };
         let b = Counts {
             ir: 1_060_000,
             polls: 11_000,
-            poll_ir: 0,
+            ..Counts::default()
         };
         assert_eq!(poll_pair(a, b), Some((1000.0, 60_000.0)));
         assert_eq!(poll_pair(b, a), Some((-1000.0, -60_000.0)));
@@ -409,8 +479,48 @@ mod tests {
         let poll = Some(("/lib/librxe.so", "0x4b30"));
         let pt = counts(Tool::Perftest, &p, poll);
         assert_eq!((pt.ir, pt.polls, pt.poll_ir), (95_000, 7, 280));
+        assert_eq!(pt.provider, 0, "/lib/librxe.so is not a provider's name");
         assert_eq!(counts(Tool::Ours, &p, poll).ir, 100_000);
         assert_eq!(counts(Tool::Ours, &p, None).polls, 0);
+    }
+
+    #[test]
+    fn the_provider_is_libibverbs_and_its_drivers() {
+        for obj in [
+            "/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so",
+            "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so",
+            "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0",
+            "/usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.44.0",
+        ] {
+            assert!(is_provider(obj), "{obj}");
+        }
+        for obj in [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/librdmacm.so.1.3.44.0",
+            "/usr/bin/ib_write_bw",
+            "/work/target/release/perf",
+        ] {
+            assert!(!is_provider(obj), "{obj}");
+        }
+    }
+
+    /// The real file of `callgrind.rs`' tests: ours' atomic_lat client, 3000
+    /// operations. Its provider calls from the measured loop: rxe's post
+    /// (3000 x 208: spin locks, the doorbell's `write`, the request's
+    /// `memcpy`), its poll (3000 x 63) and once `ibv_query_qp` (377, in
+    /// libibverbs, from rdma-safe's first admission).
+    #[test]
+    fn the_provider_floor_of_a_real_file() {
+        let p = callgrind::parse(include_str!("testdata/ours-atomic_lat-n3000.client.cg")).unwrap();
+        let poll = p.callee_at(SHIM_FILE, 77);
+        let c = counts(Tool::Ours, &p, poll);
+        assert_eq!((c.polls, c.poll_ir), (3000, 189_000));
+        assert_eq!(c.provider, 3000 * 208 + 3000 * 63 + 377);
+        // Inside the provider, its calls into libc are not counted again.
+        assert!(p
+            .calls
+            .iter()
+            .any(|c| is_provider(&c.caller_obj) && c.callee_fn.starts_with("write")));
     }
 
     #[test]

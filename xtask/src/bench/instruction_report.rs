@@ -124,6 +124,7 @@ pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
         }
     }
     println!("* ratio: ours/perftest of Ir/op w/o polls");
+    print_floor(&ins.rows);
     print_loop_costs(&ins.rows);
     match &ins.poll_fn {
         Some((obj, f)) => println!("\nprovider poll function: {f} in {obj} (rxe is stripped: named by offset)"),
@@ -141,6 +142,64 @@ pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
     }
     for p in &ins.problems {
         println!("problem: {p}");
+    }
+}
+
+/// The provider floor under each tool's Ir/op w/o polls, and how far
+/// above it each tool is.
+fn print_floor(rows: &[InstructionRow]) {
+    println!("\n{PROVIDER_LEGEND}");
+    println!(
+        "{:<15} {:>5} {:<6} | {:>15} {:>15} | {:>15} {:>15} | {:>7}",
+        "test", "size", "side", "perftest floor", "over", "ours floor", "over", "ratio**"
+    );
+    for r in rows {
+        for (s, side) in SIDES.iter().enumerate() {
+            let (p, o) = (&r.perftest[s], &r.ours[s]);
+            let ratio = match (mean(&o.over()), mean(&p.over())) {
+                (Some(x), Some(y)) if y.abs() >= 1.0 && !idle(o) => format!("{:.2}", x / y),
+                _ => "-".to_string(),
+            };
+            println!(
+                "{:<15} {:>5} {:<6} | {:>15} {:>15} | {:>15} {:>15} | {:>7}",
+                r.test.name,
+                size_name(r.size),
+                side,
+                cell(&p.floor(), 0),
+                over_cell(p),
+                cell(&o.floor(), 0),
+                over_cell(o),
+                ratio
+            );
+        }
+    }
+    println!("** ratio: ours/perftest of Ir/op over the floor");
+}
+
+/// How the floor is counted, for the table and bench.json.
+const PROVIDER_LEGEND: &str = "provider floor: Ir/op inside rdma-core's user-space library and driver \
+     (objects libibverbs.so* and libibverbs/lib<driver>-rdmav*.so) entered from the tool, their libc \
+     calls included,\nw/o polls (less the poll function's Ir/op): what a C program posting and reaping \
+     the same operations pays whatever its loop; over: Ir/op w/o polls - floor, the tool's own code";
+
+/// A side that ran no loop: under 0.5 Ir/op in every measurement.
+fn idle(f: &SideFigures) -> bool {
+    !f.per_op.is_empty() && f.per_op.iter().all(|p| p.ir.abs() < 0.5)
+}
+
+/// The over-the-floor cell: `idle` where the side ran no loop at all.
+fn over_cell(f: &SideFigures) -> String {
+    if idle(f) {
+        "idle".to_string()
+    } else {
+        let v = f.over();
+        match mean(&v) {
+            Some(m) => match spread_pct(&v) {
+                Some(s) => format!("{m:.0} ±{s:.1}%"),
+                None => format!("{m:.0}"),
+            },
+            None => "-".to_string(),
+        }
     }
 }
 
@@ -168,6 +227,13 @@ struct SideJson {
     ir_per_op_without_polls: Vec<f64>,
     polls_per_op: Vec<f64>,
     provider_poll_ir_per_op: Vec<f64>,
+    /// Everything inside the provider, polls included, and the floor
+    /// (without them), and Ir/op w/o polls over it.
+    provider_ir_per_op: Vec<f64>,
+    provider_ir_per_op_without_polls: Vec<f64>,
+    over_provider: Vec<f64>,
+    mean_provider_ir_per_op_without_polls: Option<f64>,
+    mean_over_provider: Option<f64>,
     mean_ir_per_op: Option<f64>,
     mean_ir_per_op_without_polls: Option<f64>,
     spread_pct_without_polls: Option<f64>,
@@ -195,6 +261,11 @@ impl SideJson {
                 .map(|p| (p.polls * 1000.0).round() / 1000.0)
                 .collect(),
             provider_poll_ir_per_op: r(f.per_op.iter().map(|p| p.poll_ir).collect()),
+            provider_ir_per_op: r(f.per_op.iter().map(|p| p.provider).collect()),
+            provider_ir_per_op_without_polls: r(f.floor()),
+            over_provider: r(f.over()),
+            mean_provider_ir_per_op_without_polls: mean(&f.floor()).map(round1),
+            mean_over_provider: mean(&f.over()).map(round1),
             mean_ir_per_op: mean(&ir(f)).map(round1),
             mean_ir_per_op_without_polls: mean(&without_polls(f)).map(round1),
             spread_pct_without_polls: spread_pct(&without_polls(f)).map(round1),
@@ -221,6 +292,9 @@ fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -
                 "size": r.size,
                 "n1": r.n.0,
                 "n2": r.n.1,
+                "queue_pairs": r.test.qps,
+                "bidirectional": r.test.bidirectional,
+                "threads": r.test.threads,
                 "perftest": tool(&r.perftest),
                 "ours": tool(&r.ours),
             })
@@ -239,6 +313,9 @@ fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -
             the tool's loop included, the least-squares slope of Ir on polls over same-n runs \
             (without one: Ir/op less the provider poll function's inclusive instructions)",
         "poll_function": ins.poll_fn.as_ref().map(|(o, f)| format!("{o}:{f}")),
+        "operations": "n1 and n2 on each of queue_pairs (both tools' -q): Ir/op divides by \
+            queue_pairs x (n2 - n1)",
+        "provider": PROVIDER_LEGEND.replace('\n', " "),
         "raw_dir": raw.to_string_lossy(),
         "results": rows,
         "problems": ins.problems,
@@ -291,6 +368,22 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_side_is_idle_over_its_floor_too() {
+        let side = |ir| SideFigures {
+            per_op: vec![PerOp {
+                ir,
+                polls: 0.0,
+                poll_ir: 0.0,
+                provider: 0.0,
+            }],
+            ..SideFigures::default()
+        };
+        assert_eq!(over_cell(&side(0.2)), "idle");
+        assert_eq!(over_cell(&side(0.7)), "1");
+        assert_eq!(over_cell(&SideFigures::default()), "-");
+    }
+
+    #[test]
     fn the_member_joins_a_report_and_keeps_its_timing_results() {
         let dir = std::env::temp_dir().join(format!("xtask-ins-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
@@ -327,11 +420,13 @@ mod tests {
                     ir: 1000.04,
                     polls: 2.0,
                     poll_ir: 100.0,
+                    provider: 300.0,
                 },
                 PerOp {
                     ir: 1020.0,
                     polls: 2.5,
                     poll_ir: 120.0,
+                    provider: 320.0,
                 },
             ],
             failed: 0,
@@ -345,6 +440,10 @@ mod tests {
         assert_eq!(v["spread_pct_without_polls"], json!(0.0));
         assert_eq!(v["same_n_pairs"], json!([[100.0, 5000.0]]));
         assert!(v["ir_per_poll"].is_null());
+        // 200 in the provider less its polls; 700 of ours' 900 over it.
+        assert_eq!(v["provider_ir_per_op_without_polls"], json!([200.0, 200.0]));
+        assert_eq!(v["over_provider"], json!([700.0, 700.0]));
+        assert_eq!(v["mean_over_provider"], json!(700.0));
         // With a poll cost: less 2 and 2.5 polls at 50.
         let f = SideFigures {
             poll_cost: Some(50.0),
@@ -353,6 +452,7 @@ mod tests {
         };
         let v = serde_json::to_value(SideJson::of(&f)).unwrap();
         assert_eq!(v["ir_per_op_without_polls"], json!([900.0, 895.0]));
+        assert_eq!(v["over_provider"], json!([700.0, 695.0]));
         assert_eq!(
             (v["ir_per_poll"].as_f64(), v["ir_per_poll_own"].as_bool()),
             (Some(50.0), Some(true))

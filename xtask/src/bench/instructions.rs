@@ -18,7 +18,9 @@
 //!
 //! For both, `(Ir(n2) - Ir(n1)) / (n2 - n1)` keeps the per-operation work
 //! (posting, polling, storing time stamps) and cancels whatever a run does
-//! once.
+//! once. With `-q N` both tools run `-n` on every queue pair (perftest's
+//! meaning of `-n`, not the timing runs' share of it), and the difference
+//! divides by N x (n2 - n1) operations.
 
 use std::path::Path;
 
@@ -149,7 +151,10 @@ fn wait_for_server(cm: bool, port: u32) -> String {
 fn programs(a: &Args, r: &CgRun, perf: &str, port: u32) -> (String, String) {
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     let s = size_option(r.test, r.size);
-    let extra = depth_and_inline(a, r.test);
+    // `-q N` and `-b` as the timing runs give them, but `-n` whole: both
+    // tools run it on every queue pair (perftest's `-q` semantics), and
+    // Ir/op divides by `n` x N (`instruction_counts`).
+    let extra = format!("{}{}", depth_and_inline(a, r.test), r.test.multi_flags());
     let n = r.n;
     match (r.tool, r.test.cm) {
         (Tool::Perftest, false) => {
@@ -165,7 +170,11 @@ fn programs(a: &Args, r: &CgRun, perf: &str, port: u32) -> (String, String) {
         }
         (Tool::Ours, false) => {
             let name = r.test.perf_name();
-            let mode = if r.test.asynchronous { " --async" } else { "" };
+            let mode = match (r.test.asynchronous, r.test.threads) {
+                (true, _) => " --async".to_string(),
+                (false, t) if t > 1 => format!(" --threads {t}"),
+                _ => String::new(),
+            };
             (
                 format!("{perf} {name} {dev} -p {port}{PERF_TIMEOUT} --json"),
                 format!(
@@ -281,6 +290,40 @@ mod tests {
             .filter(|s| s.contains("ib_send_lat"))
             .all(|s| !s.contains("toggle-collect")));
         assert!(text.contains("mount -t tmpfs"), "{text}");
+    }
+
+    #[test]
+    fn many_queue_pair_rows_run_n_on_each() {
+        let a = args(&[
+            "--instructions",
+            "--tests",
+            "write_bw_q4_t2,send_bw_bidi",
+            "--reps",
+            "1",
+        ]);
+        let r: Vec<CgRun> = runs(&a)
+            .into_iter()
+            .filter(|r| r.test.threads == 2)
+            .collect();
+        let (server, client) = programs(&a, &r[0], "perf", 1);
+        assert!(server.contains("-n 2000 -t 128 -q 4 -F"), "{server}");
+        assert!(client.contains("-n 2000 -t 128 -q 4 -F"), "{client}");
+        let (server, client) = programs(&a, &r[1], "perf", 1);
+        assert_eq!(
+            server,
+            "perf write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -p 1 --timeout 300 --json"
+        );
+        assert!(
+            client.starts_with("perf write_bw --threads 2 -d"),
+            "{client}"
+        );
+        assert!(client.contains("-n 2000 -t 128 -q 4 -p 1"), "{client}");
+        let bidi = runs(&a)
+            .into_iter()
+            .find(|r| r.test.bidirectional && r.tool == Tool::Ours)
+            .unwrap();
+        let (_, client) = programs(&a, &bidi, "perf", 1);
+        assert!(client.contains("-n 2000 -t 128 -b -p 1"), "{client}");
     }
 
     #[test]
