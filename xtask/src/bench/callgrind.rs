@@ -14,7 +14,7 @@
 //! first use is `(id) name`, later ones `(id)`; positions may be relative
 //! (`+N`, `-N`, `*`) to the previous cost line's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One call record: who called whom, from where, how often, at what
 /// inclusive cost.
@@ -232,6 +232,27 @@ impl Profile {
             .fold((0, 0), |(n, ir), c| (n + c.count, ir + c.inclusive))
     }
 
+    /// The inclusive cost of the functions that call `func` of `obj` from
+    /// another object (a stripped program's loops around the provider's
+    /// poll), each counted where it is entered from a function that is
+    /// not one of them (a loop function calling another counts once).
+    pub(super) fn callers_inclusive(&self, obj: &str, func: &str) -> u64 {
+        let callers: HashSet<(&str, &str)> = self
+            .calls
+            .iter()
+            .filter(|c| c.callee_obj == obj && c.callee_fn == func && c.caller_obj != obj)
+            .map(|c| (c.caller_obj.as_str(), c.caller_fn.as_str()))
+            .collect();
+        self.calls
+            .iter()
+            .filter(|c| {
+                callers.contains(&(c.callee_obj.as_str(), c.callee_fn.as_str()))
+                    && !callers.contains(&(c.caller_obj.as_str(), c.caller_fn.as_str()))
+            })
+            .map(|c| c.inclusive)
+            .sum()
+    }
+
     /// Calls into `func` of `obj` from outside that object, and their
     /// inclusive cost: `(calls, instructions)`.
     pub(super) fn calls_into(&self, obj: &str, func: &str) -> (u64, u64) {
@@ -351,6 +372,48 @@ totals: 12345
             p.calls_into("/usr/lib/librxe.so", "0x0000000000004b30"),
             (5, 160)
         );
+        // Nothing calls the two polling functions here: no cost found.
+        assert_eq!(
+            p.callers_inclusive("/usr/lib/librxe.so", "0x0000000000004b30"),
+            0
+        );
+    }
+
+    /// perftest's shape: main calls its loop (which polls, and calls a
+    /// helper that polls too) and its report; only the loop counts, once.
+    #[test]
+    fn the_loops_around_a_poll_count_inclusive_and_once() {
+        let text = "\
+events: Ir
+ob=/usr/bin/ib_write_bw
+fn=main
+cfn=loop
+calls=1 0
+0 1000
+cfn=report
+calls=1 0
+0 5000
+fn=loop
+cob=/lib/librxe.so
+cfn=poll
+calls=9 0
+0 90
+cfn=helper
+calls=2 0
+0 300
+cfn=loop
+calls=1 0
+0 40
+fn=helper
+cob=/lib/librxe.so
+cfn=poll
+calls=2 0
+0 20
+totals: 7000
+";
+        let p = parse(text).unwrap();
+        assert_eq!(p.callers_inclusive("/lib/librxe.so", "poll"), 1000);
+        assert_eq!(p.callers_inclusive("/lib/librxe.so", "other"), 0);
     }
 
     /// A real file: ours' atomic_lat client, 3000 operations, under

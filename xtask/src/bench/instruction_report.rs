@@ -23,8 +23,10 @@ fn methods() -> [(&'static str, String); 2] {
     [
         (
             "perftest",
-            "whole program (Debian's binaries are stripped: no loop function to toggle on), \
-             n-difference, less libc qsort (its latency report sorts the samples)"
+            "its loops: the functions of its own that call the provider's poll function, \
+             inclusive (Debian's binaries are stripped: found by what they call), n-difference; \
+             its report (a peak search quadratic in the samples, qsort) and clock-rate \
+             sampling stay out"
                 .to_string(),
         ),
         (

@@ -11,10 +11,10 @@
 //!   set-up and the analysis after the loop (sorting latency samples,
 //!   `Bandwidth::from_times`) are not;
 //! * perftest: Debian's binaries are stripped (no symbol of its own, not
-//!   even `run_iter_bw`), so callgrind counts the whole program; the
-//!   n-difference cancels set-up and the report's constant part, and
-//!   [`super::instruction_counts`] takes out libc's `qsort` (its latency
-//!   report sorts the samples: n log n).
+//!   even `run_iter_bw`), so callgrind counts the whole program and
+//!   [`super::instruction_counts`] keeps its loops: the functions that call
+//!   the provider's poll function, inclusive (its bandwidth report's peak
+//!   search is quadratic in the samples, which no n-difference cancels).
 //!
 //! For both, `(Ir(n2) - Ir(n1)) / (n2 - n1)` keeps the per-operation work
 //! (posting, polling, storing time stamps) and cancels whatever a run does
@@ -202,7 +202,8 @@ pub(super) fn plan(a: &Args, runs: &[CgRun], perf: &Path) -> Plan {
     p.say(&format!(
         "== cargo xtask bench --instructions: {} server/client pairs under callgrind \
          ({} measurements x 2 operation counts x 2 tools per test and size) ==\n\
-         ours counts inside its measured loops ({TOGGLE}), perftest the whole program;\n\
+         ours counts inside its measured loops ({TOGGLE}), perftest the whole program \
+         (its loops are picked out afterwards);\n\
          callgrind's files and each side's output go to the results directory's raw/.",
         runs.len(),
         a.reps
