@@ -50,7 +50,9 @@
 //!   last completion (success, error or flush) covers the whole batch.
 //!   [`PollingScope::post_receive_batch`] posts many receives with one
 //!   `ibv_post_recv` call; receives complete one by one, so each keeps its
-//!   own handle.
+//!   own handle ([`PollingScope::post_receive_batch_into`] appends them to
+//!   a collection of the caller's). The verb's list of a batch of up to 32
+//!   requests is built on the stack, not allocated.
 //! * **Owned buffers** ([`BufferPool`], [`SharedChannel`]). For services
 //!   and async code, operations can instead take pool buffers by value and
 //!   give them back with the completion (blocking, callback, or future). The

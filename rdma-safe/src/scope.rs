@@ -134,7 +134,8 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// Posts a batch of send-queue requests of one kind with one
     /// `ibv_post_send` call (one doorbell), only the last one signaled; one
     /// handle covers the batch. Their memory stays borrowed until the scope
-    /// ends. Nothing is posted if one of them is malformed.
+    /// ends. Nothing is posted if one of them is malformed. The verb's list of
+    /// up to 32 requests is built on the stack, not allocated.
     ///
     /// # Errors
     /// As [`Channel::run_batch`]'s posting errors.
@@ -203,15 +204,49 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// the receives it took stay posted and are waited for when the scope
     /// ends; the error is returned and their handles are not.
     ///
+    /// The handles come in a new `Vec`, one allocation per call;
+    /// [`post_receive_batch_into`](Self::post_receive_batch_into) puts them
+    /// in a collection of the caller's instead.
+    ///
     /// # Errors
     /// The verb's refusal, as above.
     pub fn post_receive_batch<'d: 'scope>(
         &mut self,
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
     ) -> Result<Vec<ScopedPendingWork<'scope>>> {
+        let mut handles = Vec::with_capacity(wrs.len());
+        self.post_receive_batch_into(wrs, &mut handles)
+            .map(|_| handles)
+    }
+
+    /// Posts several receives with one `ibv_post_recv` call, as
+    /// [`post_receive_batch`](Self::post_receive_batch), and appends their
+    /// handles, in order, to `handles` — a `VecDeque` ring of receives, a
+    /// `Vec` kept from batch to batch. Returns how many were posted.
+    ///
+    /// Nothing is allocated per call: the list handed to the verb is built
+    /// on the stack (up to 32 receives; a longer batch is built on the
+    /// heap), and `handles` grows only if it lacks room.
+    ///
+    /// If the device refuses part of the list, the handles of the receives
+    /// it took are still appended (they complete as any other), and the
+    /// error is returned; when the device does not say which it took, none
+    /// is appended and the channel is shut down first (see
+    /// [`post_receive_batch`](Self::post_receive_batch)).
+    ///
+    /// # Errors
+    /// An empty batch, a receive with more scatter elements than the
+    /// channel allows, a channel whose receives go to a shared receive
+    /// queue, a full receive queue, or the verb's refusal.
+    pub fn post_receive_batch_into<'d: 'scope>(
+        &mut self,
+        wrs: &mut [ReceiveWorkRequest<'_, 'd>],
+        handles: &mut impl Extend<ScopedPendingWork<'scope>>,
+    ) -> Result<usize> {
         let (ids, outcome) = self.queue.post_recv_batch(wrs);
-        let handles: Vec<_> = ids.map(|id| self.handle(id)).collect();
-        outcome.map(|()| handles)
+        let posted = (ids.end - ids.start) as usize;
+        handles.extend(ids.map(|id| self.handle(id)));
+        outcome.map(|()| posted)
     }
 
     /// Asks that, if the closure fails (returns `Err` or panics), the work it

@@ -18,7 +18,7 @@
 //! completion queue, each naming the channel's QP number; the channels'
 //! own completion queues see only their sends.
 
-use crate::engine::DeviceWatch;
+use crate::engine::{with_list, DeviceWatch};
 use crate::error::{Error, Operation, Result};
 use crate::memory::aligned::AllocError;
 use crate::memory::element::scatter_sges;
@@ -26,6 +26,7 @@ use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
 use rdma_core::{AccessFlags, CompQueue, RecvRequest, WorkCompletion};
 use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -188,30 +189,32 @@ impl SharedReceiveQueue {
         if self.free.is_empty() {
             return Ok(0);
         }
-        let slots = &self.shared.slots;
-        let mut elements: Vec<_> = self
-            .free
-            .iter()
-            .map(|&s| {
-                let start = s * self.slot_size;
-                [slots
-                    .scatter(start..start + self.slot_size)
-                    .expect("slots lie within the ring")]
+        let (slots, slot_size, free) = (&self.shared.slots, self.slot_size, &self.free);
+        let elements = free.iter().map(|&s| {
+            let start = s * slot_size;
+            Ok([slots
+                .scatter(start..start + slot_size)
+                .expect("slots lie within the ring")])
+        });
+        // Both lists are built on the stack for up to 32 slots (see
+        // `with_list`); a larger refill builds them on the heap.
+        let outcome = with_list(elements, |elements| {
+            let reqs = elements
+                .iter_mut()
+                .zip(free)
+                .map(|(e, &s)| Ok(RecvRequest::new(s as u64, scatter_sges(e))));
+            with_list(reqs, |reqs| {
+                // Every SGE names a slot of the ring this queue shares with
+                // its channels' engines. The ring is memory Rust reaches
+                // only atomically (so the NIC writing it is no data race),
+                // it is owned by `SrqShared`, and `SrqShared` outlives the
+                // SRQ's every use: this value and each attached channel's
+                // engine (after its queue pair) hold it.
+                // SAFETY: by the reasoning just above.
+                Ok::<_, Infallible>(unsafe { self.shared.srq.post_recv_list(reqs) })
             })
-            .collect();
-        let mut reqs: Vec<RecvRequest<'_>> = elements
-            .iter_mut()
-            .zip(&self.free)
-            .map(|(e, &s)| RecvRequest::new(s as u64, scatter_sges(e)))
-            .collect();
-        // Every SGE names a slot of the ring this queue shares with
-        // its channels' engines. The ring is memory Rust reaches only
-        // atomically (so the NIC writing it is no data race), it is owned by
-        // `SrqShared`, and `SrqShared` outlives the SRQ's every use: this
-        // value and each attached channel's engine (after its queue pair)
-        // hold it.
-        // SAFETY: by the reasoning just above.
-        let outcome = unsafe { self.shared.srq.post_recv_list(&mut reqs) };
+        })
+        .unwrap_or_else(|never| match never {});
         let n = self.free.len();
         // A failure that does not name the first receive not taken may have
         // queued any of them: those slots are counted as posted (lost to
@@ -221,7 +224,6 @@ impl SharedReceiveQueue {
             Ok(()) => n,
             Err(e) => e.posted().unwrap_or(n),
         };
-        drop(reqs);
         self.free.drain(..posted);
         outcome.map(|()| n).map_err(|e| Error::Post {
             operation: Operation::Receive,

@@ -1,17 +1,20 @@
 //! What an operation costs the allocator on the data path: zero heap
 //! allocations per operation is the target (owning operations as futures,
 //! on a reactor and busy-polled, on a completion queue of their own or a
-//! shared one, and blocking atomics). Counted with a global
+//! shared one, blocking atomics, and batches of receives in a scope with
+//! batches of sends against them). Counted with a global
 //! allocator over many send/receive pairs, after a warm-up (the engine's
 //! slot ring and the runtime's first-use structures grow once).
 
 mod common;
 
-use common::{pair, pair_with, pd, registered};
+use common::{pair, pair_with, pd, registered, scatter_chunks};
 use rdma_safe::channel::SharedCompletionQueue;
 use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
+use rdma_safe::{Error, ReceiveWorkRequest, SendWorkRequest};
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -265,4 +268,68 @@ fn owned_batch_futures_allocate_nothing_per_batch() {
         target.to_vec().iter().all(|&b| b == 3),
         "every write landed"
     );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
+    const WARM: usize = 50;
+    const ROUNDS: usize = 500;
+    const PER: usize = 8;
+    const SIZE: usize = 64;
+    let pd = pd();
+    let (mut a, mut b) = pair(&pd);
+    let src = registered(&pd, vec![9u8; SIZE]);
+    let mut dst = registered(&pd, vec![0u8; SIZE * PER]);
+    let g = [src.gather(..)];
+    // As perf's send_bw server: a ring of receive requests built once, each
+    // round posting it as one batch, the handles into a reused ring; the
+    // peer sends one batch of PER (blocking) against it.
+    let mut sends = [SendWorkRequest::new(&g); PER];
+    let (per_op, vec_form) = b
+        .scope(|sb| {
+            let mut lists = scatter_chunks(&mut dst, SIZE);
+            let mut ring: Vec<ReceiveWorkRequest<'_, '_>> = lists
+                .iter_mut()
+                .map(|l| ReceiveWorkRequest::new(l))
+                .collect();
+            let mut recvs = VecDeque::with_capacity(PER);
+            let mut counted = 0;
+            for round in 0..WARM + ROUNDS {
+                if round == WARM {
+                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                }
+                assert_eq!(sb.post_receive_batch_into(&mut ring, &mut recvs)?, PER);
+                a.run_batch(&mut sends)?;
+                while let Some(r) = recvs.pop_front() {
+                    assert_eq!(r.wait()?.bytes(), SIZE);
+                }
+            }
+            let per_op =
+                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * PER * ROUNDS) as f64;
+            // The form that returns a new `Vec` of handles allocates it:
+            // the count sees this path.
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            for _ in 0..ROUNDS {
+                let handles = sb.post_receive_batch(&mut ring)?;
+                a.run_batch(&mut sends)?;
+                for r in handles {
+                    assert_eq!(r.wait()?.bytes(), SIZE);
+                }
+            }
+            let vec_form = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64;
+            Ok::<_, Error>((per_op, vec_form))
+        })
+        .expect("batches");
+    println!(
+        "allocations per operation, batches of {PER} receives (handles into a ring) \
+         and {PER} sends: {per_op:.3}"
+    );
+    println!("allocations per batch of receives whose handles come in a new Vec: {vec_form:.3}");
+    assert_eq!(per_op, 0.0, "{per_op:.3} allocations per operation");
+    assert!(
+        vec_form >= 1.0,
+        "the returned Vec was not counted: {vec_form:.3}"
+    );
+    assert!(dst.iter().all(|&x| x == 9), "every message landed");
 }

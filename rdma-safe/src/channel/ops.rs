@@ -49,7 +49,8 @@ impl Channel {
     /// the batch. Fewer doorbells and completions than one call per
     /// request: the way to move many small messages. The outcome reports
     /// the total bytes; the first failure of any member fails the batch,
-    /// and nothing is posted if one is malformed.
+    /// and nothing is posted if one is malformed. The verb's list of up
+    /// to 32 requests is built on the stack, not allocated.
     ///
     /// # Errors
     /// As [`run`](Self::run); also a batch larger than the send queue.

@@ -1,7 +1,7 @@
 //! Posting atomics: the checks that keep a malformed atomic from reaching
 //! the NIC, and the request built from a valid one.
 
-use super::WorkQueue;
+use super::{with_list, WorkQueue};
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::scatter_sges;
@@ -37,10 +37,13 @@ impl WorkQueue {
     /// Validates every atomic of `wrs` and posts them as one list (one
     /// doorbell), only the last signaled: the send queue completes in order,
     /// so the last completion covers them all. Nothing is posted if one is
-    /// malformed.
+    /// malformed. The list is built on the stack (see [`with_list`]).
     pub(crate) fn post_atomic_batch(&self, wrs: &mut [AtomicWorkRequest<'_, '_>]) -> Result<u64> {
-        let (op, mut reqs) = batch_requests(wrs)?;
-        self.post_sends(op, wrs_len(&reqs), &mut reqs)
+        let op = check_all(wrs)?;
+        let len = wrs.len() * ATOMIC_SIZE;
+        with_list(wrs.iter_mut().map(|wr| Ok(request(wr))), |reqs| {
+            self.post_sends(op, len, reqs)
+        })
     }
 
     /// Validates `wrs`, posts them as one list and waits for the batch.
@@ -49,26 +52,22 @@ impl WorkQueue {
         wrs: &mut [AtomicWorkRequest<'_, '_>],
         timeout: Duration,
     ) -> Result<WorkSuccess> {
-        let (op, mut reqs) = batch_requests(wrs)?;
-        self.post_sends_and_wait(op, wrs_len(&reqs), &mut reqs, timeout)
+        let op = check_all(wrs)?;
+        let len = wrs.len() * ATOMIC_SIZE;
+        with_list(wrs.iter_mut().map(|wr| Ok(request(wr))), |reqs| {
+            self.post_sends_and_wait(op, len, reqs, timeout)
+        })
     }
 }
 
-/// Bytes a batch of atomics moves (8 each).
-fn wrs_len(reqs: &[SendRequest<'_>]) -> usize {
-    reqs.len() * ATOMIC_SIZE
-}
-
-/// Validates every atomic of `wrs` (nothing is built if one is malformed)
-/// and builds their requests; the operation of the last names the batch.
-fn batch_requests<'a>(
-    wrs: &'a mut [AtomicWorkRequest<'_, '_>],
-) -> Result<(Operation, Vec<SendRequest<'a>>)> {
+/// Validates every atomic of `wrs` (nothing is built if one is malformed);
+/// the operation of the last names the batch.
+fn check_all(wrs: &[AtomicWorkRequest<'_, '_>]) -> Result<Operation> {
     let mut op = Operation::FetchAndAdd;
-    for wr in wrs.iter() {
+    for wr in wrs {
         op = check(wr)?;
     }
-    Ok((op, wrs.iter_mut().map(request).collect()))
+    Ok(op)
 }
 
 /// Validates an atomic: its operation, or why it is refused. A few

@@ -22,6 +22,7 @@ mod completions;
 mod datagram;
 mod driving;
 mod gate;
+mod list;
 mod owned;
 mod owned_batch;
 mod post;
@@ -38,10 +39,11 @@ pub(crate) use watch::DeviceWatch;
 pub(crate) use attached::{Held, Notify};
 pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
+pub(crate) use list::with_list;
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Error, Operation, Result};
-use rdma_core::{PostError, QpCapabilities, QueuePair};
+use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -260,40 +262,44 @@ impl WorkQueue {
         }
     }
 
-    /// Posts receives as one list through `post`, which is given the id of
-    /// the first (the others follow it, one apart). Every receive that was
-    /// posted is tracked, whether or not the list was posted whole; the
-    /// returned range names them. A failure that does not say which were
-    /// posted is settled (see the `shutdown` module) and names none.
+    /// Posts the receives `reqs` as one list through `post`, after giving
+    /// them their ids (consecutive). Every receive that was posted is
+    /// tracked, with the bytes its scatter list holds, whether or not the
+    /// list was posted whole; the returned range names them. A failure that
+    /// does not say which were posted is settled (see the `shutdown` module)
+    /// and names none.
     ///
     /// As a provider would, only as many receives as the receive queue has
-    /// room for are posted (`post` is told how many, from the start of the
-    /// list); the rest are refused with an error beside the posted ones.
+    /// room for are posted (`post` is given that part of the list, from its
+    /// start); the rest are refused with an error beside the posted ones.
     fn post_receives(
         &self,
-        lens: &[usize],
-        post: &mut dyn FnMut(u64, usize) -> Result<(), PostError>,
+        reqs: &mut [RecvRequest<'_>],
+        post: &mut dyn FnMut(&mut [RecvRequest<'_>]) -> Result<(), PostError>,
     ) -> (Range<u64>, Result<()>) {
         let mut st = self.lock();
         if let Err(e) = self.admit(&st, Operation::Receive, false) {
             return (0..0, Err(e));
         }
-        let fits = lens.len().min(st.receive_room());
-        let full = (fits < lens.len())
-            .then(|| queue_too_full(Operation::Receive, (lens.len() - fits) as u32, &st));
-        let lens = &lens[..fits];
-        if lens.is_empty() {
+        let fits = reqs.len().min(st.receive_room());
+        let full = (fits < reqs.len())
+            .then(|| queue_too_full(Operation::Receive, (reqs.len() - fits) as u32, &st));
+        let reqs = &mut reqs[..fits];
+        if reqs.is_empty() {
             return (0..0, Err(full.expect("a refused receive")));
         }
         let first = st.next_wr_id;
-        let (posted, rc) = match post(first, fits) {
-            Ok(()) => (lens.len(), Ok(())),
+        for (id, req) in (first..).zip(reqs.iter_mut()) {
+            req.set_wr_id(id);
+        }
+        let (posted, rc) = match post(reqs) {
+            Ok(()) => (reqs.len(), Ok(())),
             Err(e) => match e.posted() {
-                Some(k) if k < lens.len() => (k, Err(e)),
+                Some(k) if k < reqs.len() => (k, Err(e)),
                 _ => {
                     // Not said: track them all, settle, forget them.
-                    for &len in lens {
-                        st.track(Operation::Receive, len, 0);
+                    for req in reqs.iter() {
+                        st.track(Operation::Receive, receive_len(req), 0);
                     }
                     let ids = first..st.next_wr_id;
                     self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
@@ -309,8 +315,8 @@ impl WorkQueue {
                 }
             },
         };
-        for &len in &lens[..posted] {
-            st.track(Operation::Receive, len, 0);
+        for req in &reqs[..posted] {
+            st.track(Operation::Receive, receive_len(req), 0);
         }
         let end = st.next_wr_id;
         let rc = match (rc, full) {
@@ -338,6 +344,13 @@ impl WorkQueue {
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable.clone()
     }
+}
+
+/// The bytes a receive's scatter list holds: its capacity, as
+/// [`ReceiveWorkRequest::len`](crate::ReceiveWorkRequest::len) counts it.
+#[inline]
+fn receive_len(req: &RecvRequest<'_>) -> usize {
+    req.sges().iter().map(|sge| sge.length() as usize).sum()
 }
 
 /// The error of `n` requests that do not fit their queue (cold: built only

@@ -3,7 +3,7 @@
 
 use super::attached::Held;
 use super::tracker::{Tracker, BATCH_MEMBER};
-use super::WorkQueue;
+use super::{with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
 use crate::memory::element::{gather_sges, scatter_sges};
@@ -11,6 +11,7 @@ use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
+use std::convert::Infallible;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -135,31 +136,32 @@ impl WorkQueue {
         self.post_sends(Operation::Read, len, &mut [req])
     }
 
+    /// Validates a batch of sends and posts them as one list; the list is
+    /// built on the stack (see [`with_list`]), so a batch costs the
+    /// allocator nothing.
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
-        let mut reqs = wrs
-            .iter()
-            .map(|wr| self.send_request(wr, wr.len()))
-            .collect::<Result<Vec<_>>>()?;
         let len = wrs.iter().map(SendWorkRequest::len).sum();
-        self.post_sends(Operation::Send, len, &mut reqs)
+        with_list(wrs.iter().map(|wr| self.send_request(wr, wr.len())), |reqs| {
+            self.post_sends(Operation::Send, len, reqs)
+        })
     }
 
+    /// Validates a batch of RDMA writes and posts them as one list (as
+    /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_write_batch(&self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<u64> {
-        let mut reqs = wrs
-            .iter()
-            .map(|wr| self.write_request(wr))
-            .collect::<Result<Vec<_>>>()?;
         let len = wrs.iter().map(WriteWorkRequest::len).sum();
-        self.post_sends(Operation::Write, len, &mut reqs)
+        with_list(wrs.iter().map(|wr| self.write_request(wr)), |reqs| {
+            self.post_sends(Operation::Write, len, reqs)
+        })
     }
 
+    /// Validates a batch of RDMA reads and posts them as one list (as
+    /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_read_batch(&self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(ReadWorkRequest::len).sum();
-        let mut reqs = wrs
-            .iter_mut()
-            .map(|wr| self.read_request(wr))
-            .collect::<Result<Vec<_>>>()?;
-        self.post_sends(Operation::Read, len, &mut reqs)
+        with_list(wrs.iter_mut().map(|wr| self.read_request(wr)), |reqs| {
+            self.post_sends(Operation::Read, len, reqs)
+        })
     }
 
     /// Posts one request, or a batch as one list with one `ibv_post_send`
@@ -295,7 +297,9 @@ impl WorkQueue {
     /// Posts receives as one list with one `ibv_post_recv` call. Receives
     /// complete one by one, in order, each with its own completion; the
     /// returned range names the posted ones, which are tracked even when the
-    /// call fails part-way (the error is returned beside them).
+    /// call fails part-way (the error is returned beside them). The list is
+    /// built on the stack (see [`with_list`]): a batch costs the allocator
+    /// nothing.
     pub(crate) fn post_recv_batch(
         &self,
         wrs: &mut [ReceiveWorkRequest<'_, '_>],
@@ -319,18 +323,16 @@ impl WorkQueue {
                 return refuse(e);
             }
         }
-        let lens: Vec<usize> = wrs.iter().map(ReceiveWorkRequest::len).collect();
-        let mut reqs: Vec<RecvRequest<'_>> = wrs
+        let reqs = wrs
             .iter_mut()
-            .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)))
-            .collect();
-        self.post_receives(&lens, &mut |first, n| {
-            for (k, req) in reqs.iter_mut().enumerate() {
-                req.set_wr_id(first + k as u64);
-            }
-            // SAFETY: as in `post_recv`.
-            unsafe { self.qp.post_recv_list(&mut reqs[..n]) }
+            .map(|wr| Ok::<_, Infallible>(RecvRequest::new(0, scatter_sges(wr.scatter))));
+        with_list(reqs, |reqs| {
+            Ok(self.post_receives(reqs, &mut |reqs| {
+                // SAFETY: as in `post_recv`.
+                unsafe { self.qp.post_recv_list(reqs) }
+            }))
         })
+        .unwrap_or_else(|never| match never {})
     }
 }
 
