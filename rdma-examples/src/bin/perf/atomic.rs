@@ -17,7 +17,7 @@
 //! loads a word atomically as soon as its operation has completed, inside
 //! the scope, so a slot is free again before the ring comes round to it.
 
-use crate::bandwidth::{batch_size, BwRun};
+use crate::bandwidth::{batch_size, BwRun, MAX_BATCH};
 use crate::measured::measured_loop;
 use crate::options::Options;
 use crate::protocol::{self, AtomicKind, Params, Test};
@@ -237,6 +237,12 @@ fn run_bw(
 ) -> Result<BwRun> {
     let (iters, depth, kind) = (p.iters, p.tx_depth, p.atomic);
     let batch = batch_size(depth);
+    if depth == 0 || results.len() < depth * ATOMIC_SIZE {
+        return Err(fail(format!(
+            "{} bytes of result words for {depth} atomics in flight",
+            results.len()
+        )));
+    }
     let words = results.words();
     let mut posted: Vec<f64> = Vec::with_capacity(iters);
     let mut completed: Vec<f64> = Vec::with_capacity(iters);
@@ -256,19 +262,17 @@ fn run_bw(
                 // and its old value was read.
                 while next < iters && in_ops < depth {
                     let n = batch.min(iters - next).min(depth - in_ops);
-                    let mut elements = (next..next + n)
-                        .map(|k| {
-                            let slot = k % depth;
-                            results.scatter(slot * ATOMIC_SIZE..(slot + 1) * ATOMIC_SIZE)
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let mut wrs: Vec<AtomicWorkRequest<'_, '_>> = elements
-                        .iter_mut()
-                        .enumerate()
-                        .map(|(j, e)| request(kind, next + j, remote, e))
-                        .collect();
+                    // The batch on the stack: a whole array of requests
+                    // each time, of which the first `n` are posted.
+                    let mut elements: [ScatterElement<'_>; MAX_BATCH] =
+                        std::array::from_fn(|j| result_word(results, next + j, depth));
+                    let mut k = next;
+                    let mut wrs = elements.each_mut().map(|e| {
+                        k += 1;
+                        request(kind, k - 1, remote, e)
+                    });
                     let t0 = Stamp::now();
-                    let handle = s.post_batch(&mut wrs)?;
+                    let handle = s.post_batch(&mut wrs[..n])?;
                     if verbose {
                         *post_time_ref += t0.elapsed();
                     }
@@ -303,6 +307,15 @@ fn run_bw(
         },
         scope_exit_us,
     })
+}
+
+/// The result element of operation `k`: word `k % depth` of `results`,
+/// which holds `depth` words (checked by the caller).
+fn result_word(results: &RemoteAccessBuffer, k: usize, depth: usize) -> ScatterElement<'_> {
+    let at = k % depth * ATOMIC_SIZE;
+    results
+        .scatter(at..at + ATOMIC_SIZE)
+        .expect("a result word per atomic in flight")
 }
 
 /// atomic_lat, client side: one atomic at a time; returns samples in usec

@@ -37,11 +37,16 @@ pub(crate) fn serve_send_bw(
                 .take(slots)
                 .map(|c| [rx_mr.scatter_element(&mut c[..size])])
                 .collect();
+            // One request per slot, built once: a batch posts a run of them.
+            let mut ring: Vec<ReceiveWorkRequest<'_, '_>> = lists
+                .iter_mut()
+                .map(|l| ReceiveWorkRequest::new(l))
+                .collect();
             let mut recvs = VecDeque::with_capacity(p.rx_depth);
             let mut posted = 0;
             while posted < p.rx_depth.min(iters) {
                 let n = p.rx_depth.min(iters) - posted;
-                posted += post_ring(s, &mut lists, posted, n, &mut recvs)?;
+                posted += post_ring(s, &mut ring, posted, n, &mut recvs)?;
             }
             link.write_line(&format!("GO {size}"))?;
             let mut used = 0;
@@ -53,7 +58,7 @@ pub(crate) fn serve_send_bw(
                 check_message(i, size, got.bytes(), got.immediate())?;
                 used += 1;
                 if used >= refill && posted < iters {
-                    let n = post_ring(s, &mut lists, posted, used.min(iters - posted), &mut recvs)?;
+                    let n = post_ring(s, &mut ring, posted, used.min(iters - posted), &mut recvs)?;
                     posted += n;
                     used -= n;
                 }
@@ -64,24 +69,20 @@ pub(crate) fn serve_send_bw(
     .map_err(rdma_safe::Error::from)
 }
 
-/// Posts up to `n` receives, as one batch, into the ring `lists` from slot
-/// `posted % lists.len()` on (fewer where the ring wraps); their handles go
-/// to the back of `recvs`. Returns how many were posted.
+/// Posts up to `n` receives, as one batch, from the ring `ring` (one
+/// request per slot) from slot `posted % ring.len()` on (fewer where the
+/// ring wraps); their handles go to the back of `recvs`. Returns how many
+/// were posted. Allocates nothing while `recvs` has room.
 fn post_ring<'scope, 'd: 'scope>(
     s: &mut PollingScope<'scope, '_>,
-    lists: &mut [[ScatterElement<'d>; 1]],
+    ring: &mut [ReceiveWorkRequest<'_, 'd>],
     posted: usize,
     n: usize,
     recvs: &mut VecDeque<ScopedPendingWork<'scope>>,
 ) -> Result<usize> {
-    let at = posted % lists.len();
-    let n = n.min(lists.len() - at);
-    let mut wrs: Vec<ReceiveWorkRequest<'_, 'd>> = lists[at..at + n]
-        .iter_mut()
-        .map(|l| ReceiveWorkRequest::new(l))
-        .collect();
-    recvs.extend(s.post_receive_batch(&mut wrs)?);
-    Ok(n)
+    let at = posted % ring.len();
+    let n = n.min(ring.len() - at);
+    s.post_receive_batch_into(&mut ring[at..at + n], recvs)
 }
 
 /// One bandwidth run as the client saw it.
@@ -134,10 +135,15 @@ pub(crate) fn run_bw(
                 }
                 Test::ReadBw => {
                     let remote = remote.ok_or_else(|| fail("no remote region"))?;
-                    // One exclusive chunk per read of a batch.
+                    // One exclusive chunk per read of a batch, and the
+                    // reads built once: a batch posts the first `n`.
                     let mut elems: Vec<[ScatterElement<'_>; 1]> = buf
                         .chunks_mut(size)
                         .map(|c| [mr.scatter_element(c)])
+                        .collect();
+                    let mut reads: Vec<ReadWorkRequest<'_, '_>> = elems
+                        .iter_mut()
+                        .map(|e| ReadWorkRequest::new(e, remote))
                         .collect();
                     pump(
                         verbose,
@@ -146,14 +152,8 @@ pub(crate) fn run_bw(
                         iters,
                         depth,
                         size,
-                        elems.len(),
-                        &mut |_, n| {
-                            let mut reqs: Vec<ReadWorkRequest<'_, '_>> = elems[..n]
-                                .iter_mut()
-                                .map(|e| ReadWorkRequest::new(e, remote))
-                                .collect();
-                            s.post_batch(&mut reqs)
-                        },
+                        reads.len(),
+                        &mut |_, n| s.post_batch(&mut reads[..n]),
                     )?;
                 }
                 _ => {
@@ -240,8 +240,11 @@ pub(crate) fn read_chunks(local_len: usize, size: usize, depth: usize) -> usize 
 /// pipe full: rxe's requester stops at 64 packets in flight, and small
 /// batches keep the queue from draining while the oldest is awaited.
 pub(crate) fn batch_size(depth: usize) -> usize {
-    (depth / 8).clamp(1, 8)
+    (depth / 8).clamp(1, MAX_BATCH)
 }
+
+/// The most requests [`batch_size`] puts in a batch.
+pub(crate) const MAX_BATCH: usize = 8;
 
 /// The bandwidth loop: keeps up to `depth` operations in flight, posted in
 /// batches of up to `batch` (`post(first, n)` posts operations
