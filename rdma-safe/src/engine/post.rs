@@ -141,9 +141,10 @@ impl WorkQueue {
     /// allocator nothing.
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(SendWorkRequest::len).sum();
-        with_list(wrs.iter().map(|wr| self.send_request(wr, wr.len())), |reqs| {
-            self.post_sends(Operation::Send, len, reqs)
-        })
+        with_list(
+            wrs.iter().map(|wr| self.send_request(wr, wr.len())),
+            |reqs| self.post_sends(Operation::Send, len, reqs),
+        )
     }
 
     /// Validates a batch of RDMA writes and posts them as one list (as
