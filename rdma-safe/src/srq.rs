@@ -26,7 +26,6 @@ use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
 use rdma_core::{AccessFlags, CompQueue, RecvRequest, WorkCompletion};
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,9 +191,9 @@ impl SharedReceiveQueue {
         let (slots, slot_size, free) = (&self.shared.slots, self.slot_size, &self.free);
         let elements = free.iter().map(|&s| {
             let start = s * slot_size;
-            Ok([slots
+            [slots
                 .scatter(start..start + slot_size)
-                .expect("slots lie within the ring")])
+                .expect("slots lie within the ring")]
         });
         // Both lists are built on the stack for up to 32 slots (see
         // `with_list`); a larger refill builds them on the heap.
@@ -202,7 +201,7 @@ impl SharedReceiveQueue {
             let reqs = elements
                 .iter_mut()
                 .zip(free)
-                .map(|(e, &s)| Ok(RecvRequest::new(s as u64, scatter_sges(e))));
+                .map(|(e, &s)| RecvRequest::new(s as u64, scatter_sges(e)));
             with_list(reqs, |reqs| {
                 // Every SGE names a slot of the ring this queue shares with
                 // its channels' engines. The ring is memory Rust reaches
@@ -211,10 +210,9 @@ impl SharedReceiveQueue {
                 // SRQ's every use: this value and each attached channel's
                 // engine (after its queue pair) hold it.
                 // SAFETY: by the reasoning just above.
-                Ok::<_, Infallible>(unsafe { self.shared.srq.post_recv_list(reqs) })
+                unsafe { self.shared.srq.post_recv_list(reqs) }
             })
-        })
-        .unwrap_or_else(|never| match never {});
+        });
         let n = self.free.len();
         // A failure that does not name the first receive not taken may have
         // queued any of them: those slots are counted as posted (lost to

@@ -41,7 +41,7 @@ impl WorkQueue {
     pub(crate) fn post_atomic_batch(&self, wrs: &mut [AtomicWorkRequest<'_, '_>]) -> Result<u64> {
         let op = check_all(wrs)?;
         let len = wrs.len() * ATOMIC_SIZE;
-        with_list(wrs.iter_mut().map(|wr| Ok(request(wr))), |reqs| {
+        with_list(wrs.iter_mut().map(request), |reqs| {
             self.post_sends(op, len, reqs)
         })
     }
@@ -54,7 +54,7 @@ impl WorkQueue {
     ) -> Result<WorkSuccess> {
         let op = check_all(wrs)?;
         let len = wrs.len() * ATOMIC_SIZE;
-        with_list(wrs.iter_mut().map(|wr| Ok(request(wr))), |reqs| {
+        with_list(wrs.iter_mut().map(request), |reqs| {
             self.post_sends_and_wait(op, len, reqs, timeout)
         })
     }

@@ -1,6 +1,7 @@
 //! The request lists of batched verb calls, built on the stack: a batch of
 //! up to [`STACK_LIST`] requests costs the allocator nothing.
 
+use std::convert::Infallible;
 use std::mem::{needs_drop, MaybeUninit};
 
 /// Requests a batch holds on the stack; a longer batch is built on the
@@ -10,13 +11,26 @@ pub(crate) const STACK_LIST: usize = 32;
 
 /// Builds the requests `items` yields into one list and lends it to
 /// `post`: on the stack when there are at most [`STACK_LIST`] of them, on
-/// the heap otherwise. The first item that is an error stops the building
-/// and is returned; `post` is not called then.
+/// the heap otherwise.
 ///
 /// For plain requests only (no drop glue, checked at compile time): the
 /// stack list is never dropped item by item.
 #[inline(always)]
-pub(crate) fn with_list<T, R, E, I>(
+pub(crate) fn with_list<T, R>(
+    items: impl ExactSizeIterator<Item = T>,
+    post: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    match try_with_list(items.map(Ok::<T, Infallible>), |list| Ok(post(list))) {
+        Ok(r) => r,
+        Err(never) => match never {},
+    }
+}
+
+/// As [`with_list`], for requests whose building can fail (validation):
+/// the first item that is an error stops the building and is returned;
+/// `post` is not called then.
+#[inline(always)]
+pub(crate) fn try_with_list<T, R, E, I>(
     items: I,
     post: impl FnOnce(&mut [T]) -> Result<R, E>,
 ) -> Result<R, E>
@@ -48,8 +62,10 @@ mod tests {
     #[test]
     fn short_and_long_lists_hold_every_item_in_order() {
         for n in [0, 1, STACK_LIST, STACK_LIST + 1, 3 * STACK_LIST] {
-            let got = with_list((0..n).map(Ok::<_, ()>), |list| Ok(list.to_vec()));
+            let got = try_with_list((0..n).map(Ok::<_, ()>), |list| Ok(list.to_vec()));
             assert_eq!(got, Ok((0..n).collect::<Vec<_>>()), "{n} items");
+            let got = with_list(0..n, |list| list.to_vec());
+            assert_eq!(got, (0..n).collect::<Vec<_>>(), "{n} items, infallible");
         }
     }
 
@@ -57,7 +73,7 @@ mod tests {
     fn the_first_error_stops_the_building() {
         for n in [4, STACK_LIST + 4] {
             let items = (0..n).map(|k| if k == 2 { Err(k) } else { Ok(k) });
-            let got = with_list(items, |_| -> Result<(), usize> { panic!("posted") });
+            let got = try_with_list(items, |_| -> Result<(), usize> { panic!("posted") });
             assert_eq!(got, Err(2));
         }
     }

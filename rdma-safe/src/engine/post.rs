@@ -3,7 +3,7 @@
 
 use super::attached::Held;
 use super::tracker::{Tracker, BATCH_MEMBER};
-use super::{with_list, WorkQueue};
+use super::{try_with_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
 use crate::memory::element::{gather_sges, scatter_sges};
@@ -11,7 +11,6 @@ use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
-use std::convert::Infallible;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -141,7 +140,7 @@ impl WorkQueue {
     /// allocator nothing.
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(SendWorkRequest::len).sum();
-        with_list(
+        try_with_list(
             wrs.iter().map(|wr| self.send_request(wr, wr.len())),
             |reqs| self.post_sends(Operation::Send, len, reqs),
         )
@@ -151,7 +150,7 @@ impl WorkQueue {
     /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_write_batch(&self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(WriteWorkRequest::len).sum();
-        with_list(wrs.iter().map(|wr| self.write_request(wr)), |reqs| {
+        try_with_list(wrs.iter().map(|wr| self.write_request(wr)), |reqs| {
             self.post_sends(Operation::Write, len, reqs)
         })
     }
@@ -160,7 +159,7 @@ impl WorkQueue {
     /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_read_batch(&self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(ReadWorkRequest::len).sum();
-        with_list(wrs.iter_mut().map(|wr| self.read_request(wr)), |reqs| {
+        try_with_list(wrs.iter_mut().map(|wr| self.read_request(wr)), |reqs| {
             self.post_sends(Operation::Read, len, reqs)
         })
     }
@@ -326,14 +325,13 @@ impl WorkQueue {
         }
         let reqs = wrs
             .iter_mut()
-            .map(|wr| Ok::<_, Infallible>(RecvRequest::new(0, scatter_sges(wr.scatter))));
+            .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)));
         with_list(reqs, |reqs| {
-            Ok(self.post_receives(reqs, &mut |reqs| {
+            self.post_receives(reqs, &mut |reqs| {
                 // SAFETY: as in `post_recv`.
                 unsafe { self.qp.post_recv_list(reqs) }
-            }))
+            })
         })
-        .unwrap_or_else(|never| match never {})
     }
 }
 
