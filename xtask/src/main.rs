@@ -56,6 +56,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let rest = &args[1..];
+    // A SIGTERM or SIGHUP ends the VMs and commands running for us too.
+    process::terminate::install();
     let result = match task.as_str() {
         "setup" => setup::main(rest),
         "test-rxe" => test_rxe::main(rest),

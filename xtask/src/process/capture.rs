@@ -65,6 +65,9 @@ enum Live<'a> {
 }
 
 fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result<Captured> {
+    if super::terminate::stopping() {
+        return Err("xtask is stopping (it received a signal)".into());
+    }
     let start = Instant::now();
     let mut child = cmd
         .stdin(Stdio::null())
@@ -72,6 +75,8 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| spawn_error(cmd, e))?;
+    // Ended with xtask if it is told to stop (see `terminate`).
+    let _registered = super::terminate::RUNNING.register(child.id());
 
     let (tx, rx) = mpsc::channel::<(bool, String)>();
     let readers = [
@@ -152,6 +157,7 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result
         }
     }
     let status = child.wait()?;
+    super::terminate::hold_if_stopping();
     Ok(Captured {
         status: (!timed_out).then_some(status),
         output,

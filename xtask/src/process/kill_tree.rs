@@ -35,11 +35,6 @@ fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
-extern "C" {
-    /// kill(2) from the C library std already links (no new dependency).
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
 /// Running (not gone, not a zombie waiting to be reaped).
 pub(super) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -55,7 +50,7 @@ fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) takes plain integers and touches no memory of ours;
     // `pid` is positive, so it never addresses a process group.
     unsafe {
-        kill(pid, sig);
+        libc::kill(pid, sig);
     }
 }
 
@@ -64,12 +59,10 @@ fn signal(pid: u32, sig: i32) {
 /// before their children, so that no parent outlives a child long enough to
 /// act on its death (a shell would run its next command).
 pub(crate) fn kill_tree(root: u32) {
-    const SIGTERM: i32 = 15;
-    const SIGKILL: i32 = 9;
     let mut all = vec![root];
     all.extend(descendants(root));
     for &p in &all {
-        signal(p, SIGTERM);
+        signal(p, libc::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
@@ -79,6 +72,6 @@ pub(crate) fn kill_tree(root: u32) {
         thread::sleep(Duration::from_millis(100));
     }
     for p in all {
-        signal(p, SIGKILL);
+        signal(p, libc::SIGKILL);
     }
 }

@@ -1,9 +1,11 @@
 //! Running commands: echoed before they run, with their exit status, or
 //! quietly for a probe. [`capture`] also copies and keeps their output under
-//! a time limit; [`kill_tree`] ends a process and everything it started.
+//! a time limit; [`kill_tree`] ends a process and everything it started;
+//! [`terminate`] ends the running commands when xtask is told to stop.
 
 pub(crate) mod capture;
 pub(crate) mod kill_tree;
+pub(crate) mod terminate;
 
 use std::io::{self, Write};
 use std::process::{Command, ExitStatus, Stdio};
