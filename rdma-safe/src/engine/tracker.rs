@@ -124,7 +124,9 @@ impl Tracker {
     }
 
     /// As [`track`](Self::track), the slot keeping `att` until the
-    /// completion is seen.
+    /// completion is seen. Inlined: a plain request's empty attachment is
+    /// then written in place, not built and passed by value.
+    #[inline]
     pub(crate) fn track_attached(&mut self, op: Operation, len: usize, sq: u32, att: Attached) {
         let id = self.next_wr_id;
         self.next_wr_id += 1;

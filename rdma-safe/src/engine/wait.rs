@@ -47,18 +47,21 @@ impl WorkQueue {
     /// `None` while in flight; an error if `id` is not tracked.
     #[inline]
     pub(super) fn take_done(&self, st: &mut Tracker, id: u64) -> Option<Result<WorkSuccess>> {
-        match st.slots.get(id) {
-            Some(slot) if slot.posted() => None,
-            Some(_) => st.slots.remove_plain_with(id, |slot| {
-                (
-                    self.outcome(slot.op, slot.len, &slot.wc),
-                    slot.att.owns_nothing(),
-                )
-            }),
-            None => Some(Err(Error::Unusable(format!(
+        // One lookup for the look and the removal.
+        let Some(pos) = st.slots.position(id) else {
+            return Some(Err(Error::Unusable(format!(
                 "work request {id} is not outstanding"
-            )))),
+            ))));
+        };
+        if st.slots.at(pos).is_some_and(Slot::posted) {
+            return None;
         }
+        st.slots.remove_plain_at(pos, |slot| {
+            (
+                self.outcome(slot.op, slot.len, &slot.wc),
+                slot.att.owns_nothing(),
+            )
+        })
     }
 
     /// How many of `ids` are still outstanding or unclaimed (one lock).
