@@ -18,13 +18,13 @@
 //! completion queue, each naming the channel's QP number; the channels'
 //! own completion queues see only their sends.
 
-use crate::engine::{with_list, DeviceWatch};
+use crate::engine::{with_list, DeviceWatch, STACK_LIST};
 use crate::error::{Error, Operation, Result};
 use crate::memory::aligned::AllocError;
 use crate::memory::element::scatter_sges;
 use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
-use rdma_core::{AccessFlags, CompQueue, RecvRequest, WorkCompletion};
+use rdma_core::{AccessFlags, CompQueue, PostError, RecvRequest, WorkCompletion};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -179,51 +179,33 @@ impl SharedReceiveQueue {
         self.batch = n.max(1);
     }
 
-    /// Posts every free slot again, as one list with one
-    /// `ibv_post_srq_recv` call. Returns how many were posted.
+    /// Posts every free slot again, as lists of up to 32 receives with one
+    /// `ibv_post_srq_recv` call each (built on the stack: a refill costs
+    /// the allocator nothing, however many slots are free). Returns how
+    /// many were posted.
     ///
     /// # Errors
     /// The verb's error; the slots it did not take stay free.
     pub fn refill(&mut self) -> Result<usize> {
-        if self.free.is_empty() {
-            return Ok(0);
+        let mut posted = 0;
+        let mut outcome = Ok(());
+        for chunk in self.free.chunks(STACK_LIST) {
+            match post_slots(&self.shared, self.slot_size, chunk) {
+                Ok(()) => posted += chunk.len(),
+                Err(e) => {
+                    // A failure that does not name the first receive not
+                    // taken may have queued any of the chunk's: those slots
+                    // are counted as posted (lost to this queue, at worst)
+                    // rather than free, where posting one again would give
+                    // two receives the same memory.
+                    posted += e.posted().unwrap_or(chunk.len());
+                    outcome = Err(e);
+                    break;
+                }
+            }
         }
-        let (slots, slot_size, free) = (&self.shared.slots, self.slot_size, &self.free);
-        let elements = free.iter().map(|&s| {
-            let start = s * slot_size;
-            [slots
-                .scatter(start..start + slot_size)
-                .expect("slots lie within the ring")]
-        });
-        // Both lists are built on the stack for up to 32 slots (see
-        // `with_list`); a larger refill builds them on the heap.
-        let outcome = with_list(elements, |elements| {
-            let reqs = elements
-                .iter_mut()
-                .zip(free)
-                .map(|(e, &s)| RecvRequest::new(s as u64, scatter_sges(e)));
-            with_list(reqs, |reqs| {
-                // Every SGE names a slot of the ring this queue shares with
-                // its channels' engines. The ring is memory Rust reaches
-                // only atomically (so the NIC writing it is no data race),
-                // it is owned by `SrqShared`, and `SrqShared` outlives the
-                // SRQ's every use: this value and each attached channel's
-                // engine (after its queue pair) hold it.
-                // SAFETY: by the reasoning just above.
-                unsafe { self.shared.srq.post_recv_list(reqs) }
-            })
-        });
-        let n = self.free.len();
-        // A failure that does not name the first receive not taken may have
-        // queued any of them: those slots are counted as posted (lost to
-        // this queue, at worst) rather than free, where posting one again
-        // would give two receives the same memory.
-        let posted = match &outcome {
-            Ok(()) => n,
-            Err(e) => e.posted().unwrap_or(n),
-        };
         self.free.drain(..posted);
-        outcome.map(|()| n).map_err(|e| Error::Post {
+        outcome.map(|()| posted).map_err(|e| Error::Post {
             operation: Operation::Receive,
             source: e.into(),
         })
@@ -341,4 +323,31 @@ impl fmt::Debug for SharedReceiveQueue {
             .field("posted", &self.posted())
             .finish_non_exhaustive()
     }
+}
+
+/// Posts a receive for each of `slots` (at most [`STACK_LIST`]) as one list.
+fn post_slots(shared: &SrqShared, slot_size: usize, slots: &[usize]) -> Result<(), PostError> {
+    let elements = slots.iter().map(|&s| {
+        let start = s * slot_size;
+        [shared
+            .slots
+            .scatter(start..start + slot_size)
+            .expect("slots lie within the ring")]
+    });
+    with_list(elements, |elements| {
+        let reqs = elements
+            .iter_mut()
+            .zip(slots)
+            .map(|(e, &s)| RecvRequest::new(s as u64, scatter_sges(e)));
+        with_list(reqs, |reqs| {
+            // Every SGE names a slot of the ring this queue shares with its
+            // channels' engines. The ring is memory Rust reaches only
+            // atomically (so the NIC writing it is no data race), it is
+            // owned by `SrqShared`, and `SrqShared` outlives the SRQ's every
+            // use: this value and each attached channel's engine (after its
+            // queue pair) hold it.
+            // SAFETY: by the reasoning just above.
+            unsafe { shared.srq.post_recv_list(reqs) }
+        })
+    })
 }

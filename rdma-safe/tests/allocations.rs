@@ -1,8 +1,8 @@
 //! What an operation costs the allocator on the data path: zero heap
 //! allocations per operation is the target (owning operations as futures,
 //! on a reactor and busy-polled, on a completion queue of their own or a
-//! shared one, blocking atomics, and batches of receives in a scope with
-//! batches of sends against them). Counted with a global
+//! shared one, blocking atomics, batches of receives in a scope with
+//! batches of sends against them, and a shared receive queue's refills). Counted with a global
 //! allocator over many send/receive pairs, after a warm-up (the engine's
 //! slot ring and the runtime's first-use structures grow once).
 
@@ -332,4 +332,56 @@ fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
         "the returned Vec was not counted: {vec_form:.3}"
     );
     assert!(dst.iter().all(|&x| x == 9), "every message landed");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn shared_receive_queue_refills_allocate_nothing() {
+    const WARM: usize = 3;
+    const ROUNDS: usize = 20;
+    // More slots than one stack list holds: a refill posts several lists.
+    const SLOTS: usize = 80;
+    const SIZE: usize = 64;
+    let pd = pd();
+    let mut srq = rdma_safe::SharedReceiveQueue::new(&pd, SLOTS as u32, SIZE).expect("srq");
+    // Refilled by hand below, all slots at once.
+    srq.set_refill_batch(usize::MAX);
+    let mut a = pd.create_channel().expect("sender");
+    let mut b = pd
+        .channel_builder()
+        .shared_receive_queue(&srq)
+        .build()
+        .expect("receiver on the shared queue");
+    rdma_safe::Channel::connect_pair(&mut a, &mut b).expect("connect");
+    let src = registered(&pd, vec![7u8; SIZE]);
+    let g = [src.gather(..)];
+    let mut buf = [0u8; SIZE];
+    let mut counted = 0;
+    for round in 0..WARM + ROUNDS {
+        if round == WARM {
+            counted = ALLOCATIONS.load(Ordering::Relaxed);
+        }
+        for _ in 0..SLOTS {
+            a.send(SendWorkRequest::new(&g)).expect("send");
+            buf.fill(0);
+            let got = srq
+                .receive(&mut buf, Duration::from_secs(10))
+                .expect("receive")
+                .expect("a message within the wait");
+            assert_eq!(got.len(), SIZE);
+        }
+        assert!(buf.iter().all(|&x| x == 7), "the message landed");
+        assert_eq!(
+            srq.refill().expect("refill"),
+            SLOTS,
+            "every slot posted again"
+        );
+    }
+    let per_message =
+        (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (SLOTS * ROUNDS) as f64;
+    println!(
+        "allocations per message through a shared receive queue refilled {SLOTS} slots \
+         at a time: {per_message:.3}"
+    );
+    assert_eq!(per_message, 0.0, "{per_message:.3} allocations per message");
 }
