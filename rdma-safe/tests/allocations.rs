@@ -2,9 +2,10 @@
 //! allocations per operation is the target (owning operations as futures,
 //! on a reactor and busy-polled, on a completion queue of their own or a
 //! shared one, blocking atomics, batches of receives in a scope with
-//! batches of sends against them, and a shared receive queue's refills). Counted with a global
-//! allocator over many send/receive pairs, after a warm-up (the engine's
-//! slot ring and the runtime's first-use structures grow once).
+//! batches of sends against them, and a shared receive queue's refills).
+//! Counted with a global allocator over many send/receive pairs, after a
+//! warm-up (the engine's slot ring and the runtime's first-use structures
+//! grow once).
 
 mod common;
 
