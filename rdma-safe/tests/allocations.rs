@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{pair, pair_with, pd, registered, scatter_chunks};
+use common::{pair, pair_with, pd, registered, scatter_chunks, srq_pair};
 use rdma_safe::channel::SharedCompletionQueue;
 use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
@@ -344,16 +344,8 @@ fn shared_receive_queue_refills_allocate_nothing() {
     const SLOTS: usize = 80;
     const SIZE: usize = 64;
     let pd = pd();
-    let mut srq = rdma_safe::SharedReceiveQueue::new(&pd, SLOTS as u32, SIZE).expect("srq");
     // Refilled by hand below, all slots at once.
-    srq.set_refill_batch(usize::MAX);
-    let mut a = pd.create_channel().expect("sender");
-    let mut b = pd
-        .channel_builder()
-        .shared_receive_queue(&srq)
-        .build()
-        .expect("receiver on the shared queue");
-    rdma_safe::Channel::connect_pair(&mut a, &mut b).expect("connect");
+    let (mut srq, mut a, _b) = srq_pair(&pd, SLOTS as u32, SIZE);
     let src = registered(&pd, vec![7u8; SIZE]);
     let g = [src.gather(..)];
     let mut buf = [0u8; SIZE];

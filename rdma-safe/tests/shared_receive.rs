@@ -95,15 +95,7 @@ fn three_channels_draw_from_one_shared_receive_queue() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn limit_event_fires_below_the_watermark() {
     let pd = pd();
-    let mut srq = SharedReceiveQueue::new(&pd, 8, 64).expect("shared receive queue");
-    srq.set_refill_batch(usize::MAX);
-    let mut a = pd.create_channel().expect("sender");
-    let mut b = pd
-        .channel_builder()
-        .shared_receive_queue(&srq)
-        .build()
-        .expect("receiver");
-    Channel::connect_pair(&mut a, &mut b).expect("connect");
+    let (mut srq, mut a, b) = srq_pair(&pd, 8, 64);
     srq.arm_limit(4).expect("arm the limit");
     let tx = registered(&pd, pattern(5, 64));
     for _ in 0..5 {

@@ -64,6 +64,27 @@ pub fn pair_with<'pd>(
     (a, b)
 }
 
+/// A shared receive queue of `slots` slots of `size` bytes, refilled only
+/// by hand (`refill`), and a connected pair of which the second channel
+/// receives through it.
+pub fn srq_pair(
+    pd: &ProtectionDomain,
+    slots: u32,
+    size: usize,
+) -> (rdma_safe::SharedReceiveQueue, Channel, Channel) {
+    let mut srq =
+        rdma_safe::SharedReceiveQueue::new(pd, slots, size).expect("shared receive queue");
+    srq.set_refill_batch(usize::MAX);
+    let mut a = pd.create_channel().expect("sender");
+    let mut b = pd
+        .channel_builder()
+        .shared_receive_queue(&srq)
+        .build()
+        .expect("receiver on the shared queue");
+    Channel::connect_pair(&mut a, &mut b).expect("connect the pair");
+    (srq, a, b)
+}
+
 /// Like [`pair`] with a short timeout on both channels.
 pub fn pair_with_timeout(pd: &ProtectionDomain, timeout: Duration) -> (Channel, Channel) {
     pair_with(pd, |b| b.timeout(timeout))
