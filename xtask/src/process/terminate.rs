@@ -44,9 +44,14 @@ pub(crate) fn install() {
         for sig in [libc::SIGTERM, libc::SIGHUP] {
             // SAFETY: `on_signal` is an `extern "C" fn(c_int)`, the type
             // signal(2) expects, and it is async-signal-safe (one atomic
-            // store). glibc's signal() keeps the handler installed.
+            // store). glibc's signal() keeps the handler installed. A
+            // signal ignored when xtask started (SIGHUP under `nohup`)
+            // stays ignored: the user asked for that.
             unsafe {
-                libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+                let before = libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+                if before == libc::SIG_IGN {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
             }
         }
         thread::spawn(|| loop {
