@@ -31,13 +31,7 @@ fn three_channels_draw_from_one_shared_receive_queue() {
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     for _ in 0..CHANNELS {
-        let mut a = pd.create_channel().expect("sender");
-        let mut b = pd
-            .channel_builder()
-            .shared_receive_queue(&srq)
-            .build()
-            .expect("receiver on the shared queue");
-        Channel::connect_pair(&mut a, &mut b).expect("connect");
+        let (a, b) = srq_attached_pair(&pd, &srq);
         senders.push(a);
         receivers.push(b);
     }

@@ -65,8 +65,7 @@ pub fn pair_with<'pd>(
 }
 
 /// A shared receive queue of `slots` slots of `size` bytes, refilled only
-/// by hand (`refill`), and a connected pair of which the second channel
-/// receives through it.
+/// by hand (`refill`), and a pair connected by [`srq_attached_pair`].
 pub fn srq_pair(
     pd: &ProtectionDomain,
     slots: u32,
@@ -75,14 +74,23 @@ pub fn srq_pair(
     let mut srq =
         rdma_safe::SharedReceiveQueue::new(pd, slots, size).expect("shared receive queue");
     srq.set_refill_batch(usize::MAX);
+    let (a, b) = srq_attached_pair(pd, &srq);
+    (srq, a, b)
+}
+
+/// Two connected channels of which the second receives through `srq`.
+pub fn srq_attached_pair(
+    pd: &ProtectionDomain,
+    srq: &rdma_safe::SharedReceiveQueue,
+) -> (Channel, Channel) {
     let mut a = pd.create_channel().expect("sender");
     let mut b = pd
         .channel_builder()
-        .shared_receive_queue(&srq)
+        .shared_receive_queue(srq)
         .build()
         .expect("receiver on the shared queue");
     Channel::connect_pair(&mut a, &mut b).expect("connect the pair");
-    (srq, a, b)
+    (a, b)
 }
 
 /// Like [`pair`] with a short timeout on both channels.
