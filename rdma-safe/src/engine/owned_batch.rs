@@ -15,10 +15,10 @@
 use super::attached::{Attached, Held, Notify};
 use super::owned::{OwnedKind, Refused, Returned};
 use super::tracker::{Tracker, BATCH_MEMBER};
-use super::WorkQueue;
+use super::{with_list, WorkQueue};
 use crate::error::{Error, Operation, VerbsError};
 use crate::owned::{OwnedRequest, OWNED_BATCH_MAX};
-use rdma_core::{SendFlags, SendRequest, Sge};
+use rdma_core::{SendFlags, Sge};
 
 impl WorkQueue {
     /// Posts the batch `held` holds (a [`Held::Batch`], named `op` after
@@ -67,32 +67,37 @@ impl WorkQueue {
             *sge = Sge::new(addr, len, lkey);
             total += len as usize;
         }
-        let mut wrs: [SendRequest<'_>; OWNED_BATCH_MAX] =
-            std::array::from_fn(|k| match reqs.get(k) {
-                // A zero-length payload travels without an SGE.
-                Some(req) => {
-                    let sges = if req.is_empty() {
-                        &sges[k..k]
-                    } else {
-                        &sges[k..=k]
-                    };
-                    self.owned_send_request(kind_of(req), id | BATCH_MEMBER, sges)
-                }
-                None => SendRequest::send(0, &[]),
-            });
-        let last = &mut wrs[n - 1];
-        last.set_wr_id(id);
-        last.set_flags(last.flags() | SendFlags::SIGNALED);
-        // Every SGE names the memory of a request of `held` — a `PoolBytes`
-        // the NIC only reads, or a read target's `PoolBuf`, its only handle
-        // — which the pool keeps allocated and registered while `held` holds
-        // it. `held` moves into the batch's slot below, before the lock is
-        // released, and the slot gives it up only once the last request's
-        // completion has been seen, after which the NIC touches none of it;
-        // if the post fails, it comes back only once nothing of the batch
-        // can still run.
-        // SAFETY: by the reasoning just above.
-        if let Err(e) = unsafe { self.qp.post_send_list(&mut wrs[..n]) } {
+        // The list holds the batch's `n` requests only, built on the stack
+        // (`with_list`): building a whole `OWNED_BATCH_MAX` array, the
+        // unused entries included, cost about 350 instructions per
+        // operation of a batch of 8 under callgrind.
+        let wrs = reqs.iter().enumerate().map(|(k, req)| {
+            // A zero-length payload travels without an SGE.
+            let sges = if req.is_empty() {
+                &sges[k..k]
+            } else {
+                &sges[k..=k]
+            };
+            self.owned_send_request(kind_of(req), id | BATCH_MEMBER, sges)
+        });
+        let posted = with_list(wrs, |wrs| {
+            if let Some(last) = wrs.last_mut() {
+                last.set_wr_id(id);
+                last.set_flags(last.flags() | SendFlags::SIGNALED);
+            }
+            // Every SGE names the memory of a request of `held` — a
+            // `PoolBytes` the NIC only reads, or a read target's `PoolBuf`,
+            // its only handle — which the pool keeps allocated and
+            // registered while `held` holds it. `held` moves into the
+            // batch's slot below, before the lock is released, and the slot
+            // gives it up only once the last request's completion has been
+            // seen, after which the NIC touches none of it; if the post
+            // fails, it comes back only once nothing of the batch can still
+            // run.
+            // SAFETY: by the reasoning just above.
+            unsafe { self.qp.post_send_list(wrs) }
+        });
+        if let Err(e) = posted {
             // Part of the list, or an unknown part, may be on the queue:
             // `held` comes back only once none of it can still run (see
             // `post_failed`).

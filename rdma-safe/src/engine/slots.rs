@@ -4,8 +4,8 @@
 //! order, so a ring whose front is the oldest tracked id replaces a hash
 //! map: O(1) insert, lookup and (amortised) removal, and no hashing on the
 //! data path. Entries stay where they were written: a removal reads what it
-//! needs through a reference and drops the entry in place
-//! ([`remove_with`](SlotRing::remove_with)), so the data path never copies
+//! needs through a reference and empties the entry in place
+//! ([`remove_plain_at`](SlotRing::remove_plain_at)), so the data path never copies
 //! a whole record in or out of the table (on a latency loop under emulation
 //! those copies were a measurable share of an operation).
 
@@ -121,14 +121,12 @@ impl<T> SlotRing<T> {
     }
 
     /// Removes `id`'s entry, dropping it in place, and returns what `f`
-    /// makes of it first (taking out of it what it needs).
-    #[inline]
-    pub(crate) fn remove_with<R>(&mut self, id: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        let i = self.index(id)?;
-        let r = f(self.entries[i].as_mut()?);
-        self.entries[i] = None;
-        self.released();
-        Some(r)
+    /// makes of it first (the tests' form of
+    /// [`remove_plain_at`](Self::remove_plain_at)).
+    #[cfg(test)]
+    fn remove_with<R>(&mut self, id: u64, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let pos = self.position(id)?;
+        self.remove_plain_at(pos, |v| (f(v), false))
     }
 
     /// The ring position of `id`'s entry, if it is tracked: for a caller
@@ -146,13 +144,14 @@ impl<T> SlotRing<T> {
         self.entries[pos].as_ref()
     }
 
-    /// As [`remove_with`](Self::remove_with), of the entry at `pos` (a
-    /// position [`position`](Self::position) returned with no insertion
-    /// since: removals do not move entries, growing does), for `f` returning also
-    /// whether the entry owns nothing that needs its destructor (no memory,
-    /// no waker): such an entry is forgotten in place, not dropped. The data
-    /// path's entries mostly own nothing, and their drop glue (a call per
-    /// field enum) was about 35 instructions an entry under callgrind.
+    /// Removes the entry at `pos` (a position [`position`](Self::position)
+    /// returned with no insertion since: removals do not move entries,
+    /// growing does) and returns what `f` makes of it first, `f` saying
+    /// also whether the entry owns nothing that needs its destructor (no
+    /// memory, no waker): such an entry is forgotten in place, not dropped.
+    /// The data path's entries mostly own nothing, and their drop glue (a
+    /// call per field enum) was about 35 instructions an entry under
+    /// callgrind.
     #[inline]
     pub(crate) fn remove_plain_at<R>(
         &mut self,
