@@ -66,6 +66,46 @@ impl Stamp {
     }
 }
 
+/// A latency loop's samples taken as perftest takes them: the time from
+/// one iteration's start to the next's (perftest keeps a stamp per post
+/// and reports their differences), so that whatever an iteration does
+/// after its answer — claiming, re-posting, checking, preparing the next
+/// request — is counted. The loop calls [`start`](Laps::start) at the top
+/// of each iteration and [`stop`](Laps::stop) right after the last.
+#[derive(Debug)]
+pub struct Laps {
+    stamps: Vec<Stamp>,
+}
+
+impl Laps {
+    /// Room for `iters` iterations: no allocation while the loop runs.
+    pub fn with_capacity(iters: usize) -> Self {
+        Laps {
+            stamps: Vec::with_capacity(iters + 1),
+        }
+    }
+
+    /// Marks the start of an iteration (the end of the one before).
+    #[inline]
+    pub fn start(&mut self) {
+        self.stamps.push(Stamp::now());
+    }
+
+    /// Marks the end of the last iteration.
+    #[inline]
+    pub fn stop(&mut self) {
+        self.start();
+    }
+
+    /// One sample per iteration, in raw ticks (see [`micros`]).
+    pub fn ticks(&self) -> Vec<u64> {
+        self.stamps
+            .windows(2)
+            .map(|w| w[1].ticks_since(w[0]))
+            .collect()
+    }
+}
+
 /// Microseconds in `ticks` (from [`Stamp::ticks_since`]).
 pub fn micros(ticks: u64) -> f64 {
     ticks as f64 / ticks_per_sec() * 1e6
@@ -81,6 +121,22 @@ impl Sub for Stamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn laps_time_each_iteration_to_the_next() {
+        let mut laps = Laps::with_capacity(3);
+        for _ in 0..3 {
+            laps.start();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        laps.stop();
+        let ticks = laps.ticks();
+        assert_eq!(ticks.len(), 3);
+        for t in ticks {
+            assert!(micros(t) >= 2000.0, "{} us", micros(t));
+        }
+        assert!(Laps::with_capacity(0).ticks().is_empty());
+    }
 
     #[test]
     fn agrees_with_instant() {

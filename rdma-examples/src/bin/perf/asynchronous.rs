@@ -15,7 +15,7 @@ use crate::latency::wait_for_byte;
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
@@ -288,7 +288,8 @@ impl Pump<'_, '_> {
 }
 
 /// Latency, client side, async: one operation at a time; samples in usec
-/// (half a round trip for write and send, a whole read).
+/// (half a round trip for write and send, a whole read), each from one
+/// iteration's start to the next's as perftest's ([`Laps`]).
 pub(crate) fn run_lat(
     p: &Params,
     size: usize,
@@ -304,7 +305,7 @@ pub(crate) fn run_lat(
     };
     let pool = pool(side, size, count, "the async buffers")?;
     let _ = clock::ticks_per_sec();
-    let mut samples: Vec<u64> = Vec::with_capacity(iters);
+    let mut laps = Laps::with_capacity(iters);
     let per_sample = if test == Test::ReadLat { 1.0 } else { 2.0 };
     on_runtime(side, p.events, async |ch| -> Result<()> {
         match test {
@@ -314,83 +315,126 @@ pub(crate) fn run_lat(
                 buf.set_len(size);
                 buf.fill(0);
                 for _ in 0..iters {
-                    let t0 = Stamp::now();
+                    laps.start();
                     let (outcome, back) = ch.submit(Request::read(buf, remote)).await;
-                    samples.push(Stamp::now().ticks_since(t0));
                     outcome?;
                     buf = back;
                 }
+                laps.stop();
                 pattern::check(&buf, seed(size, BY_SERVER), 0)
                     .map_err(|m| fail(format!("data read from the server: {m}")))?;
             }
             Test::WriteLat => {
                 let remote = remote.ok_or_else(|| fail("no remote region"))?;
-                let mut source = vec![0u8; size];
-                pattern::fill(&mut source, seed(size, BY_CLIENT), 0);
-                // SAFETY: the server writes our buffer only in answer to our
-                // writes of this size, none of which has been posted yet.
-                unsafe { exposed.slice_mut(0..size) }.fill(0);
-                for i in 0..iters {
-                    // The iteration's message (pattern, then its mark) is
-                    // prepared before the clock starts: a written slice is
-                    // immutable, so each iteration takes a pool buffer.
-                    source[size - 1] = mark(i);
-                    let mut buf = pool.try_alloc()?;
-                    buf.fill_from(&source);
-                    let data = buf.freeze();
-                    let t0 = Stamp::now();
-                    let (outcome, _) = ch.submit(Request::write(data, remote)).await;
-                    outcome?;
-                    wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-                    samples.push(Stamp::now().ticks_since(t0));
-                }
+                write_lat(ch, &pool, remote, exposed, size, iters, timeout, &mut laps).await?;
             }
-            Test::SendLat => send_lat(ch, &pool, size, iters, &mut samples).await?,
+            Test::SendLat => send_lat(ch, &pool, size, iters, &mut laps).await?,
             _ => return Err(fail(format!("{} is not a latency test", test.name()))),
         }
         Ok(())
     })?;
-    Ok(samples
+    Ok(laps
+        .ticks()
         .into_iter()
         .map(|t| clock::micros(t) / per_sample)
         .collect())
 }
 
-/// send_lat's client loop: receives posted ahead, each iteration posts its
-/// send, awaits the answer, then claims the send and re-posts the receive.
+/// write_lat's client loop: each iteration writes its message (pattern,
+/// then its mark), then spins for the server's answer. A written slice is
+/// immutable, so each message is a pool buffer of its own, prepared while
+/// the answer to the one before is on its way.
+#[allow(clippy::too_many_arguments)]
+async fn write_lat(
+    ch: &SharedChannel,
+    pool: &BufferPool,
+    remote: RemoteMemoryRegion,
+    exposed: &mut SharedBuffer,
+    size: usize,
+    iters: usize,
+    timeout: Duration,
+    laps: &mut Laps,
+) -> Result<()> {
+    let mut source = vec![0u8; size];
+    pattern::fill(&mut source, seed(size, BY_CLIENT), 0);
+    let mut message = |i: usize| -> Result<PoolBytes> {
+        source[size - 1] = mark(i);
+        let mut buf = pool.try_alloc()?;
+        buf.fill_from(&source);
+        Ok(buf.freeze())
+    };
+    // SAFETY: the server writes our buffer only in answer to our writes of
+    // this size, none of which has been posted yet.
+    unsafe { exposed.slice_mut(0..size) }.fill(0);
+    let mut next = Some(message(0)?);
+    for i in 0..iters {
+        laps.start();
+        let data = next.take().ok_or_else(|| fail("no message prepared"))?;
+        let (outcome, _) = ch.submit(Request::write(data, remote)).await;
+        outcome?;
+        if i + 1 < iters {
+            next = Some(message(i + 1)?);
+        }
+        wait_for_byte(exposed, size - 1, mark(i), timeout)?;
+    }
+    laps.stop();
+    Ok(())
+}
+
+/// send_lat's client loop: receives posted ahead; each iteration posts its
+/// send, then settles what the iteration before owes — claims its send,
+/// checks its answer and posts that buffer again as a receive — and then
+/// awaits its own answer. On rxe the send's system call returns a while
+/// before the answer arrives, so the bookkeeping done there delays nothing
+/// (the blocking loop's `LatRing` does the same).
 async fn send_lat(
     ch: &SharedChannel,
     pool: &BufferPool,
     size: usize,
     iters: usize,
-    samples: &mut Vec<u64>,
+    laps: &mut Laps,
 ) -> Result<()> {
     let data = payload(pool, size)?;
     // Every reply is checked whole, against the pattern computed once.
     let reply = pattern::Expected::new(size, seed(size, BY_SERVER), 0);
+    let check = |i: usize, buf: &PoolBuf| {
+        reply
+            .check(&buf[..size])
+            .map_err(|m| fail(format!("reply {i} received from the server: {m}")))
+    };
     let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
     let mut posted = 0;
     while posted < LAT_RECEIVES_AHEAD.min(iters) {
         recvs.push_back(InFlight::post(ch.submit(Request::receive(pool.try_alloc()?))).await);
         posted += 1;
     }
+    let mut sent: Option<InFlight<PoolBytes>> = None;
+    let mut answered: Option<(usize, PoolBuf)> = None;
     for i in 0..iters {
-        let t0 = Stamp::now();
-        let sent =
-            InFlight::post(ch.submit(Request::send(data.clone()).with_immediate(i as u32))).await;
+        laps.start();
+        let send = Request::send(data.clone()).with_immediate(i as u32);
+        if let Some(before) = sent.replace(InFlight::post(ch.submit(send)).await) {
+            before.finish().await.0?;
+        }
+        if let Some((j, buf)) = answered.take() {
+            check(j, &buf)?;
+            if posted < iters {
+                recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);
+                posted += 1;
+            }
+        }
         let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
         let (outcome, buf) = answer.finish().await;
-        samples.push(Stamp::now().ticks_since(t0));
         let got = outcome?;
         check_message(i, size, got.bytes(), got.immediate())?;
-        reply
-            .check(&buf[..size])
-            .map_err(|m| fail(format!("reply {i} received from the server: {m}")))?;
-        sent.finish().await.0?;
-        if posted < iters {
-            recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);
-            posted += 1;
-        }
+        answered = Some((i, buf));
+    }
+    laps.stop();
+    if let Some(last) = sent {
+        last.finish().await.0?;
+    }
+    if let Some((j, buf)) = answered {
+        check(j, &buf)?;
     }
     Ok(())
 }

@@ -24,7 +24,7 @@ use crate::protocol::{self, AtomicKind, Params, Test};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
 use crate::report::{BW_HEADER, LAT_HEADER, RULE};
 use crate::{recv_region, send_region, Side};
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::stats::{Bandwidth, Latency};
@@ -319,7 +319,8 @@ fn result_word(results: &RemoteAccessBuffer, k: usize, depth: usize) -> ScatterE
 }
 
 /// atomic_lat, client side: one atomic at a time; returns samples in usec
-/// (a whole round trip each, as perftest's `ib_atomic_lat` and `read_lat`).
+/// (a whole round trip each, as perftest's `ib_atomic_lat` and `read_lat`,
+/// from one iteration's start to the next's: [`Laps`]).
 fn run_lat(
     p: &Params,
     side: &mut Side,
@@ -327,21 +328,21 @@ fn run_lat(
     remote: RemoteMemoryRegion,
     olds: &mut [u64],
 ) -> Result<Vec<f64>> {
-    let mut samples: Vec<u64> = Vec::with_capacity(p.iters);
+    let mut laps = Laps::with_capacity(p.iters);
     let word = &results.words()[0];
     let _ = clock::ticks_per_sec();
     measured_loop(|| -> Result<()> {
         for (i, old) in olds.iter_mut().enumerate() {
+            laps.start();
             let mut result = results.scatter(..ATOMIC_SIZE)?;
             let wr = request(p.atomic, i, remote, &mut result);
-            let t0 = Stamp::now();
             side.channel.run(wr)?;
-            samples.push(Stamp::now().ticks_since(t0));
             *old = word.load(Ordering::Acquire);
         }
+        laps.stop();
         Ok(())
     })?;
-    Ok(samples.into_iter().map(clock::micros).collect())
+    Ok(laps.ticks().into_iter().map(clock::micros).collect())
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::control::Control;
 use crate::latency::wait_for_byte;
 use crate::measured::measured_loop;
 use crate::perftest_wire::DEST_LEN;
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::Result;
@@ -136,7 +136,7 @@ pub(crate) fn send_lat(
     ctl: &mut Control,
     dest: &[u8; DEST_LEN],
 ) -> Result<Vec<f64>> {
-    let mut ticks: Vec<u64> = Vec::with_capacity(if client { iters } else { 0 });
+    let mut laps = Laps::with_capacity(if client { iters } else { 0 });
     let _ = clock::ticks_per_sec();
     let (rx_mr, rx_buf) = rx.split_mut();
     measured_loop(|| {
@@ -163,11 +163,10 @@ pub(crate) fn send_lat(
                 Ok(())
             };
             for i in 0..iters {
-                let t0 = Stamp::now();
                 if client {
+                    laps.start();
                     s.post_send(SendWorkRequest::new(&gather))?.wait()?;
                     take(&mut recvs, i)?;
-                    ticks.push(Stamp::now().ticks_since(t0));
                 } else {
                     take(&mut recvs, i)?;
                     s.post_send(SendWorkRequest::new(&gather))?.wait()?;
@@ -177,11 +176,14 @@ pub(crate) fn send_lat(
                     posted += 1;
                 }
             }
+            if client {
+                laps.stop();
+            }
             Ok(())
         })
     })
     .map_err(rdma_safe::Error::from)?;
-    Ok(half_round_trips(&ticks))
+    Ok(half_round_trips(&laps.ticks()))
 }
 
 /// read_lat, client: `iters` reads of `size` bytes, one at a time; samples
@@ -193,17 +195,17 @@ pub(crate) fn read_lat(
     size: usize,
     iters: usize,
 ) -> Result<Vec<f64>> {
-    let mut ticks = Vec::with_capacity(iters);
+    let mut laps = Laps::with_capacity(iters);
     let _ = clock::ticks_per_sec();
     measured_loop(|| -> Result<()> {
         for _ in 0..iters {
-            let t0 = Stamp::now();
+            laps.start();
             channel.read(ReadWorkRequest::new(&mut [local.scatter(..size)], remote))?;
-            ticks.push(Stamp::now().ticks_since(t0));
         }
+        laps.stop();
         Ok(())
     })?;
-    Ok(ticks.iter().map(|&t| clock::micros(t)).collect())
+    Ok(laps.ticks().iter().map(|&t| clock::micros(t)).collect())
 }
 
 fn half_round_trips(ticks: &[u64]) -> Vec<f64> {

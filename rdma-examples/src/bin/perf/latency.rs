@@ -6,7 +6,7 @@
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT};
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::net::Link;
 use rdma_examples::shared::SharedBuffer;
@@ -236,9 +236,10 @@ pub(crate) fn wait_for_byte(
 }
 
 /// Latency, client side: one operation at a time; returns samples in usec.
-/// The loops keep raw clock ticks (a round trip each, or a read) and convert
-/// them afterwards, so that no conversion sits between an answer and the
-/// next request.
+/// The loops keep raw clock ticks from one iteration's start to the next's
+/// ([`Laps`], perftest's sampling: a round trip each, or a read, with the
+/// iteration's bookkeeping) and convert them afterwards, so that no
+/// conversion sits between an answer and the next request.
 pub(crate) fn run_lat(
     p: &Params,
     size: usize,
@@ -247,7 +248,7 @@ pub(crate) fn run_lat(
     exposed: &mut SharedBuffer,
 ) -> Result<Vec<f64>> {
     let iters = p.iters;
-    let mut samples: Vec<u64> = Vec::with_capacity(iters);
+    let mut laps = Laps::with_capacity(iters);
     // One-way latency is half a round trip (write and send); a read is one.
     let per_sample = if p.test == Test::ReadLat { 1.0 } else { 2.0 };
     measured_loop(|| -> Result<()> {
@@ -257,14 +258,14 @@ pub(crate) fn run_lat(
                 side.local[..size].fill(0);
                 let _ = clock::ticks_per_sec();
                 for _ in 0..iters {
-                    let t0 = Stamp::now();
+                    laps.start();
                     let (mr, local) = side.local.split_mut();
                     side.channel.read(ReadWorkRequest::new(
                         &mut [mr.scatter_element(&mut local[..size])],
                         remote,
                     ))?;
-                    samples.push(Stamp::now().ticks_since(t0));
                 }
+                laps.stop();
             }
             Test::WriteLat => {
                 let remote = remote.ok_or_else(|| fail("no remote region"))?;
@@ -275,12 +276,12 @@ pub(crate) fn run_lat(
                 // writes of this size, none of which has been posted yet.
                 unsafe { exposed.slice_mut(0..size) }.fill(0);
                 for i in 0..iters {
+                    laps.start();
                     side.local[size - 1] = mark(i);
-                    let t0 = Stamp::now();
                     write_and_claim(side, size, remote)?;
                     wait_for_byte(exposed, size - 1, mark(i), timeout)?;
-                    samples.push(Stamp::now().ticks_since(t0));
                 }
+                laps.stop();
             }
             Test::SendLat => {
                 pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
@@ -289,19 +290,19 @@ pub(crate) fn run_lat(
                 let (rx_mr, rx) = side.rx.split_mut();
                 let rx = &mut rx[..size];
                 let (local, local_mr) = (&side.local[..size], side.local.region());
-                let samples_ref = &mut samples;
+                let laps = &mut laps;
                 side.channel
                     .scope(|s| -> Result<()> {
                         let mut scatter = [rx_mr.scatter_element(rx)];
                         let gather = [local_mr.gather_element(local)];
                         let mut ring = LatRing::new(s, &mut scatter, iters)?;
                         for i in 0..iters {
-                            let t0 = Stamp::now();
+                            laps.start();
                             ring.send(s, &mut scatter, &gather, i as u32)?;
                             let got = ring.next_message(s, &mut scatter)?;
-                            samples_ref.push(Stamp::now().ticks_since(t0));
                             check_message(i, size, got.bytes(), got.immediate())?;
                         }
+                        laps.stop();
                         ring.finish()
                     })
                     .map_err(rdma_safe::Error::from)?;
@@ -310,7 +311,8 @@ pub(crate) fn run_lat(
         }
         Ok(())
     })?;
-    Ok(samples
+    Ok(laps
+        .ticks()
         .into_iter()
         .map(|t| clock::micros(t) / per_sample)
         .collect())
