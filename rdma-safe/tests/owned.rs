@@ -65,6 +65,20 @@ fn pool_hands_out_every_buffer_once_and_takes_them_back() {
     assert_eq!(&tail[..], &[9u8; 10][..]);
     drop(tail);
     assert_eq!(pool.available(), 1);
+    // Writable again only through its last handle, and only from its start.
+    let frozen = held.pop().expect("a buffer").freeze();
+    let tail = frozen.slice(990..);
+    let frozen = frozen.try_into_mut().expect_err("a slice shares it");
+    let tail = tail.try_into_mut().expect_err("a slice from byte 990");
+    drop(tail);
+    let head = frozen.slice(..5);
+    drop(frozen);
+    let mut again = head.try_into_mut().expect("the only handle, from 0");
+    assert_eq!(&again[..], &[8u8; 5][..]);
+    again[0] = 1;
+    assert_eq!(pool.available(), 1, "the buffer is still out");
+    drop(again);
+    assert_eq!(pool.available(), 2);
     drop(held);
     assert_eq!(pool.available(), pool.capacity());
     assert!(matches!(
@@ -102,8 +116,12 @@ fn blocking_owned_send_receive_write_read_move_the_right_bytes() {
     let mr = unsafe { shared_mr(&pd, &mut target) };
     let remote: RemoteMemoryRegion = mr.remote();
     let data = pattern(seed("owned-write", 65536 + 13), 65536 + 13);
-    let (wrote, _) = a.run(Request::write(bytes_of(&pool, &data), remote));
+    let (wrote, source) = a.run(Request::write(bytes_of(&pool, &data), remote));
     assert_eq!(wrote.expect("write").bytes(), data.len());
+    // The completed write's source is the only handle again: writable.
+    let mut source = source.try_into_mut().expect("the engine gave its handle back");
+    source[0] = !data[0];
+    drop(source);
     let mut rd = pool.try_alloc().expect("read target");
     rd.set_len(data.len());
     rd.fill(0);

@@ -30,6 +30,12 @@ impl PoolBuf {
         PoolBuf { pool, idx, len }
     }
 
+    /// The buffer of chunk `idx` again, from its last `PoolBytes` (which
+    /// gave up its share of `pool`), with `len` bytes.
+    pub(super) fn from_frozen(pool: Arc<PoolInner>, idx: u32, len: u32) -> Self {
+        PoolBuf { pool, idx, len }
+    }
+
     /// Bytes the buffer can hold.
     pub fn capacity(&self) -> usize {
         self.pool.buffer_size()

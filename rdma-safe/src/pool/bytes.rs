@@ -1,8 +1,9 @@
 //! [`PoolBytes`]: shared, immutable, reference-counted slices of pool
 //! buffers.
 
-use super::{increment, PoolInner};
+use super::{increment, PoolBuf, PoolInner};
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::{Bound, Deref, RangeBounds};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -62,6 +63,32 @@ impl PoolBytes {
             self.off + start as u32,
             (end - start) as u32,
         )
+    }
+
+    /// The writable buffer back, if this is the only handle to it and the
+    /// slice starts at the buffer's start; `Err(self)` otherwise (another
+    /// clone or slice exists — an operation still in flight holds one —
+    /// or the slice starts further in). No copy, no allocation: a send or
+    /// write source whose operation has completed can be changed and sent
+    /// again without taking another buffer from the pool. The buffer's
+    /// length is the slice's.
+    ///
+    /// # Errors
+    /// `self`, unchanged, when the buffer is shared or the slice does not
+    /// start at offset 0.
+    pub fn try_into_mut(self) -> Result<PoolBuf, PoolBytes> {
+        // Acquire pairs with the release decrements of the other handles'
+        // drops (as in `Drop`): their reads of the bytes happen before the
+        // writes the returned buffer allows. A count of 1 is this handle:
+        // no other can appear meanwhile, since making one needs a handle.
+        if self.off != 0 || self.pool.refs(self.idx).load(Ordering::Acquire) != 1 {
+            return Err(self);
+        }
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the `Arc` is
+        // moved out exactly once (its count passes to the `PoolBuf`).
+        let pool = unsafe { std::ptr::read(&this.pool) };
+        Ok(PoolBuf::from_frozen(pool, this.idx, this.len))
     }
 
     /// The SGE fields of the slice: address, length, lkey.

@@ -342,8 +342,10 @@ pub(crate) fn run_lat(
 
 /// write_lat's client loop: each iteration writes its message (pattern,
 /// then its mark), then spins for the server's answer. A written slice is
-/// immutable, so each message is a pool buffer of its own, prepared while
-/// the answer to the one before is on its way.
+/// immutable while it may be in flight; once the write has completed its
+/// slice is the buffer's only handle again, so the next message is that
+/// buffer with its mark changed ([`PoolBytes::try_into_mut`]), made while
+/// the answer is on its way.
 #[allow(clippy::too_many_arguments)]
 async fn write_lat(
     ch: &SharedChannel,
@@ -355,26 +357,23 @@ async fn write_lat(
     timeout: Duration,
     laps: &mut Laps,
 ) -> Result<()> {
-    let mut source = vec![0u8; size];
-    pattern::fill(&mut source, seed(size, BY_CLIENT), 0);
-    let mut message = |i: usize| -> Result<PoolBytes> {
-        source[size - 1] = mark(i);
-        let mut buf = pool.try_alloc()?;
-        buf.fill_from(&source);
-        Ok(buf.freeze())
-    };
+    let mut buf = pool.try_alloc()?;
+    buf.set_len(size);
+    pattern::fill(&mut buf, seed(size, BY_CLIENT), 0);
+    buf[size - 1] = mark(0);
     // SAFETY: the server writes our buffer only in answer to our writes of
     // this size, none of which has been posted yet.
     unsafe { exposed.slice_mut(0..size) }.fill(0);
-    let mut next = Some(message(0)?);
+    let mut next = buf.freeze();
     for i in 0..iters {
         laps.start();
-        let data = next.take().ok_or_else(|| fail("no message prepared"))?;
-        let (outcome, _) = ch.submit(Request::write(data, remote)).await;
+        let (outcome, sent) = ch.submit(Request::write(next, remote)).await;
         outcome?;
-        if i + 1 < iters {
-            next = Some(message(i + 1)?);
-        }
+        let mut buf = sent
+            .try_into_mut()
+            .map_err(|_| fail("the written message is still shared after its completion"))?;
+        buf[size - 1] = mark(i + 1);
+        next = buf.freeze();
         wait_for_byte(exposed, size - 1, mark(i), timeout)?;
     }
     laps.stop();
