@@ -46,12 +46,14 @@ impl WorkQueue {
         room: &mut Option<u64>,
     ) -> Result<(u64, Option<Returned>), Refused> {
         let mut st = self.lock();
+        // The waker is cloned only for a request that is tracked: one whose
+        // completion the post's look already found comes back without it.
         let notify = || Notify::Waker(waker.clone());
-        let mut outcome = self.post_owned_locked(&mut st, kind, held, notify(), true);
+        let mut outcome = self.post_owned_locked(&mut st, kind, held, notify, true);
         if let Err(Refused::Full(held)) = outcome {
             // Completions may be waiting to free entries.
             outcome = match st.reap(&self.cq) {
-                Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify(), true),
+                Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify, true),
                 _ => Err(Refused::Full(held)),
             };
         }

@@ -132,7 +132,7 @@ impl WorkQueue {
         held: Held,
         notify: Notify,
     ) -> Result<u64, Refused> {
-        self.post_owned_locked(&mut self.lock(), kind, held, notify, false)
+        self.post_owned_locked(&mut self.lock(), kind, held, || notify, false)
             .map(|(id, _)| id)
     }
 
@@ -141,7 +141,7 @@ impl WorkQueue {
         st: &mut Tracker,
         kind: OwnedKind,
         held: Held,
-        notify: Notify,
+        notify: impl FnOnce() -> Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
         if let OwnedKind::Batch { op } = kind {
@@ -223,7 +223,15 @@ impl WorkQueue {
                 return Ok((id, Some((self.outcome(op, len as usize, &wc), held))));
             }
         }
-        st.track_attached(op, len as usize, sq, Attached { held, notify });
+        st.track_attached(
+            op,
+            len as usize,
+            sq,
+            Attached {
+                held,
+                notify: notify(),
+            },
+        );
         Ok((id, None))
     }
 

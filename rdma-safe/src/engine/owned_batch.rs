@@ -32,7 +32,7 @@ impl WorkQueue {
         st: &mut Tracker,
         op: Operation,
         held: Held,
-        notify: Notify,
+        notify: impl FnOnce() -> Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
         let Held::Batch(reqs) = &held else {
@@ -117,7 +117,7 @@ impl WorkQueue {
             return Ok((id, self.returned(st, id)));
         }
         if let Some(slot) = st.slots.get_mut(id) {
-            slot.att.notify = notify;
+            slot.att.notify = notify();
         }
         Ok((id, None))
     }
