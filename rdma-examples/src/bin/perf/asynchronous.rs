@@ -407,12 +407,17 @@ async fn send_lat(
         recvs.push_back(InFlight::post(ch.submit(Request::receive(pool.try_alloc()?))).await);
         posted += 1;
     }
+    // Each send is made (not posted: an `Op` posts on its first poll) in
+    // the idle time before the answer it follows, so that between an
+    // answer and the next send there is only the post.
+    let make = |i: usize| ch.submit(Request::send(data.clone()).with_immediate(i as u32));
+    let mut next = Some(make(0));
     let mut sent: Option<InFlight<PoolBytes>> = None;
     let mut answered: Option<(usize, PoolBuf)> = None;
     for i in 0..iters {
         laps.start();
-        let send = Request::send(data.clone()).with_immediate(i as u32);
-        if let Some(before) = sent.replace(InFlight::post(ch.submit(send)).await) {
+        let send = next.take().ok_or_else(|| fail("no send made"))?;
+        if let Some(before) = sent.replace(InFlight::post(send).await) {
             before.finish().await.0?;
         }
         if let Some((j, buf)) = answered.take() {
@@ -421,6 +426,9 @@ async fn send_lat(
                 recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);
                 posted += 1;
             }
+        }
+        if i + 1 < iters {
+            next = Some(make(i + 1));
         }
         let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
         let (outcome, buf) = answer.finish().await;
