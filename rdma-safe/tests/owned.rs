@@ -119,7 +119,9 @@ fn blocking_owned_send_receive_write_read_move_the_right_bytes() {
     let (wrote, source) = a.run(Request::write(bytes_of(&pool, &data), remote));
     assert_eq!(wrote.expect("write").bytes(), data.len());
     // The completed write's source is the only handle again: writable.
-    let mut source = source.try_into_mut().expect("the engine gave its handle back");
+    let mut source = source
+        .try_into_mut()
+        .expect("the engine gave its handle back");
     source[0] = !data[0];
     drop(source);
     let mut rd = pool.try_alloc().expect("read target");
