@@ -62,9 +62,11 @@ impl WorkQueue {
         let id = st.next_wr_id;
         let mut sges = [Sge::default(); OWNED_BATCH_MAX];
         let mut total = 0usize;
-        for (sge, req) in sges.iter_mut().zip(reqs.iter()) {
-            let (addr, len, lkey) = req.sge();
-            *sge = Sge::new(addr, len, lkey);
+        // Indexed, not zipped: as a `Zip` the loop was left out of line
+        // (a call per request, about 30 instructions per operation).
+        for k in 0..n {
+            let (addr, len, lkey) = reqs[k].sge();
+            sges[k] = Sge::new(addr, len, lkey);
             total += len as usize;
         }
         // The list holds the batch's `n` requests only, built on the stack

@@ -11,7 +11,10 @@
 //! * [`PoolBytes`] — an immutable, reference-counted slice of a chunk
 //!   ([`PoolBuf::freeze`]); cloning one is an atomic increment. The operations
 //!   in which the NIC only *reads* (send, RDMA write source) take one, so one
-//!   payload can go to many peers at once.
+//!   payload can go to many peers at once. Once the last of them is back
+//!   (the operations have completed), [`PoolBytes::try_into_mut`] turns it
+//!   into the chunk's `PoolBuf` again, to change and send without taking
+//!   another buffer.
 //!
 //! A chunk goes back to the pool when its `PoolBuf`, or the last `PoolBytes`
 //! over it, is dropped. Every handle holds the pool (an `Arc`), and the pool
