@@ -80,17 +80,26 @@ where
 mod tests {
     use super::*;
 
+    /// `fill_list` over fallible items: each is written as it comes, the
+    /// first error stops the building.
+    fn try_list<R, E>(
+        items: impl ExactSizeIterator<Item = Result<usize, E>>,
+        post: impl FnOnce(&mut [usize]) -> Result<R, E>,
+    ) -> Result<R, E> {
+        fill_list(
+            items,
+            |item, slot| {
+                slot.write(item?);
+                Ok(())
+            },
+            post,
+        )
+    }
+
     #[test]
     fn short_and_long_lists_hold_every_item_in_order() {
         for n in [0, 1, STACK_LIST, STACK_LIST + 1, 3 * STACK_LIST] {
-            let got: Result<Vec<usize>, ()> = fill_list(
-                (0..n).map(Ok::<_, ()>),
-                |item, slot| {
-                    slot.write(item?);
-                    Ok(())
-                },
-                |list| Ok(list.to_vec()),
-            );
+            let got = try_list((0..n).map(Ok::<_, ()>), |list| Ok(list.to_vec()));
             assert_eq!(got, Ok((0..n).collect::<Vec<_>>()), "{n} items");
             let got = with_list(0..n, |list| list.to_vec());
             assert_eq!(got, (0..n).collect::<Vec<_>>(), "{n} items, infallible");
@@ -101,14 +110,7 @@ mod tests {
     fn the_first_error_stops_the_building() {
         for n in [4, STACK_LIST + 4] {
             let items = (0..n).map(|k| if k == 2 { Err(k) } else { Ok(k) });
-            let got = fill_list(
-                items,
-                |item, slot| {
-                    slot.write(item?);
-                    Ok(())
-                },
-                |_| -> Result<(), usize> { panic!("posted") },
-            );
+            let got = try_list(items, |_| -> Result<(), usize> { panic!("posted") });
             assert_eq!(got, Err(2));
         }
     }

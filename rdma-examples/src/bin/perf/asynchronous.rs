@@ -299,9 +299,12 @@ pub(crate) fn run_lat(
 ) -> Result<Vec<f64>> {
     let (iters, test) = (p.iters, p.test);
     let timeout = side.channel.timeout();
+    // send_lat: its receives and the payload; read and write reuse one
+    // buffer (a read target comes back with its completion, a written
+    // message through `PoolBytes::try_into_mut`).
     let count = match test {
         Test::SendLat => LAT_RECEIVES_AHEAD + 1,
-        _ => 2,
+        _ => 1,
     };
     let pool = pool(side, size, count, "the async buffers")?;
     let _ = clock::ticks_per_sec();
