@@ -30,25 +30,27 @@ pub(crate) enum Abandon {
 const SPIN_POLLS_PER_CLOCK_READ: u32 = 256;
 
 impl WorkQueue {
-    /// A future's submission: posts `kind` over `held` with `waker` to be
-    /// woken at its completion (see `post_owned`), looking at the
+    /// A future's submission: posts `kind` over `held` with `slot_waker`
+    /// (if any) to be woken at its completion (see `post_owned`), looking at the
     /// completion queue once under the same lock (the id, and the outcome
     /// if it completed already). With the send queue full, reaps once and
-    /// tries again, then registers the task in the room list under `room`
-    /// (renewing an earlier registration) and refuses with
+    /// tries again, then registers `room_waker` (if any) in the room list
+    /// under `room` (renewing an earlier registration) and refuses with
     /// [`Refused::Full`]. Once posted, or refused for good, the task leaves
     /// the room list.
     pub(crate) fn submit(
         &self,
         kind: OwnedKind,
         held: Held,
-        waker: &Waker,
+        room_waker: Option<&Waker>,
+        slot_waker: Option<&Waker>,
         room: &mut Option<u64>,
     ) -> Result<(u64, Option<Returned>), Refused> {
         let mut st = self.lock();
         // The waker is cloned only for a request that is tracked: one whose
         // completion the post's look already found comes back without it.
-        let notify = || Notify::Waker(waker.clone());
+        // Without one the slot waits to be claimed by its future's polls.
+        let notify = || slot_waker.map_or(Notify::Claim, |w| Notify::Waker(w.clone()));
         let mut outcome = self.post_owned_locked(&mut st, kind, held, notify, true);
         if let Err(Refused::Full(held)) = outcome {
             // Completions may be waiting to free entries.
@@ -58,7 +60,11 @@ impl WorkQueue {
             };
         }
         match &outcome {
-            Err(Refused::Full(_)) => st.room_waiters.register(room, waker),
+            Err(Refused::Full(_)) => {
+                if let Some(waker) = room_waker {
+                    st.room_waiters.register(room, waker);
+                }
+            }
             Ok(_) => {
                 if let Some(t) = room.take() {
                     // It used its turn.
@@ -98,10 +104,15 @@ impl WorkQueue {
 
     /// The outcome and memory of `id` if its completion was seen — reaping
     /// the CQ, and for up to `spin` polling it again, if not — or, still in
-    /// flight, `None`, with `waker` registered to be woken by whoever reaps
-    /// the completion.
+    /// flight, `None`, with `waker` (if any) registered to be woken by
+    /// whoever reaps the completion.
     #[inline]
-    pub(crate) fn poll_owned(&self, id: u64, waker: &Waker, spin: Duration) -> Option<Returned> {
+    pub(crate) fn poll_owned(
+        &self,
+        id: u64,
+        waker: Option<&Waker>,
+        spin: Duration,
+    ) -> Option<Returned> {
         let mut st = self.lock();
         if st.slots.get(id).is_some_and(Slot::posted) {
             if let Err(e) = st.reap(&self.cq) {
@@ -112,9 +123,11 @@ impl WorkQueue {
         }
         match st.slots.get_mut(id) {
             Some(slot) if slot.posted() => {
-                match &mut slot.att.notify {
-                    Notify::Waker(old) if old.will_wake(waker) => {}
-                    n => *n = Notify::Waker(waker.clone()),
+                if let Some(waker) = waker {
+                    match &mut slot.att.notify {
+                        Notify::Waker(old) if old.will_wake(waker) => {}
+                        n => *n = Notify::Waker(waker.clone()),
+                    }
                 }
                 drop(st);
                 if spin.is_zero() {

@@ -241,10 +241,16 @@ impl WorkQueue {
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
         let mut st = self.lock();
         if st.slots.get(id).is_some_and(Slot::posted) {
-            if let Err(e) = st.reap(&self.cq) {
-                drop(st);
-                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                st = self.lock();
+            match st.reap(&self.cq) {
+                // Nothing new, and no waker to set: still in flight (the
+                // spinning waits' empty polls end here).
+                Ok(0) if waker.is_none() => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    drop(st);
+                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                    st = self.lock();
+                }
             }
         }
         match st.slots.get_mut(id) {

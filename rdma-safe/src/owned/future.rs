@@ -4,6 +4,8 @@
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
 use crate::engine::{Abandon, OwnedKind, Refused};
+use crate::error::Error;
+use crate::work::WorkSuccess;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +15,8 @@ use std::task::{Context, Poll};
 /// resolves to the outcome and the buffer.
 ///
 /// The first poll posts the request (waiting for send-queue room if the
-/// queue is full). Dropping the future before that drops the buffer;
+/// queue is full), unless [`SharedChannel::start`] posted it already.
+/// Dropping the future before that drops the buffer;
 /// after it, the engine keeps the buffer until the completion is seen and
 /// then returns it to its pool — the NIC never touches memory the program
 /// can reach again, and the completion is counted, not lost.
@@ -22,15 +25,24 @@ pub struct Op<'a, B: OwnedBuffer> {
     chan: &'a SharedChannel,
     kind: OwnedKind,
     state: State<B>,
-    /// The registration in the list of tasks waiting for send-queue room.
-    room: Option<u64>,
 }
 
 enum State<B> {
     Unposted(B),
-    /// Waiting for send-queue room.
-    Full(B),
+    /// Waiting for send-queue room, registered under the ticket (if any)
+    /// in the list of tasks waiting for it.
+    Full(B, Option<u64>),
     Posted(u64),
+    /// Ended before the first poll (by [`SharedChannel::start`]): the outcome (an
+    /// error boxed: the future stays small enough to move without a
+    /// `memcpy` call, and errors are rare).
+    Finished {
+        /// The work request id, or 0 if the request was refused (ids start
+        /// at 1).
+        id: u64,
+        outcome: Result<WorkSuccess, Box<Error>>,
+        buf: B,
+    },
     Done,
 }
 
@@ -40,14 +52,46 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
             chan,
             kind,
             state: State::Unposted(buf),
-            room: None,
         }
     }
 
-    /// The work request id, once posted.
+    /// Posts the request now, without a task: its slot waits to be
+    /// claimed, and the first poll leaves the task's waker there (with a
+    /// reactor) under the same lock in which it looks for the completion,
+    /// so no wake-up is lost. A full send queue leaves the request to be
+    /// posted by the first poll, which then waits for room; a refusal or a
+    /// completion the post already found is what the first poll returns.
+    pub(super) fn started(chan: &'a SharedChannel, kind: OwnedKind, buf: B) -> Self {
+        let state = match chan
+            .queue()
+            .submit(kind, into_held(buf), None, None, &mut None)
+        {
+            Ok((id, None)) => State::Posted(id),
+            Err(Refused::Full(held)) => State::Unposted(from_held::<B>(held)),
+            Ok((id, Some(returned))) => {
+                let (outcome, buf) = finish(kind, returned);
+                let outcome = outcome.map_err(Box::new);
+                State::Finished { id, outcome, buf }
+            }
+            Err(refused) => {
+                let (outcome, buf) = refused_outcome(kind, refused);
+                let outcome = outcome.map_err(Box::new);
+                State::Finished {
+                    id: 0,
+                    outcome,
+                    buf,
+                }
+            }
+        };
+        Op { chan, kind, state }
+    }
+
+    /// The work request id, once posted (`None` before, for a request that
+    /// was refused, and once the future has resolved).
     pub fn wr_id(&self) -> Option<u64> {
         match self.state {
             State::Posted(id) => Some(id),
+            State::Finished { id, .. } if id != 0 => Some(id),
             _ => None,
         }
     }
@@ -61,38 +105,13 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
         let this = self.get_mut();
         let queue = this.chan.queue();
         loop {
-            match std::mem::replace(&mut this.state, State::Done) {
-                State::Unposted(buf) | State::Full(buf) => {
-                    match queue.submit(this.kind, into_held(buf), cx.waker(), &mut this.room) {
-                        Ok((_, Some(returned))) => {
-                            return Poll::Ready(finish(this.kind, returned));
-                        }
-                        Ok((id, None)) => {
-                            // Posted, and the slot holds this task's waker.
-                            // No wait on this first poll: a task posting
-                            // many operations gets control back at once.
-                            // Asking to be polled again makes the next poll
-                            // wait as usual (spin, then sleep), whoever
-                            // reaps the completion meanwhile.
-                            this.state = State::Posted(id);
-                            cx.waker().wake_by_ref();
-                            return Poll::Pending;
-                        }
-                        Err(Refused::Full(held)) => {
-                            // Registered in the room list by `submit`.
-                            this.state = State::Full(from_held::<B>(held));
-                            match wait(this.chan, cx) {
-                                Poll::Ready(()) => continue,
-                                Poll::Pending => return Poll::Pending,
-                            }
-                        }
-                        Err(refused) => {
-                            return Poll::Ready(refused_outcome(this.kind, refused));
-                        }
-                    }
-                }
+            let (buf, mut room) = match std::mem::replace(&mut this.state, State::Done) {
+                State::Unposted(buf) => (buf, None),
+                State::Full(buf, room) => (buf, room),
                 State::Posted(id) => {
-                    if let Some(returned) = queue.poll_owned(id, cx.waker(), this.chan.spin) {
+                    if let Some(returned) =
+                        queue.poll_owned(id, this.chan.slot_waker(cx), this.chan.spin)
+                    {
                         return Poll::Ready(finish(this.kind, returned));
                     }
                     this.state = State::Posted(id);
@@ -101,7 +120,40 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                         Poll::Pending => return Poll::Pending,
                     }
                 }
+                State::Finished { outcome, buf, .. } => {
+                    return Poll::Ready((outcome.map_err(|e| *e), buf));
+                }
                 State::Done => panic!("Op polled after it completed"),
+            };
+            // Unposted, or waiting for room: post.
+            let slot_waker = this.chan.slot_waker(cx);
+            let held = into_held(buf);
+            match queue.submit(this.kind, held, Some(cx.waker()), slot_waker, &mut room) {
+                Ok((_, Some(returned))) => {
+                    return Poll::Ready(finish(this.kind, returned));
+                }
+                Ok((id, None)) => {
+                    // Posted (the slot holds this task's waker if the
+                    // channel has a reactor). No wait on this first poll: a
+                    // task posting many operations gets control back at
+                    // once. Asking to be polled again makes the next poll
+                    // wait as usual (spin, then sleep), whoever reaps the
+                    // completion meanwhile.
+                    this.state = State::Posted(id);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Err(Refused::Full(held)) => {
+                    // Registered in the room list by `submit`.
+                    this.state = State::Full(from_held::<B>(held), room);
+                    match wait(this.chan, cx) {
+                        Poll::Ready(()) => continue,
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                Err(refused) => {
+                    return Poll::Ready(refused_outcome(this.kind, refused));
+                }
             }
         }
     }
@@ -112,8 +164,8 @@ impl<B: OwnedBuffer> Drop for Op<'_, B> {
         match self.state {
             // Posted: the engine keeps the buffer until the completion.
             State::Posted(id) => self.chan.queue().abandon(Abandon::Posted(id)),
-            State::Full(_) => self.chan.queue().abandon(Abandon::Waiting(self.room)),
-            State::Unposted(_) | State::Done => {}
+            State::Full(_, room) => self.chan.queue().abandon(Abandon::Waiting(room)),
+            State::Unposted(_) | State::Finished { .. } | State::Done => {}
         }
     }
 }
@@ -160,8 +212,9 @@ impl<B: OwnedBuffer> fmt::Debug for Op<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.state {
             State::Unposted(_) => "unposted",
-            State::Full(_) => "waiting for send-queue room",
+            State::Full(..) => "waiting for send-queue room",
             State::Posted(_) => "posted",
+            State::Finished { .. } => "finished",
             State::Done => "done",
         };
         f.debug_struct("Op")

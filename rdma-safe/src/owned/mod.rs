@@ -85,6 +85,7 @@ use buffer::{from_held, into_held};
 use driver::DriverHandle;
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 /// The outcome of an owning operation and its buffer, given back.
@@ -119,6 +120,20 @@ impl Channel {
             spin: Duration::ZERO,
             driver: None,
         }
+    }
+}
+
+impl SharedChannel {
+    /// The waker a waiting future leaves in its request's slot, for whoever
+    /// reaps the completion to wake: `cx`'s with a reactor (the driver
+    /// reaps, and the task sleeps until woken). Without one, none: a
+    /// future that finds its request still in flight asks to be polled
+    /// again before it returns `Pending` ([`future::wait`]), so it never
+    /// sleeps on a completion, and keeping a waker would only cost a clone
+    /// at the post and a wake at the completion.
+    #[inline]
+    pub(crate) fn slot_waker<'w>(&self, cx: &Context<'w>) -> Option<&'w Waker> {
+        self.driver.as_ref().map(|_| cx.waker())
     }
 }
 
@@ -282,6 +297,38 @@ impl SharedChannel {
         Op::new(self, req.kind, req.buf)
     }
 
+    /// As [`submit`](Self::submit), but posts `req` now, before the future
+    /// is first polled: a task can put several operations on the wire and
+    /// then await them in any order, without polling each by hand.
+    /// Refusals — an invalid request, a full receive queue, an unusable
+    /// channel — and a completion already seen are what the future
+    /// resolves to. Dropping the future is as safe as with `submit`.
+    ///
+    /// With the send queue full, the request is not posted
+    /// ([`Op::wr_id`] is `None`): its first poll posts it, waiting for
+    /// room. Requests started after it may then be posted before it, so
+    /// where order matters (sends on one channel) start no more than the
+    /// queue holds (the channel's send depth) before awaiting.
+    ///
+    /// ```no_run
+    /// # async fn f(ch: &rdma_safe::SharedChannel, pool: &rdma_safe::BufferPool)
+    /// #     -> rdma_safe::Result<()> {
+    /// use rdma_safe::owned::Request;
+    /// // The receive is posted before the send that asks for the answer.
+    /// let answer = ch.start(Request::receive(pool.try_alloc()?));
+    /// let mut msg = pool.try_alloc()?;
+    /// msg.fill_from(b"ping");
+    /// let (sent, _) = ch.start(Request::send(msg.freeze())).await;
+    /// sent?;
+    /// let (got, buf) = answer.await;
+    /// println!("{} bytes: {:?}", got?.bytes(), &buf[..]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn start<B: OwnedBuffer>(&self, req: Request<B>) -> Op<'_, B> {
+        Op::started(self, req.kind, req.buf)
+    }
+
     /// A stream of received messages: keeps up to `depth` receives posted
     /// with buffers from `pool` (fewer while the pool is exhausted: it waits
     /// for buffers, never fails for lack of them).
@@ -304,21 +351,18 @@ impl SharedChannel {
 
 /// The buffer back from the engine, with a receive's length set to the
 /// message's.
-fn finish<B: OwnedBuffer>(kind: OwnedKind, (outcome, held): Returned) -> Completed<B> {
-    let held = match (kind, held, &outcome) {
-        (OwnedKind::Receive, Held::Unique(mut b), Ok(s)) => {
-            // A write with immediate lands in the peer-chosen region, not
-            // in the receive buffer.
-            let n = if s.opcode() == rdma_core::WcOpcode::Recv {
-                s.bytes().min(b.capacity())
-            } else {
-                0
-            };
-            b.set_len(n);
-            Held::Unique(b)
-        }
-        (_, held, _) => held,
-    };
+fn finish<B: OwnedBuffer>(kind: OwnedKind, (outcome, mut held): Returned) -> Completed<B> {
+    // Set in place: the outcome and the memory move once, into the result.
+    if let (OwnedKind::Receive, Held::Unique(b), Ok(s)) = (kind, &mut held, &outcome) {
+        // A write with immediate lands in the peer-chosen region, not in
+        // the receive buffer.
+        let n = if s.opcode() == rdma_core::WcOpcode::Recv {
+            s.bytes()
+        } else {
+            0
+        };
+        b.set_len_within(n);
+    }
     (outcome, from_held::<B>(held))
 }
 

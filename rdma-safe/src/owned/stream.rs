@@ -110,7 +110,9 @@ impl RecvStream {
                 return Poll::Pending;
             };
             let queue = self.chan.queue();
-            if let Some(returned) = queue.poll_owned(front, cx.waker(), self.chan.spin) {
+            if let Some(returned) =
+                queue.poll_owned(front, self.chan.slot_waker(cx), self.chan.spin)
+            {
                 self.posted.pop_front();
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);
                 if let Err(Error::PeerDisconnected { .. }) = outcome {

@@ -20,19 +20,50 @@ use std::sync::Arc;
 /// change.
 pub struct PoolBytes {
     pool: Arc<PoolInner>,
+    /// The chunk's first byte and its registration's key (see `PoolBuf`).
+    chunk: *mut u8,
     idx: u32,
     off: u32,
     len: u32,
+    lkey: u32,
 }
 
+// SAFETY: the bytes behind `chunk` are immutable while any `PoolBytes` over
+// them exists, and the `Arc` keeps them allocated: a `PoolBytes` is shared
+// and sent across threads as an `Arc<[u8]>` is.
+unsafe impl Send for PoolBytes {}
+// SAFETY: as above.
+unsafe impl Sync for PoolBytes {}
+
 impl PoolBytes {
-    /// A slice of chunk `idx` whose reference count already includes it.
-    pub(super) fn from_chunk(pool: Arc<PoolInner>, idx: u32, off: u32, len: u32) -> Self {
+    /// A slice at `off` of chunk `idx` (first byte `chunk`, key `lkey`),
+    /// whose reference count already includes it.
+    pub(super) fn from_chunk(
+        pool: Arc<PoolInner>,
+        idx: u32,
+        chunk: *mut u8,
+        lkey: u32,
+        len: u32,
+    ) -> Self {
         PoolBytes {
             pool,
+            chunk,
             idx,
+            off: 0,
+            len,
+            lkey,
+        }
+    }
+
+    /// Another handle to the same chunk (its count increased), over `off`
+    /// and `len`.
+    fn share(&self, off: u32, len: u32) -> PoolBytes {
+        increment(self.pool.refs(self.idx));
+        PoolBytes {
+            pool: self.pool.clone(),
             off,
             len,
+            ..*self
         }
     }
 
@@ -56,13 +87,7 @@ impl PoolBytes {
             "PoolBytes::slice({start}..{end}) out of bounds of {} bytes",
             self.len
         );
-        increment(self.pool.refs(self.idx));
-        PoolBytes::from_chunk(
-            self.pool.clone(),
-            self.idx,
-            self.off + start as u32,
-            (end - start) as u32,
-        )
+        self.share(self.off + start as u32, (end - start) as u32)
     }
 
     /// The writable buffer back, if this is the only handle to it and the
@@ -88,20 +113,21 @@ impl PoolBytes {
         // SAFETY: `this` is never used or dropped again, so the `Arc` is
         // moved out exactly once (its count passes to the `PoolBuf`).
         let pool = unsafe { std::ptr::read(&this.pool) };
-        Ok(PoolBuf::from_frozen(pool, this.idx, this.len))
+        Ok(PoolBuf::from_frozen(
+            pool, this.idx, this.chunk, this.lkey, this.len,
+        ))
     }
 
     /// The SGE fields of the slice: address, length, lkey.
+    #[inline]
     pub(crate) fn sge(&self) -> (u64, u32, u32) {
-        let (ptr, lkey) = self.pool.chunk(self.idx);
-        (ptr as u64 + u64::from(self.off), self.len, lkey)
+        (self.chunk as u64 + u64::from(self.off), self.len, self.lkey)
     }
 }
 
 impl Clone for PoolBytes {
     fn clone(&self) -> Self {
-        increment(self.pool.refs(self.idx));
-        PoolBytes::from_chunk(self.pool.clone(), self.idx, self.off, self.len)
+        self.share(self.off, self.len)
     }
 }
 
@@ -109,14 +135,13 @@ impl Deref for PoolBytes {
     type Target = [u8];
     #[inline]
     fn deref(&self) -> &[u8] {
-        let (ptr, _) = self.pool.chunk(self.idx);
         // `off + len` lies within the chunk's initialised bytes, in a
         // slab the pool keeps allocated while `self` holds it. Only
         // `PoolBytes` handles (shared, read-only) exist for the chunk, and
         // the NIC only reads it (sends and write sources), so the bytes do
         // not change during the borrow.
         // SAFETY: by the reasoning just above.
-        unsafe { std::slice::from_raw_parts(ptr.add(self.off as usize), self.len as usize) }
+        unsafe { std::slice::from_raw_parts(self.chunk.add(self.off as usize), self.len as usize) }
     }
 }
 

@@ -3,8 +3,9 @@
 //! a tokio current-thread runtime. The server is the synchronous one: the
 //! wire traffic is the same, so it serves and checks either client.
 //!
-//! Bandwidth keeps `-t` futures in flight (each posted by its first poll,
-//! the oldest awaited when full); latency awaits one operation at a time.
+//! Bandwidth keeps `-t` operations in flight (each posted when its future
+//! is made, by [`SharedChannel::start`], the oldest awaited when full);
+//! latency awaits one operation at a time.
 //! Buffers come from a [`BufferPool`] made per size before the clock
 //! starts: a write or send source is one frozen [`PoolBytes`] cloned per
 //! operation (a reference count), read and receive targets are
@@ -22,13 +23,10 @@ use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::{
-    owned::Op, owned::OwnedBuffer, owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool,
-    RemoteMemoryRegion, SharedChannel, WorkSuccess,
+    owned::Op, owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool, RemoteMemoryRegion,
+    SharedChannel,
 };
 use std::collections::VecDeque;
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// Receives send_lat keeps posted ahead of the answer it waits for.
@@ -66,33 +64,6 @@ fn on_runtime<T>(
             f(&shared).await
         })
     })
-}
-
-/// A future posted (polled once) or already resolved.
-enum InFlight<'a, B: OwnedBuffer> {
-    Posted(Op<'a, B>),
-    Done((rdma_safe::Result<WorkSuccess>, B)),
-}
-
-impl<'a, B: OwnedBuffer> InFlight<'a, B> {
-    /// Polls `op` once, which posts its request.
-    async fn post(mut op: Op<'a, B>) -> Self {
-        poll_fn(|cx| {
-            Poll::Ready(match Pin::new(&mut op).poll(cx) {
-                Poll::Ready(done) => Some(done),
-                Poll::Pending => None,
-            })
-        })
-        .await
-        .map_or(InFlight::Posted(op), InFlight::Done)
-    }
-
-    async fn finish(self) -> (rdma_safe::Result<WorkSuccess>, B) {
-        match self {
-            InFlight::Posted(op) => op.await,
-            InFlight::Done(done) => done,
-        }
-    }
 }
 
 /// A pool of `count` buffers of `size` bytes for one size's run.
@@ -251,10 +222,7 @@ impl Pump<'_, '_> {
                     break;
                 }
                 let t0 = Stamp::now();
-                inflight.push_back((
-                    InFlight::post(self.ch.submit(Request::batch(reqs))).await,
-                    n,
-                ));
+                inflight.push_back((self.ch.start(Request::batch(reqs)), n));
                 if self.verbose {
                     self.tl.post_time += t0.elapsed();
                 }
@@ -266,7 +234,7 @@ impl Pump<'_, '_> {
             let (oldest, n) = inflight
                 .pop_front()
                 .ok_or_else(|| fail("no operation in flight"))?;
-            let (outcome, mut reqs) = oldest.finish().await;
+            let (outcome, mut reqs) = oldest.await;
             let done = outcome?;
             let at = (Stamp::now() - self.tl.origin).as_secs_f64();
             self.tl.completed.extend(std::iter::repeat_n(at, n));
@@ -407,26 +375,26 @@ async fn send_lat(
     let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
     let mut posted = 0;
     while posted < LAT_RECEIVES_AHEAD.min(iters) {
-        recvs.push_back(InFlight::post(ch.submit(Request::receive(pool.try_alloc()?))).await);
+        recvs.push_back(ch.start(Request::receive(pool.try_alloc()?)));
         posted += 1;
     }
-    // Each send is made (not posted: an `Op` posts on its first poll) in
-    // the idle time before the answer it follows, so that between an
-    // answer and the next send there is only the post.
-    let make = |i: usize| ch.submit(Request::send(data.clone()).with_immediate(i as u32));
+    // Each send's request is made in the idle time before the answer it
+    // follows, so that between an answer and the next send there is only
+    // the post.
+    let make = |i: usize| Request::send(data.clone()).with_immediate(i as u32);
     let mut next = Some(make(0));
-    let mut sent: Option<InFlight<PoolBytes>> = None;
+    let mut sent: Option<Op<PoolBytes>> = None;
     let mut answered: Option<(usize, PoolBuf)> = None;
     for i in 0..iters {
         laps.start();
         let send = next.take().ok_or_else(|| fail("no send made"))?;
-        if let Some(before) = sent.replace(InFlight::post(send).await) {
-            before.finish().await.0?;
+        if let Some(before) = sent.replace(ch.start(send)) {
+            before.await.0?;
         }
         if let Some((j, buf)) = answered.take() {
             check(j, &buf)?;
             if posted < iters {
-                recvs.push_back(InFlight::post(ch.submit(Request::receive(buf))).await);
+                recvs.push_back(ch.start(Request::receive(buf)));
                 posted += 1;
             }
         }
@@ -434,14 +402,14 @@ async fn send_lat(
             next = Some(make(i + 1));
         }
         let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
-        let (outcome, buf) = answer.finish().await;
+        let (outcome, buf) = answer.await;
         let got = outcome?;
         check_message(i, size, got.bytes(), got.immediate())?;
         answered = Some((i, buf));
     }
     laps.stop();
     if let Some(last) = sent {
-        last.finish().await.0?;
+        last.await.0?;
     }
     if let Some((j, buf)) = answered {
         check(j, &buf)?;
