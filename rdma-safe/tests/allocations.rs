@@ -1,6 +1,7 @@
 //! What an operation costs the allocator on the data path: zero heap
 //! allocations per operation is the target (owning operations as futures,
-//! on a reactor and busy-polled, on a completion queue of their own or a
+//! on a reactor and busy-polled, posted at their first poll or when made,
+//! on a completion queue of their own or a
 //! shared one, blocking atomics, batches of receives in a scope with
 //! batches of sends against them, and a shared receive queue's refills).
 //! Counted with a global allocator over many send/receive pairs, after a
@@ -141,6 +142,56 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
         let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
         println!("allocations per busy-polled owned operation: {per_op:.3}");
         assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn started_operations_allocate_nothing_per_operation() {
+    const WARM: usize = 100;
+    const ROUNDS: usize = 1000;
+    let pd = pd();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        // `SharedChannel::start`, as perf --async's latency loop uses it:
+        // with tokio's reactor (the first poll leaves the waker in the
+        // slot) and busy-polled.
+        for reactor in [true, false] {
+            let (a, b) = pair_with(&pd, |c| c.completion_events(reactor));
+            let (sa, sb) = if reactor {
+                (
+                    a.shared().with_tokio().expect("tokio"),
+                    b.shared().with_tokio().expect("tokio"),
+                )
+            } else {
+                (a.shared(), b.shared())
+            };
+            let pool = BufferPool::new(&pd, 64, 8).expect("pool");
+            let data = {
+                let mut d = pool.try_alloc().expect("data");
+                d.fill(9);
+                d.freeze()
+            };
+            let mut counted = 0;
+            for round in 0..WARM + ROUNDS {
+                if round == WARM {
+                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                }
+                let answer = sb.start(Request::receive(pool.try_alloc().expect("rx")));
+                let sent = sa.start(Request::send(data.clone()));
+                sent.await.0.expect("send");
+                let (got, buf) = answer.await;
+                assert_eq!(got.expect("receive").bytes(), 64);
+                assert_eq!(buf[..], [9u8; 64][..]);
+            }
+            let per_op =
+                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
+            println!("allocations per started operation (reactor: {reactor}): {per_op:.3}");
+            assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
+        }
     });
 }
 

@@ -29,6 +29,14 @@
 //! channel, reaps the completion queue and wakes exactly the futures whose
 //! completions arrived — one completion wakes one task.
 //!
+//! # When a request is posted
+//!
+//! [`SharedChannel::submit`] makes a future that posts its request when
+//! first polled, like most futures; [`SharedChannel::start`] posts it at
+//! once and returns the future to await later, so a task puts a receive
+//! on the wire before the send that asks for its answer, or several
+//! requests before awaiting any, without polling futures by hand.
+//!
 //! # Batches
 //!
 //! [`Request::batch`], run or submitted, posts up to [`OWNED_BATCH_MAX`]
