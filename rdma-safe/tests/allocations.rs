@@ -46,16 +46,23 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// Rounds before counting (the engine's slot ring and the runtime's
+/// first-use structures grow once), and rounds counted.
+const WARM: usize = 100;
+const ROUNDS: usize = 1000;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn owned_operations_allocate_nothing_per_operation() {
-    const WARM: usize = 100;
-    const ROUNDS: usize = 1000;
     let pd = pd();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         let (a, b) = pair_with(&pd, |c| c.completion_events(true));
         let sa = a.shared().with_tokio().expect("tokio");
@@ -109,13 +116,8 @@ fn owned_operations_allocate_nothing_per_operation() {
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn busy_polled_futures_allocate_nothing_per_operation() {
-    const WARM: usize = 100;
-    const ROUNDS: usize = 1000;
     let pd = pd();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         // No reactor: the futures poll the completion queue themselves.
         let (a, b) = pair(&pd);
@@ -148,13 +150,8 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn started_operations_allocate_nothing_per_operation() {
-    const WARM: usize = 100;
-    const ROUNDS: usize = 1000;
     let pd = pd();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         // `SharedChannel::start`, as perf --async's latency loop uses it:
         // with tokio's reactor (the first poll leaves the waker in the
@@ -198,13 +195,8 @@ fn started_operations_allocate_nothing_per_operation() {
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn futures_on_a_shared_completion_queue_allocate_nothing_per_operation() {
-    const WARM: usize = 100;
-    const ROUNDS: usize = 1000;
     let pd = pd();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         // Two pairs on one completion queue, all in flight at once: each
         // poll sets aside the other channels' completions (their inboxes
@@ -279,10 +271,7 @@ fn owned_batch_futures_allocate_nothing_per_batch() {
     const PER: usize = 8;
     let pd = pd();
     let target = RemoteAccessBuffer::new(&pd, 64 * PER).expect("target");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     rt.block_on(async {
         // Busy-polled, as perf --async's bandwidth loop: writes of one
         // shared slice, the request vector reused from batch to batch.

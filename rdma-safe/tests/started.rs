@@ -26,6 +26,13 @@ fn channels(pd: &ProtectionDomain, depth: u32, events: bool) -> (Channel, Channe
     })
 }
 
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 fn message(i: usize) -> Vec<u8> {
     pattern(seed("started", i), LEN)
 }
@@ -117,10 +124,7 @@ fn started_operations_complete_on_the_reactor_and_busy_polling() {
     });
     // Busy-polling, spinning and not.
     for spin in [Duration::ZERO, Duration::from_millis(1)] {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         rt.block_on(async {
             for depth in [32, 8] {
                 let (a, b) = channels(&pd, depth, false);
@@ -140,10 +144,7 @@ fn started_operations_complete_on_the_reactor_and_busy_polling() {
 fn a_refused_start_gives_its_buffer_back_and_unpolled_starts_release_theirs() {
     let pd = pd();
     let pool = BufferPool::new(&pd, LEN, 200).expect("pool");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = current_thread();
     rt.block_on(async {
         let (a, b) = channels(&pd, 8, false);
         let (sa, sb) = (a.shared(), b.shared());
