@@ -1,15 +1,15 @@
 //! Operations posted when their futures are made ([`SharedChannel::start`]),
 //! awaited later: with tokio's reactor (the first poll leaves the task's
 //! waker in a slot that waited to be claimed) and busy-polling; a send
-//! queue too small for what was started; a refusal; and started futures
-//! dropped unpolled.
+//! queue too small for what was started; a refusal; started futures
+//! dropped unpolled; and receives started together.
 
 mod common;
 
 use common::{assert_bytes, assert_whole, frozen, pair_with, pattern, pd, seed};
 use rdma_safe::owned::{Op, Request};
 use rdma_safe::pool::{PoolBuf, PoolBytes};
-use rdma_safe::{BufferPool, Channel, Error, ProtectionDomain, SharedChannel};
+use rdma_safe::{BufferPool, Channel, Error, ProtectionDomain, SharedChannel, SharedReceiveQueue};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -196,6 +196,112 @@ fn a_refused_start_gives_its_buffer_back_and_unpolled_starts_release_theirs() {
         // they end with the channel, which flushes them before their
         // buffers go back.
         drop((sa, sb, a, b));
+        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn receives_started_together_fill_in_order_and_refuse_what_does_not_fit() {
+    const N: usize = 40; // more than one verb call takes (32)
+    let pd = pd();
+    let pool = BufferPool::new(&pd, LEN, 2 * N + 220).expect("pool");
+    current_thread().block_on(async {
+        let (a, b) = channels(&pd, 64, false);
+        let (sa, sb) = (a.shared(), b.shared());
+        let mut recvs: VecDeque<Op<PoolBuf>> = VecDeque::new();
+        sb.start_receives(
+            (0..N).map(|_| pool.try_alloc().expect("rx buffer")),
+            &mut recvs,
+        );
+        assert_eq!(recvs.len(), N);
+        let ids: Vec<u64> = recvs.iter().map(|r| r.wr_id().expect("posted")).collect();
+        assert!(
+            ids.windows(2).all(|w| w[1] == w[0] + 1),
+            "in order: {ids:?}"
+        );
+        tokio::time::timeout(TEST_BOUND, async {
+            for i in 0..N {
+                let data = frozen(&pool, &message(i));
+                let msg = Request::send(data).with_immediate(i as u32);
+                sa.start(msg).await.0.expect("send");
+            }
+            for (i, recv) in recvs.drain(..).enumerate() {
+                let (got, buf) = recv.await;
+                assert_eq!(got.expect("receive").immediate(), Some(i as u32));
+                assert_bytes(&buf, &message(i), "received in the order posted");
+            }
+        })
+        .await
+        .expect("no hang");
+        assert_whole(&sa, &pool, "sender");
+        assert_whole(&sb, &pool, "receiver");
+        // 200 into a receive queue of 64 (or what the device made of it):
+        // what does not fit resolves at once to the reason, with its
+        // buffer.
+        sb.start_receives(
+            (0..200).map(|_| pool.try_alloc().expect("rx buffer")),
+            &mut recvs,
+        );
+        assert_eq!(recvs.len(), 200);
+        let posted = recvs.iter().filter(|r| r.wr_id().is_some()).count();
+        assert!((64..200).contains(&posted), "{posted} of 200 posted");
+        let mut refused = recvs.split_off(posted);
+        assert!(
+            recvs.iter().all(|r| r.wr_id().is_some()),
+            "the posted come first"
+        );
+        let first = refused.pop_front().expect("a refused receive");
+        match first.await {
+            (Err(e @ Error::Post { .. }), buf) => {
+                assert!(
+                    e.to_string().contains("do not fit the receive queue"),
+                    "{e}"
+                );
+                assert_eq!(buf.capacity(), LEN);
+            }
+            (other, _) => panic!("expected the queue's refusal, got {other:?}"),
+        }
+        // The rest: each verb call's first refusal says why, the others
+        // of the call point at it.
+        for r in refused {
+            let (outcome, buf) = r.await;
+            let e = outcome.expect_err("not posted").to_string();
+            assert!(
+                e.contains("do not fit the receive queue") || e.contains("not posted"),
+                "{e}"
+            );
+            assert_eq!(buf.capacity(), LEN);
+        }
+        // The posted receives are abandoned: the channel flushes them
+        // before their buffers go back.
+        drop(recvs);
+        drop((sa, sb, a, b));
+        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+
+        // A channel whose receives come from a shared receive queue refuses
+        // them all before the verb, naming the queue.
+        let srq = SharedReceiveQueue::new(&pd, 8, 256).expect("shared receive queue");
+        let on_srq = pd
+            .channel_builder()
+            .shared_receive_queue(&srq)
+            .build()
+            .expect("channel on the SRQ");
+        let shared = on_srq.shared();
+        let mut ops: Vec<Op<PoolBuf>> = Vec::new();
+        shared.start_receives((0..3).map(|_| pool.try_alloc().expect("rx")), &mut ops);
+        assert!(ops.iter().all(|o| o.wr_id().is_none()), "none posted");
+        let mut errors = Vec::new();
+        for op in ops {
+            let (outcome, buf) = op.await;
+            errors.push(outcome.expect_err("refused").to_string());
+            drop(buf);
+        }
+        assert!(errors[0].contains("shared receive queue"), "{}", errors[0]);
+        assert!(
+            errors[1..].iter().all(|e| e.contains("not posted")),
+            "{errors:?}"
+        );
         assert_eq!(pool.available(), pool.capacity(), "every buffer back");
     });
 }

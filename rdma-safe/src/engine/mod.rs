@@ -25,6 +25,7 @@ mod gate;
 mod list;
 mod owned;
 mod owned_batch;
+mod owned_receives;
 mod post;
 mod room;
 mod shutdown;
@@ -41,6 +42,7 @@ pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{OwnedKind, Refused, Returned};
+pub(crate) use owned_receives::RECEIVES_PER_CALL;
 
 use crate::error::{Error, Operation, Result};
 use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};

@@ -86,6 +86,30 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
         Op { chan, kind, state }
     }
 
+    /// The future of a request posted already, as `id`.
+    pub(super) fn posted(chan: &'a SharedChannel, kind: OwnedKind, id: u64) -> Self {
+        Op {
+            chan,
+            kind,
+            state: State::Posted(id),
+        }
+    }
+
+    /// The future of a request that was not posted: resolves at once to
+    /// `e` and `buf`.
+    pub(super) fn refused(chan: &'a SharedChannel, kind: OwnedKind, e: Error, buf: B) -> Self {
+        let outcome = Err(Box::new(e));
+        Op {
+            chan,
+            kind,
+            state: State::Finished {
+                id: 0,
+                outcome,
+                buf,
+            },
+        }
+    }
+
     /// The work request id, once posted (`None` before, for a request that
     /// was refused, and once the future has resolved).
     pub fn wr_id(&self) -> Option<u64> {

@@ -36,6 +36,8 @@
 //! once and returns the future to await later, so a task puts a receive
 //! on the wire before the send that asks for its answer, or several
 //! requests before awaiting any, without polling futures by hand.
+//! [`SharedChannel::start_receives`] posts many receives with one verb
+//! call, each with its own future.
 //!
 //! # Batches
 //!
@@ -85,9 +87,9 @@ pub use request::Request;
 pub use stream::RecvStream;
 
 use crate::channel::Channel;
-use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue};
-use crate::error::{Error, Result, VerbsError};
-use crate::pool::BufferPool;
+use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL};
+use crate::error::{Error, Operation, Result, VerbsError};
+use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
 use buffer::{from_held, into_held};
 use driver::DriverHandle;
@@ -335,6 +337,48 @@ impl SharedChannel {
     /// ```
     pub fn start<B: OwnedBuffer>(&self, req: Request<B>) -> Op<'_, B> {
         Op::started(self, req.kind, req.buf)
+    }
+
+    /// [`start`](Self::start)s a receive into each of `bufs`, posted
+    /// together: one lock and one `ibv_post_recv` call for up to 32
+    /// buffers, as C programs re-post their receive rings. Each receive
+    /// completes on its own; its future is appended to `ops`, in the order
+    /// of `bufs` (which is the order in which messages fill them). A
+    /// buffer that could not be posted — the receive queue is full, the
+    /// channel unusable — gets a future that resolves at once to the
+    /// reason and the buffer. Allocates nothing.
+    pub fn start_receives<'a>(
+        &'a self,
+        bufs: impl IntoIterator<Item = PoolBuf>,
+        ops: &mut impl Extend<Op<'a, PoolBuf>>,
+    ) {
+        let mut bufs = bufs.into_iter().peekable();
+        while bufs.peek().is_some() {
+            let mut chunk: [Option<PoolBuf>; RECEIVES_PER_CALL] =
+                [const { None }; RECEIVES_PER_CALL];
+            let mut n = 0;
+            for (entry, buf) in chunk.iter_mut().zip(bufs.by_ref()) {
+                *entry = Some(buf);
+                n += 1;
+            }
+            let (ids, outcome) = self.queue.post_owned_receives(&mut chunk[..n]);
+            ops.extend(ids.map(|id| Op::posted(self, OwnedKind::Receive, id)));
+            let mut reason = outcome.err();
+            for buf in chunk[..n].iter_mut().filter_map(Option::take) {
+                let e = reason.take().unwrap_or_else(|| Error::Post {
+                    operation: Operation::Receive,
+                    source: VerbsError::InvalidArgument(
+                        "not posted: an earlier receive of the same call was refused".into(),
+                    ),
+                });
+                ops.extend(std::iter::once(Op::refused(
+                    self,
+                    OwnedKind::Receive,
+                    e,
+                    buf,
+                )));
+            }
+        }
     }
 
     /// A stream of received messages: keeps up to `depth` receives posted

@@ -353,8 +353,9 @@ async fn write_lat(
 
 /// send_lat's client loop: receives posted ahead; each iteration posts its
 /// send, then settles what the iteration before owes — claims its send,
-/// checks its answer and posts that buffer again as a receive — and then
-/// awaits its own answer. On rxe the send's system call returns a while
+/// checks its answer and keeps that buffer to post again (half the ring
+/// at a time, with one verb call: [`SharedChannel::start_receives`]) —
+/// and then awaits its own answer. On rxe the send's system call returns a while
 /// before the answer arrives, so the bookkeeping done there delays nothing
 /// (the blocking loop's `LatRing` does the same).
 async fn send_lat(
@@ -373,11 +374,12 @@ async fn send_lat(
             .map_err(|m| fail(format!("reply {i} received from the server: {m}")))
     };
     let mut recvs = VecDeque::with_capacity(LAT_RECEIVES_AHEAD);
-    let mut posted = 0;
-    while posted < LAT_RECEIVES_AHEAD.min(iters) {
-        recvs.push_back(ch.start(Request::receive(pool.try_alloc()?)));
-        posted += 1;
+    let mut owed: Vec<PoolBuf> = Vec::with_capacity(LAT_RECEIVES_AHEAD);
+    for _ in 0..LAT_RECEIVES_AHEAD.min(iters) {
+        owed.push(pool.try_alloc()?);
     }
+    let mut posted = owed.len();
+    ch.start_receives(owed.drain(..), &mut recvs);
     // Each send's request is made in the idle time before the answer it
     // follows, so that between an answer and the next send there is only
     // the post.
@@ -393,9 +395,13 @@ async fn send_lat(
         }
         if let Some((j, buf)) = answered.take() {
             check(j, &buf)?;
-            if posted < iters {
-                recvs.push_back(ch.start(Request::receive(buf)));
-                posted += 1;
+            // Answered buffers are posted again in bulk, with one verb
+            // call, once half the ring is used (as ibv_rc_pingpong does).
+            owed.push(buf);
+            if recvs.len() <= LAT_RECEIVES_AHEAD / 2 {
+                let n = owed.len().min(iters - posted);
+                ch.start_receives(owed.drain(..n), &mut recvs);
+                posted += n;
             }
         }
         if i + 1 < iters {
