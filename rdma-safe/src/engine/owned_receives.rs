@@ -6,6 +6,7 @@
 use super::attached::{Attached, Held, Notify};
 use super::list::{with_list, STACK_LIST};
 use super::shutdown::nothing_queued;
+use super::tracker::Tracker;
 use super::{queue_too_full, WorkQueue};
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
@@ -83,18 +84,7 @@ impl WorkQueue {
                 _ => {
                     // Not said: track them all, settle (shut down, drain),
                     // give every buffer back.
-                    for (buf, &len) in bufs[..count].iter_mut().zip(&lens) {
-                        let held = buf.take().map_or(Held::None, Held::Unique);
-                        st.track_attached(
-                            op,
-                            len,
-                            0,
-                            Attached {
-                                held,
-                                notify: Notify::Claim,
-                            },
-                        );
-                    }
+                    track_into_slots(&mut st, &mut bufs[..count], &lens);
                     self.settle_tracked(&mut st, op, first..first + count as u64, &e);
                     for (k, buf) in bufs[..count].iter_mut().enumerate() {
                         if let Some(slot) = st.slots.remove(first + k as u64) {
@@ -111,18 +101,17 @@ impl WorkQueue {
                 }
             },
         };
-        for (buf, &len) in bufs[..posted].iter_mut().zip(&lens) {
-            let held = buf.take().map_or(Held::None, Held::Unique);
-            st.track_attached(
-                op,
-                len,
-                0,
-                Attached {
-                    held,
-                    notify: Notify::Claim,
-                },
-            );
-        }
+        track_into_slots(&mut st, &mut bufs[..posted], &lens);
         (first..first + posted as u64, rc)
+    }
+}
+
+/// Tracks the receives just posted into `bufs` (`lens` their lengths), in
+/// order, each buffer moving into its request's slot.
+fn track_into_slots(st: &mut Tracker, bufs: &mut [Option<PoolBuf>], lens: &[usize]) {
+    for (buf, &len) in bufs.iter_mut().zip(lens) {
+        let held = buf.take().map_or(Held::None, Held::Unique);
+        let notify = Notify::Claim;
+        st.track_attached(Operation::Receive, len, 0, Attached { held, notify });
     }
 }
