@@ -45,6 +45,8 @@ pub(crate) use owned::{OwnedKind, Refused, Returned};
 pub(crate) use owned_receives::RECEIVES_PER_CALL;
 
 use crate::error::{Error, Operation, Result};
+use crate::pool::PoolBuf;
+use attached::Attached;
 use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -271,12 +273,19 @@ impl WorkQueue {
     /// does not say which were posted is settled (see the `shutdown` module)
     /// and names none.
     ///
+    /// `owned` is empty for receives into borrowed memory; for owning
+    /// receives it holds the pool buffer of each request, in order: a
+    /// posted receive's buffer moves into its slot under this lock (its
+    /// entry is taken); the others stay, and after a settled failure every
+    /// buffer is put back.
+    ///
     /// As a provider would, only as many receives as the receive queue has
     /// room for are posted (`post` is given that part of the list, from its
     /// start); the rest are refused with an error beside the posted ones.
     fn post_receives(
         &self,
         reqs: &mut [RecvRequest<'_>],
+        owned: &mut [Option<PoolBuf>],
         post: &mut dyn FnMut(&mut [RecvRequest<'_>]) -> Result<(), PostError>,
     ) -> (Range<u64>, Result<()>) {
         let mut st = self.lock();
@@ -299,14 +308,16 @@ impl WorkQueue {
             Err(e) => match e.posted() {
                 Some(k) if k < reqs.len() => (k, Err(e)),
                 _ => {
-                    // Not said: track them all, settle, forget them.
-                    for req in reqs.iter() {
-                        st.track(Operation::Receive, receive_len(req), 0);
-                    }
+                    // Not said: track them all, settle, forget them (giving
+                    // owned buffers back).
+                    track_receives(&mut st, reqs, owned);
                     let ids = first..st.next_wr_id;
                     self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
-                    for id in ids {
-                        st.slots.remove(id);
+                    for (k, id) in ids.enumerate() {
+                        let held = st.slots.remove(id).map(|slot| slot.att.held);
+                        if let (Some(Held::Unique(b)), Some(entry)) = (held, owned.get_mut(k)) {
+                            *entry = Some(b);
+                        }
                     }
                     let source = e.into();
                     let e = Error::Post {
@@ -317,9 +328,7 @@ impl WorkQueue {
                 }
             },
         };
-        for req in &reqs[..posted] {
-            st.track(Operation::Receive, receive_len(req), 0);
-        }
+        track_receives(&mut st, &reqs[..posted], owned);
         let end = st.next_wr_id;
         let rc = match (rc, full) {
             (Err(e), _) => Err(Error::Post {
@@ -345,6 +354,23 @@ impl WorkQueue {
 
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable.clone()
+    }
+}
+
+/// Tracks the receives `reqs`, just posted with consecutive ids, each
+/// owning the buffer in its place of `owned` if there is one (the entry is
+/// taken).
+fn track_receives(st: &mut Tracker, reqs: &[RecvRequest<'_>], owned: &mut [Option<PoolBuf>]) {
+    for (k, req) in reqs.iter().enumerate() {
+        let held = owned
+            .get_mut(k)
+            .and_then(Option::take)
+            .map_or(Held::None, Held::Unique);
+        let att = Attached {
+            held,
+            notify: Notify::Claim,
+        };
+        st.track_attached(Operation::Receive, receive_len(req), 0, att);
     }
 }
 

@@ -359,7 +359,7 @@ impl WorkQueue {
             .iter_mut()
             .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)));
         with_list(reqs, |reqs| {
-            self.post_receives(reqs, &mut |reqs| {
+            self.post_receives(reqs, &mut [], &mut |reqs| {
                 // SAFETY: as in `post_recv`.
                 unsafe { self.qp.post_recv_list(reqs) }
             })

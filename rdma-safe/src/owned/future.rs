@@ -69,19 +69,9 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
             Ok((id, None)) => State::Posted(id),
             Err(Refused::Full(held)) => State::Unposted(from_held::<B>(held)),
             Ok((id, Some(returned))) => {
-                let (outcome, buf) = finish(kind, returned);
-                let outcome = outcome.map_err(Box::new);
-                State::Finished { id, outcome, buf }
+                return Op::finished(chan, kind, id, finish(kind, returned))
             }
-            Err(refused) => {
-                let (outcome, buf) = refused_outcome(kind, refused);
-                let outcome = outcome.map_err(Box::new);
-                State::Finished {
-                    id: 0,
-                    outcome,
-                    buf,
-                }
-            }
+            Err(refused) => return Op::finished(chan, kind, 0, refused_outcome(kind, refused)),
         };
         Op { chan, kind, state }
     }
@@ -98,16 +88,15 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
     /// The future of a request that was not posted: resolves at once to
     /// `e` and `buf`.
     pub(super) fn refused(chan: &'a SharedChannel, kind: OwnedKind, e: Error, buf: B) -> Self {
-        let outcome = Err(Box::new(e));
-        Op {
-            chan,
-            kind,
-            state: State::Finished {
-                id: 0,
-                outcome,
-                buf,
-            },
-        }
+        Op::finished(chan, kind, 0, (Err(e), buf))
+    }
+
+    /// The future of request `id` (0: never posted) that has ended already.
+    fn finished(chan: &'a SharedChannel, kind: OwnedKind, id: u64, done: Completed<B>) -> Self {
+        let (outcome, buf) = done;
+        let outcome = outcome.map_err(Box::new);
+        let state = State::Finished { id, outcome, buf };
+        Op { chan, kind, state }
     }
 
     /// The work request id, once posted (`None` before, for a request that

@@ -36,8 +36,8 @@ unsafe impl Send for PoolBytes {}
 unsafe impl Sync for PoolBytes {}
 
 impl PoolBytes {
-    /// A slice at `off` of chunk `idx` (first byte `chunk`, key `lkey`),
-    /// whose reference count already includes it.
+    /// The first `len` bytes of chunk `idx` (first byte `chunk`, key
+    /// `lkey`), whose reference count already includes this handle.
     pub(super) fn from_chunk(
         pool: Arc<PoolInner>,
         idx: u32,
