@@ -106,6 +106,93 @@ impl Laps {
     }
 }
 
+/// When each operation of a bandwidth run was posted and when its
+/// completion was seen, in raw ticks since one origin: the measured loop
+/// pays a clock read and a store per operation, and the conversion to
+/// seconds waits until the run is over (perftest keeps raw cycle counts
+/// too). Operation `i` of the run is `posted[i]`/`completed[i]`.
+#[derive(Debug)]
+pub struct Timeline {
+    origin: Stamp,
+    posted: Vec<u64>,
+    completed: Vec<u64>,
+}
+
+impl Timeline {
+    /// A run timed from `origin`, with room for `n` operations: no
+    /// allocation while the loop runs.
+    pub fn with_capacity(origin: Stamp, n: usize) -> Self {
+        Timeline {
+            origin,
+            posted: Vec::with_capacity(n),
+            completed: Vec::with_capacity(n),
+        }
+    }
+
+    /// Records `n` operations posted at `at`.
+    #[inline]
+    pub fn posted(&mut self, at: Stamp, n: usize) {
+        let t = at.ticks_since(self.origin);
+        self.posted.extend(std::iter::repeat_n(t, n));
+    }
+
+    /// Records `n` operations whose completion is seen now.
+    #[inline]
+    pub fn completed_now(&mut self, n: usize) {
+        let t = Stamp::now().ticks_since(self.origin);
+        self.completed.extend(std::iter::repeat_n(t, n));
+    }
+
+    /// Operations completed so far.
+    #[inline]
+    pub fn completed(&self) -> usize {
+        self.completed.len()
+    }
+
+    /// Every timeline's operations in one, post and completion times each
+    /// in order (perftest keeps one array over all its queue pairs), for
+    /// runs whose timelines share an origin (many lanes of one run).
+    pub fn merged<'a>(parts: impl IntoIterator<Item = &'a Timeline> + Clone) -> Timeline {
+        let origin = parts
+            .clone()
+            .into_iter()
+            .map(|t| t.origin)
+            .min()
+            .unwrap_or_else(Stamp::now);
+        let shifted = |t: &Timeline, v: &[u64]| -> Vec<u64> {
+            let d = t.origin.ticks_since(origin);
+            v.iter().map(|x| x + d).collect()
+        };
+        let mut posted: Vec<u64> = parts
+            .clone()
+            .into_iter()
+            .flat_map(|t| shifted(t, &t.posted))
+            .collect();
+        let mut completed: Vec<u64> = parts
+            .into_iter()
+            .flat_map(|t| shifted(t, &t.completed))
+            .collect();
+        posted.sort_unstable();
+        completed.sort_unstable();
+        Timeline {
+            origin,
+            posted,
+            completed,
+        }
+    }
+
+    /// The run's bandwidth for operations of `size` bytes (see
+    /// [`Bandwidth::from_times`](crate::stats::Bandwidth::from_times));
+    /// `None` if nothing completed.
+    pub fn bandwidth(&self, size: usize) -> Option<crate::stats::Bandwidth> {
+        let secs = |v: &[u64]| -> Vec<f64> {
+            let rate = ticks_per_sec();
+            v.iter().map(|&t| t as f64 / rate).collect()
+        };
+        crate::stats::Bandwidth::from_times(size, &secs(&self.posted), &secs(&self.completed))
+    }
+}
+
 /// Microseconds in `ticks` (from [`Stamp::ticks_since`]).
 pub fn micros(ticks: u64) -> f64 {
     ticks as f64 / ticks_per_sec() * 1e6
@@ -154,5 +241,24 @@ mod tests {
             (ds - di).abs() < 0.01 + di * 0.1,
             "stamp {ds} s vs instant {di} s"
         );
+    }
+
+    #[test]
+    fn a_timeline_keeps_order_and_merges_lanes_from_their_origins() {
+        let origin = Stamp(1_000);
+        let mut a = Timeline::with_capacity(origin, 4);
+        a.posted(Stamp(1_010), 2);
+        a.completed.extend([30, 30]);
+        let mut b = Timeline::with_capacity(Stamp(1_005), 2);
+        b.posted(Stamp(1_015), 1);
+        b.completed.push(5);
+        assert_eq!((a.posted.as_slice(), a.completed()), (&[10, 10][..], 2));
+        // b's ticks count from 1005: shifted by 5 onto the earliest origin.
+        let m = Timeline::merged([&a, &b]);
+        assert_eq!(m.origin, origin);
+        assert_eq!(m.posted, [10, 10, 15]);
+        assert_eq!(m.completed, [10, 30, 30]);
+        assert!(m.bandwidth(64).is_some());
+        assert!(Timeline::with_capacity(origin, 0).bandwidth(64).is_none());
     }
 }

@@ -16,10 +16,9 @@ use crate::latency::wait_for_byte;
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
-use rdma_examples::clock::{self, Laps, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp, Timeline};
 use rdma_examples::fail;
 use rdma_examples::shared::SharedBuffer;
-use rdma_examples::stats::Bandwidth;
 use rdma_examples::{pattern, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::{
@@ -99,12 +98,13 @@ pub(crate) fn run_bw(
     };
     let pool = pool(side, size, targets, "the async buffers")?;
     let _ = clock::ticks_per_sec(); // calibrate before timing
-    let mut tl = Timeline::with_capacity(iters);
+    let mut tl = Timeline::with_capacity(Stamp::now(), iters);
+    let mut post_time = Duration::ZERO;
     let end = on_runtime(side, p.events, async |ch| -> Result<Instant> {
         let mut pump = Pump {
             ch,
             tl: &mut tl,
-            verbose,
+            post_time: verbose.then_some(&mut post_time),
             iters,
             depth,
             size,
@@ -148,12 +148,11 @@ pub(crate) fn run_bw(
         }
         Ok(Instant::now())
     })?;
-    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed)
-        .ok_or_else(|| fail("no operations"))?;
+    let bw = tl.bandwidth(size).ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: if verbose {
-            tl.post_time.as_secs_f64() * 1e9 / iters as f64
+            post_time.as_secs_f64() * 1e9 / iters as f64
         } else {
             f64::NAN
         },
@@ -162,30 +161,12 @@ pub(crate) fn run_bw(
     })
 }
 
-/// Post and completion times of a run (seconds since its start).
-struct Timeline {
-    origin: Stamp,
-    posted: Vec<f64>,
-    completed: Vec<f64>,
-    post_time: Duration,
-}
-
-impl Timeline {
-    fn with_capacity(n: usize) -> Self {
-        Timeline {
-            origin: Stamp::now(),
-            posted: Vec::with_capacity(n),
-            completed: Vec::with_capacity(n),
-            post_time: Duration::ZERO,
-        }
-    }
-}
-
 /// The bandwidth loop's settings and record.
 struct Pump<'a, 't> {
     ch: &'a SharedChannel,
     tl: &'t mut Timeline,
-    verbose: bool,
+    /// Where the time spent posting adds up (`-v`).
+    post_time: Option<&'t mut Duration>,
     iters: usize,
     depth: usize,
     size: usize,
@@ -207,7 +188,7 @@ impl Pump<'_, '_> {
         let mut inflight = VecDeque::with_capacity(depth.div_ceil(batch) + 1);
         let mut spare: Vec<Vec<OwnedRequest>> = Vec::new();
         let (mut next, mut outstanding) = (0, 0);
-        while self.tl.completed.len() < iters {
+        while self.tl.completed() < iters {
             while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
                 let mut reqs = spare.pop().unwrap_or_else(|| Vec::with_capacity(batch));
                 while reqs.len() < batch.min(iters - next) {
@@ -223,11 +204,10 @@ impl Pump<'_, '_> {
                 }
                 let t0 = Stamp::now();
                 inflight.push_back((self.ch.start(Request::batch(reqs)), n));
-                if self.verbose {
-                    self.tl.post_time += t0.elapsed();
+                if let Some(total) = self.post_time.as_deref_mut() {
+                    *total += t0.elapsed();
                 }
-                let at = (t0 - self.tl.origin).as_secs_f64();
-                self.tl.posted.extend(std::iter::repeat_n(at, n));
+                self.tl.posted(t0, n);
                 next += n;
                 outstanding += n;
             }
@@ -236,14 +216,13 @@ impl Pump<'_, '_> {
                 .ok_or_else(|| fail("no operation in flight"))?;
             let (outcome, mut reqs) = oldest.await;
             let done = outcome?;
-            let at = (Stamp::now() - self.tl.origin).as_secs_f64();
-            self.tl.completed.extend(std::iter::repeat_n(at, n));
+            self.tl.completed_now(n);
             outstanding -= n;
             if done.bytes() != self.size * n {
                 return Err(fail(format!(
                     "operations {}..{} completed with {} bytes, expected {}",
-                    self.tl.completed.len() - n,
-                    self.tl.completed.len(),
+                    self.tl.completed() - n,
+                    self.tl.completed(),
                     done.bytes(),
                     self.size * n
                 )));

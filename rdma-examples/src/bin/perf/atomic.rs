@@ -24,10 +24,10 @@ use crate::protocol::{self, AtomicKind, Params, Test};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
 use crate::report::{BW_HEADER, LAT_HEADER, RULE};
 use crate::{recv_region, send_region, Side};
-use rdma_examples::clock::{self, Laps, Stamp};
+use rdma_examples::clock::{self, Laps, Stamp, Timeline};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
-use rdma_examples::stats::{Bandwidth, Latency};
+use rdma_examples::stats::Latency;
 use rdma_examples::Result;
 use rdma_safe::{
     memory::AccessFlags, scope::ScopedPendingWork, work::ATOMIC_SIZE, AtomicWorkRequest,
@@ -244,19 +244,17 @@ fn run_bw(
         )));
     }
     let words = results.words();
-    let mut posted: Vec<f64> = Vec::with_capacity(iters);
-    let mut completed: Vec<f64> = Vec::with_capacity(iters);
     let mut post_time = Duration::ZERO;
     let _ = clock::ticks_per_sec(); // calibrate before timing
-    let origin = Stamp::now();
-    let (posted_ref, completed_ref, post_time_ref) = (&mut posted, &mut completed, &mut post_time);
+    let mut tl = Timeline::with_capacity(Stamp::now(), iters);
+    let (tl_ref, post_time_ref) = (&mut tl, &mut post_time);
     let closure_end = measured_loop(|| {
         side.channel.scope(|s| -> Result<Instant> {
             // (handle, first operation, operations) of each batch in flight.
             let mut inflight: VecDeque<(ScopedPendingWork<'_>, usize, usize)> =
                 VecDeque::with_capacity(depth);
             let (mut next, mut in_ops) = (0, 0);
-            while completed_ref.len() < iters {
+            while tl_ref.completed() < iters {
                 // Operation `k` uses word `k % depth`; at most `depth` are in
                 // flight, so a word is reused only after its operation completed
                 // and its old value was read.
@@ -276,16 +274,14 @@ fn run_bw(
                     if verbose {
                         *post_time_ref += t0.elapsed();
                     }
-                    let at = (t0 - origin).as_secs_f64();
-                    posted_ref.extend(std::iter::repeat_n(at, n));
+                    tl_ref.posted(t0, n);
                     inflight.push_back((handle, next, n));
                     next += n;
                     in_ops += n;
                 }
                 let (oldest, first, n) = inflight.pop_front().expect("a batch is in flight");
                 oldest.wait()?;
-                let at = (Stamp::now() - origin).as_secs_f64();
-                completed_ref.extend(std::iter::repeat_n(at, n));
+                tl_ref.completed_now(n);
                 for k in first..first + n {
                     olds[k] = words[k % depth].load(Ordering::Acquire);
                 }
@@ -296,7 +292,8 @@ fn run_bw(
     })
     .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
-    let bw = Bandwidth::from_times(ATOMIC_SIZE, &posted, &completed)
+    let bw = tl
+        .bandwidth(ATOMIC_SIZE)
         .ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,

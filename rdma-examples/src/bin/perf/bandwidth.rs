@@ -6,7 +6,7 @@
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
 use crate::{check_message, seed, Side, BY_CLIENT};
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Stamp, Timeline};
 use rdma_examples::fail;
 use rdma_examples::net::Link;
 use rdma_examples::stats::Bandwidth;
@@ -112,9 +112,9 @@ pub(crate) fn run_bw(
     }
     let (iters, depth, test) = (p.iters, p.tx_depth, p.test);
     let _ = clock::ticks_per_sec(); // calibrate before timing
-    let origin = Stamp::now();
-    let mut tl = Timeline::with_capacity(iters);
-    let tl_ref = &mut tl;
+    let mut tl = Timeline::with_capacity(Stamp::now(), iters);
+    let mut post_time = Duration::ZERO;
+    let (tl_ref, post_time_ref) = (&mut tl, &mut post_time);
     let closure_end = measured_loop(|| {
         side.channel.scope(|s| -> Result<Instant> {
             match test {
@@ -123,9 +123,8 @@ pub(crate) fn run_bw(
                     let g = [mr.gather_element(buf)];
                     let mut batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
                     pump(
-                        verbose,
+                        verbose.then_some(&mut *post_time_ref),
                         tl_ref,
-                        origin,
                         iters,
                         depth,
                         size,
@@ -146,9 +145,8 @@ pub(crate) fn run_bw(
                         .map(|e| ReadWorkRequest::new(e, remote))
                         .collect();
                     pump(
-                        verbose,
+                        verbose.then_some(&mut *post_time_ref),
                         tl_ref,
-                        origin,
                         iters,
                         depth,
                         size,
@@ -160,9 +158,8 @@ pub(crate) fn run_bw(
                     let g = [mr.gather_element(buf)];
                     let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
                     pump(
-                        verbose,
+                        verbose.then_some(&mut *post_time_ref),
                         tl_ref,
-                        origin,
                         iters,
                         depth,
                         size,
@@ -181,34 +178,16 @@ pub(crate) fn run_bw(
     })
     .map_err(rdma_safe::Error::from)?;
     let scope_exit_us = closure_end.elapsed().as_secs_f64() * 1e6;
-    let bw = Bandwidth::from_times(size, &tl.posted, &tl.completed)
-        .ok_or_else(|| fail("no operations"))?;
+    let bw = tl.bandwidth(size).ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: if verbose {
-            tl.post_time.as_secs_f64() * 1e9 / iters as f64
+            post_time.as_secs_f64() * 1e9 / iters as f64
         } else {
             f64::NAN
         },
         scope_exit_us,
     })
-}
-
-/// Post and completion times of a bandwidth run (seconds since its start).
-struct Timeline {
-    posted: Vec<f64>,
-    completed: Vec<f64>,
-    post_time: Duration,
-}
-
-impl Timeline {
-    fn with_capacity(n: usize) -> Self {
-        Timeline {
-            posted: Vec::with_capacity(n),
-            completed: Vec::with_capacity(n),
-            post_time: Duration::ZERO,
-        }
-    }
 }
 
 /// The most memory a bandwidth test's rotating buffers span (send_bw's
@@ -253,9 +232,8 @@ pub(crate) const MAX_BATCH: usize = 8;
 /// (cheap TSC reads, as perftest).
 #[allow(clippy::too_many_arguments)]
 fn pump<'scope>(
-    measure_posts: bool,
+    mut post_time: Option<&mut Duration>,
     tl: &mut Timeline,
-    origin: Stamp,
     iters: usize,
     depth: usize,
     size: usize,
@@ -264,29 +242,27 @@ fn pump<'scope>(
 ) -> Result<()> {
     let mut inflight: VecDeque<(ScopedPendingWork<'scope>, usize)> = VecDeque::with_capacity(depth);
     let (mut next, mut outstanding) = (0, 0);
-    while tl.completed.len() < iters {
+    while tl.completed() < iters {
         while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
             let n = batch.min(iters - next);
             let t0 = Stamp::now();
             inflight.push_back((post(next, n)?, n));
-            if measure_posts {
-                tl.post_time += t0.elapsed();
+            if let Some(total) = post_time.as_deref_mut() {
+                *total += t0.elapsed();
             }
-            let at = (t0 - origin).as_secs_f64();
-            tl.posted.extend(std::iter::repeat_n(at, n));
+            tl.posted(t0, n);
             next += n;
             outstanding += n;
         }
         let (oldest, n) = inflight.pop_front().expect("an operation is in flight");
         let done = oldest.wait()?;
-        let at = (Stamp::now() - origin).as_secs_f64();
-        tl.completed.extend(std::iter::repeat_n(at, n));
+        tl.completed_now(n);
         outstanding -= n;
         if done.bytes() != size * n {
             return Err(fail(format!(
                 "operations {}..{} completed with {} bytes, expected {}",
-                tl.completed.len() - n,
-                tl.completed.len(),
+                tl.completed() - n,
+                tl.completed(),
                 done.bytes(),
                 size * n
             )));

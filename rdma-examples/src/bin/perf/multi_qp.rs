@@ -28,9 +28,8 @@ use crate::bandwidth::{batch_size, read_chunks, BwRun};
 use crate::measured::measured_loop;
 use crate::protocol::AtomicKind;
 use crate::{check_message, Side};
-use rdma_examples::clock::{self, Stamp};
+use rdma_examples::clock::{self, Stamp, Timeline};
 use rdma_examples::fail;
-use rdma_examples::stats::Bandwidth;
 use rdma_examples::Result;
 use rdma_safe::{
     scope::ScopedPendingWork, work::ATOMIC_SIZE, ReadWorkRequest, ReceiveWorkRequest,
@@ -91,12 +90,11 @@ pub(crate) struct Shape {
     pub(crate) timeout: Duration,
 }
 
-/// Post and completion times of a lane's operations (seconds since the
-/// run's start), and the messages it received.
-#[derive(Debug, Default)]
+/// Post and completion times of a lane's operations (from the run's
+/// origin, shared by every lane), and the messages it received.
+#[derive(Debug)]
 pub(crate) struct LaneTimes {
-    pub(crate) posted: Vec<f64>,
-    pub(crate) completed: Vec<f64>,
+    pub(crate) timeline: Timeline,
     pub(crate) received: usize,
     /// The old values of the lane's atomics, in order.
     pub(crate) olds: Vec<u64>,
@@ -144,7 +142,10 @@ fn lanes_from(
     origin: Stamp,
     ready: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Vec<LaneTimes>> {
-    let mut times: Vec<LaneTimes> = plans.iter().map(|plan| lane_times(plan, shape)).collect();
+    let mut times: Vec<LaneTimes> = plans
+        .iter()
+        .map(|plan| lane_times(plan, shape, origin))
+        .collect();
     let mut none = || {
         Ok(Turn {
             done: true,
@@ -154,7 +155,7 @@ fn lanes_from(
     // The lanes' scopes and every turn, as the one-lane loops wrap their
     // scope; once per thread with `--threads` (callgrind toggles its
     // collection per thread).
-    measured_loop(|| nest(sides, plans, shape, origin, &mut times, &mut none, ready))?;
+    measured_loop(|| nest(sides, plans, shape, &mut times, &mut none, ready))?;
     Ok(times)
 }
 
@@ -273,7 +274,7 @@ impl Drop for MeetOnExit<'_> {
 }
 
 /// A lane's empty record, with room for its operations.
-fn lane_times(plan: &Plan, shape: &Shape) -> LaneTimes {
+fn lane_times(plan: &Plan, shape: &Shape, origin: Stamp) -> LaneTimes {
     let n = if matches!(plan.post, Post::Nothing) {
         0
     } else {
@@ -285,8 +286,7 @@ fn lane_times(plan: &Plan, shape: &Shape) -> LaneTimes {
         0
     };
     LaneTimes {
-        posted: Vec::with_capacity(n),
-        completed: Vec::with_capacity(n),
+        timeline: Timeline::with_capacity(origin, n),
         received: 0,
         olds: Vec::with_capacity(atomics),
     }
@@ -297,18 +297,9 @@ fn lane_times(plan: &Plan, shape: &Shape) -> LaneTimes {
 /// (one array over all its queue pairs), so that the peak and the average
 /// cover all lanes.
 pub(crate) fn bandwidth(size: usize, lanes: &[LaneTimes]) -> Result<BwRun> {
-    let mut posted: Vec<f64> = lanes
-        .iter()
-        .flat_map(|l| l.posted.iter().copied())
-        .collect();
-    let mut completed: Vec<f64> = lanes
-        .iter()
-        .flat_map(|l| l.completed.iter().copied())
-        .collect();
-    posted.sort_by(f64::total_cmp);
-    completed.sort_by(f64::total_cmp);
-    let bw =
-        Bandwidth::from_times(size, &posted, &completed).ok_or_else(|| fail("no operations"))?;
+    let bw = Timeline::merged(lanes.iter().map(|l| &l.timeline))
+        .bandwidth(size)
+        .ok_or_else(|| fail("no operations"))?;
     Ok(BwRun {
         bw,
         post_ns_avg: f64::NAN,
@@ -324,7 +315,6 @@ fn nest(
     sides: &mut [Side],
     plans: &[Plan],
     shape: &Shape,
-    origin: Stamp,
     times: &mut [LaneTimes],
     outer: &mut dyn FnMut() -> Result<Turn>,
     ready: &mut dyn FnMut() -> Result<()>,
@@ -450,8 +440,7 @@ fn nest(
                         Post::Nothing => return Err(fail("a passive lane posted")),
                     };
                     inflight.push_back((handle, n));
-                    let at = (t0 - origin).as_secs_f64();
-                    tl.posted.extend(std::iter::repeat_n(at, n));
+                    tl.timeline.posted(t0, n);
                     next += n;
                     outstanding += n;
                 }
@@ -463,9 +452,8 @@ fn nest(
                             break;
                         }
                     };
-                    let at = (Stamp::now() - origin).as_secs_f64();
-                    let first = tl.completed.len();
-                    tl.completed.extend(std::iter::repeat_n(at, n));
+                    let first = tl.timeline.completed();
+                    tl.timeline.completed_now(n);
                     outstanding -= n;
                     events += 1;
                     if let Post::Atomic { results, .. } = plan.post {
@@ -478,8 +466,8 @@ fn nest(
                     if done.bytes() != size * n {
                         return Err(fail(format!(
                             "operations {}..{} completed with {} bytes, expected {}",
-                            tl.completed.len() - n,
-                            tl.completed.len(),
+                            tl.timeline.completed() - n,
+                            tl.timeline.completed(),
                             done.bytes(),
                             size * n
                         )));
@@ -511,7 +499,7 @@ fn nest(
                     }
                 }
                 Ok(Turn {
-                    done: tl.completed.len() >= to_post && tl.received >= to_receive,
+                    done: tl.timeline.completed() >= to_post && tl.received >= to_receive,
                     events,
                 })
             };
@@ -523,7 +511,7 @@ fn nest(
                     events: a.events + b.events,
                 })
             };
-            nest(sides, plans, shape, origin, times, &mut turn, ready)
+            nest(sides, plans, shape, times, &mut turn, ready)
         })
         .map_err(rdma_safe::Error::from)
 }
@@ -564,30 +552,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lanes_merge_into_one_timeline() {
-        // Two lanes, interleaved: the report is that of one timeline with
-        // every post and every completion in order, as perftest keeps it.
-        let lane = |posted: &[f64], completed: &[f64]| LaneTimes {
-            posted: posted.to_vec(),
-            completed: completed.to_vec(),
+    fn lanes_that_completed_nothing_have_no_bandwidth() {
+        // How lanes merge into one timeline is the library's
+        // (`Timeline::merged`, tested there); a run with nothing
+        // completed is an error, not a division by zero.
+        let idle = LaneTimes {
+            timeline: Timeline::with_capacity(Stamp::now(), 0),
             received: 0,
             olds: Vec::new(),
         };
-        let lanes = [
-            lane(&[0.0, 0.0, 2.0], &[1.0, 1.0, 3.0]),
-            lane(&[0.5, 2.5], &[1.5, 4.0]),
-        ];
-        let merged = bandwidth(1 << 20, &lanes).unwrap().bw;
-        let one = Bandwidth::from_times(
-            1 << 20,
-            &[0.0, 0.0, 0.5, 2.0, 2.5],
-            &[1.0, 1.0, 1.5, 3.0, 4.0],
-        )
-        .unwrap();
-        assert_eq!(merged, one);
-        // Five 1 MiB operations from 0 to 4 s.
-        assert!((merged.avg_mb - 1.25).abs() < 1e-9, "{merged:?}");
-        assert!((merged.mpps - 5.0 / 4.0 / 1e6).abs() < 1e-12, "{merged:?}");
-        assert!(bandwidth(64, &[LaneTimes::default()]).is_err());
+        assert!(bandwidth(64, &[idle]).is_err());
     }
 }
