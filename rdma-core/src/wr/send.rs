@@ -110,6 +110,22 @@ unsafe impl Sync for SendRequest<'_> {}
 impl<'a> SendRequest<'a> {
     #[inline]
     fn with_opcode(wr_id: u64, opcode: sys::ibv_wr_opcode, sges: &'a [Sge]) -> Self {
+        // SAFETY: the union is plain C data (integers and pointers), for
+        // which all zero bytes are a valid value.
+        Self::assemble(wr_id, opcode, sges, 0, 0, unsafe { std::mem::zeroed() })
+    }
+
+    /// A request with every field given (`imm_data` in network order),
+    /// built as one value; the unions no constructor here uses are zero.
+    #[inline(always)]
+    fn assemble(
+        wr_id: u64,
+        opcode: sys::ibv_wr_opcode,
+        sges: &'a [Sge],
+        send_flags: u32,
+        imm_data: u32,
+        wr: sys::ibv_send_wr__bindgen_ty_2,
+    ) -> Self {
         let (sg_list, num_sge) = sg_list(sges);
         SendRequest {
             raw: sys::ibv_send_wr {
@@ -118,8 +134,15 @@ impl<'a> SendRequest<'a> {
                 sg_list,
                 num_sge,
                 opcode,
-                send_flags: 0,
-                ..Default::default()
+                send_flags,
+                __bindgen_anon_1: sys::ibv_send_wr__bindgen_ty_1 { imm_data },
+                wr,
+                // SAFETY: C unions of integers and pointers (all zero bytes
+                // are a valid value), unused by the requests built here
+                // or set after (`bind_mw`).
+                qp_type: unsafe { std::mem::zeroed() },
+                // SAFETY: as above.
+                __bindgen_anon_2: unsafe { std::mem::zeroed() },
             },
             borrows: PhantomData,
         }
@@ -153,7 +176,6 @@ impl<'a> SendRequest<'a> {
         flags: SendFlags,
     ) -> Self {
         use sys::ibv_wr_opcode as O;
-        let (sg_list, num_sge) = sg_list(sges);
         let opcode = match (remote.is_some(), imm.is_some()) {
             (false, false) => O::IBV_WR_SEND,
             (false, true) => O::IBV_WR_SEND_WITH_IMM,
@@ -166,26 +188,8 @@ impl<'a> SendRequest<'a> {
         if let Some((remote_addr, rkey)) = remote {
             wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
         }
-        SendRequest {
-            raw: sys::ibv_send_wr {
-                wr_id,
-                next: ptr::null_mut(),
-                sg_list,
-                num_sge,
-                opcode,
-                send_flags: flags.bits(),
-                __bindgen_anon_1: sys::ibv_send_wr__bindgen_ty_1 {
-                    imm_data: imm.unwrap_or(0).to_be(),
-                },
-                wr,
-                // SAFETY: as above: C unions of integers and pointers,
-                // unused by these requests.
-                qp_type: unsafe { std::mem::zeroed() },
-                // SAFETY: as above.
-                __bindgen_anon_2: unsafe { std::mem::zeroed() },
-            },
-            borrows: PhantomData,
-        }
+        let imm = imm.unwrap_or(0).to_be();
+        Self::assemble(wr_id, opcode, sges, flags.bits(), imm, wr)
     }
 
     /// A send of the bytes gathered from `sges` (`IBV_WR_SEND`).
