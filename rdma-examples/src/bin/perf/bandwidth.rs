@@ -166,7 +166,7 @@ pub(crate) fn run_bw(
                         batch.len(),
                         &mut |first, n| {
                             for (k, wr) in batch[..n].iter_mut().enumerate() {
-                                *wr = SendWorkRequest::new(&g).with_immediate((first + k) as u32);
+                                *wr = wr.with_immediate((first + k) as u32);
                             }
                             s.post_batch(&mut batch[..n])
                         },

@@ -417,9 +417,9 @@ fn nest(
                         Post::Write(_) => s.post_batch(&mut writes[..n])?,
                         Post::Read(_) => s.post_batch(&mut reads[..n])?,
                         Post::Send => {
-                            let g = gather.as_ref().ok_or_else(|| fail("no message"))?;
+                            gather.as_ref().ok_or_else(|| fail("no message"))?;
                             for (k, wr) in sends[..n].iter_mut().enumerate() {
-                                *wr = SendWorkRequest::new(g).with_immediate((next + k) as u32);
+                                *wr = wr.with_immediate((next + k) as u32);
                             }
                             s.post_batch(&mut sends[..n])?
                         }
