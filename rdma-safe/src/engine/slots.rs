@@ -112,6 +112,17 @@ impl<T> SlotRing<T> {
         self.get(id).is_some()
     }
 
+    /// Every id below this one is untracked (the window starts here);
+    /// `u64::MAX` when nothing is tracked.
+    #[inline]
+    pub(crate) fn oldest(&self) -> u64 {
+        if self.span == 0 {
+            u64::MAX
+        } else {
+            self.base
+        }
+    }
+
     /// Removes `id`'s entry and returns it.
     pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
         let i = self.index(id)?;
@@ -216,6 +227,7 @@ mod tests {
             s.insert(id, id * 100);
         }
         assert_eq!(s.len(), 10);
+        assert_eq!(s.oldest(), 10);
         assert!(s.contains_key(10) && s.contains_key(19));
         assert!(!s.contains_key(9) && !s.contains_key(20));
         // Remove in a different order than inserted.
@@ -225,6 +237,7 @@ mod tests {
         }
         assert_eq!(s.len(), 6);
         assert_eq!(s.base, 11, "front advanced past removed id 10 only");
+        assert_eq!(s.oldest(), 11, "nothing below the window is tracked");
         for id in [11, 13, 14, 16, 17] {
             assert_eq!(s.remove_with(id, |v| *v + 1), Some(id * 100 + 1));
         }
@@ -233,6 +246,7 @@ mod tests {
         assert!(s.remove(18).is_some());
         assert_eq!(s.len(), 0);
         assert_eq!(s.span, 0, "window empty");
+        assert_eq!(s.oldest(), u64::MAX, "nothing tracked at all");
         // An id handed out but never tracked keeps the later ones in place.
         s.insert(20, 1);
         s.skip(21);

@@ -73,7 +73,10 @@ impl WorkQueue {
     /// Removes from `ids` those no longer outstanding or unclaimed (one lock).
     pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
         let st = self.lock();
-        ids.retain(|&id| st.slots.contains_key(id));
+        // Most ids of a long-lived scope are below the ring's window: one
+        // comparison each, no lookup.
+        let oldest = st.slots.oldest();
+        ids.retain(|&id| id >= oldest && st.slots.contains_key(id));
     }
 
     /// Whether `id` is still outstanding or unclaimed.
