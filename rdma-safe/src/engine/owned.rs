@@ -17,7 +17,7 @@ use super::WorkQueue;
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
-use rdma_core::{CompChannel, RecvRequest, SendRequest, Sge};
+use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -85,27 +85,24 @@ impl WorkQueue {
         sges: &'a [Sge],
     ) -> SendRequest<'a> {
         let len: u32 = sges.iter().map(Sge::length).sum();
-        let req = match kind {
-            OwnedKind::Send { imm: None } => SendRequest::send(id, sges),
-            OwnedKind::Send { imm: Some(i) } => SendRequest::send_with_imm(id, sges, i),
-            OwnedKind::Write { remote, imm: None } => {
-                SendRequest::rdma_write(id, sges, remote.address(), remote.rkey())
+        let flags = if len > 0 && len <= self.limits.inline_default {
+            SendFlags::INLINE
+        } else {
+            SendFlags::empty()
+        };
+        // Built as one value (`send_or_write`), straight into a batch's list.
+        match kind {
+            OwnedKind::Send { imm } => SendRequest::send_or_write(id, sges, None, imm, flags),
+            OwnedKind::Write { remote, imm } => {
+                let remote = Some((remote.address(), remote.rkey()));
+                SendRequest::send_or_write(id, sges, remote, imm, flags)
             }
-            OwnedKind::Write {
-                remote,
-                imm: Some(i),
-            } => SendRequest::rdma_write_with_imm(id, sges, remote.address(), remote.rkey(), i),
             OwnedKind::Read { remote } => {
-                return SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
+                SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
             }
             OwnedKind::Receive | OwnedKind::Batch { .. } => {
                 unreachable!("not a single send-queue request")
             }
-        };
-        if len > 0 && len <= self.limits.inline_default {
-            req.inline()
-        } else {
-            req
         }
     }
 }
