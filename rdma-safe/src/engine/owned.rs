@@ -78,6 +78,9 @@ impl WorkQueue {
     /// batch) over `sges` (none for a zero-length payload), inline when its
     /// payload fits the default inline size and the NIC reads it: single
     /// owning requests and the members of owning batches are built here.
+    /// Inlined, so that a batch's requests are written straight into its
+    /// list (out of line: a call and a copy per request).
+    #[inline(always)]
     pub(super) fn owned_send_request<'a>(
         &self,
         kind: OwnedKind,
