@@ -152,12 +152,12 @@ impl<'a> SendRequest<'a> {
     /// rkey), with immediate data if `imm` is given (host order), and the
     /// flags `flags`: the four data-path requests built in one step.
     ///
-    /// The same requests as [`send`](Self::send),
-    /// [`send_with_imm`](Self::send_with_imm), [`rdma_write`](Self::rdma_write)
-    /// and [`rdma_write_with_imm`](Self::rdma_write_with_imm) followed by
-    /// flag setters, but written as one value: a batch that builds its
+    /// What [`send`](Self::send), [`send_with_imm`](Self::send_with_imm),
+    /// [`rdma_write`](Self::rdma_write) and
+    /// [`rdma_write_with_imm`](Self::rdma_write_with_imm) build (they call
+    /// it), with the flags set in the same step: a batch that builds its
     /// requests straight into its list stores each field once instead of
-    /// building a request aside and copying its 128 bytes.
+    /// building a request aside, setting flags and copying its 128 bytes.
     ///
     /// ```
     /// # use rdma_core::{SendFlags, SendRequest, Sge};
@@ -195,25 +195,22 @@ impl<'a> SendRequest<'a> {
     /// A send of the bytes gathered from `sges` (`IBV_WR_SEND`).
     #[inline]
     pub fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
-        Self::with_opcode(wr_id, sys::ibv_wr_opcode::IBV_WR_SEND, sges)
+        Self::send_or_write(wr_id, sges, None, None, SendFlags::empty())
     }
 
     /// A send carrying `imm` (host order; sent in network order) in the
     /// receiver's completion (`IBV_WR_SEND_WITH_IMM`).
     #[inline]
     pub fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
-        let mut wr = Self::with_opcode(wr_id, sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM, sges);
-        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
-        wr
+        Self::send_or_write(wr_id, sges, None, Some(imm), SendFlags::empty())
     }
 
     /// An RDMA write of the bytes gathered from `sges` to `remote_addr` in
     /// the peer's region with `rkey` (`IBV_WR_RDMA_WRITE`).
     #[inline]
     pub fn rdma_write(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
-        let mut wr = Self::with_opcode(wr_id, sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE, sges);
-        wr.raw.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-        wr
+        let remote = Some((remote_addr, rkey));
+        Self::send_or_write(wr_id, sges, remote, None, SendFlags::empty())
     }
 
     /// An RDMA write that also consumes a receive at the peer, whose
@@ -226,10 +223,8 @@ impl<'a> SendRequest<'a> {
         rkey: u32,
         imm: u32,
     ) -> Self {
-        let mut wr = Self::rdma_write(wr_id, sges, remote_addr, rkey);
-        wr.raw.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.raw.__bindgen_anon_1.imm_data = imm.to_be();
-        wr
+        let remote = Some((remote_addr, rkey));
+        Self::send_or_write(wr_id, sges, remote, Some(imm), SendFlags::empty())
     }
 
     /// An RDMA read from `remote_addr` in the peer's region with `rkey`,
