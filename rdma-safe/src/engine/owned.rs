@@ -12,9 +12,10 @@
 use super::attached::{Attached, Callback, Held, Notify};
 use super::clock::WaitClock;
 use super::post::check_remote_len;
+use super::post::invalid;
 use super::tracker::{Slot, Tracker};
 use super::WorkQueue;
-use crate::error::{Error, Operation, Result, VerbsError};
+use crate::error::{Error, Operation, Result};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
 use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
@@ -148,16 +149,12 @@ impl WorkQueue {
             return self.post_owned_batch_locked(st, op, held, notify, look);
         }
         let op = kind.operation();
-        let invalid = |msg: String| Error::Post {
-            operation: op,
-            source: VerbsError::InvalidArgument(msg),
-        };
         let (addr, len, lkey) = match (&held, kind) {
             (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
             (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
             (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
             _ => {
-                let e = invalid(format!("a {op} needs the other kind of buffer"));
+                let e = invalid(op, format_args!("a {op} needs the other kind of buffer"));
                 return Err(Refused::Error(e, held));
             }
         };

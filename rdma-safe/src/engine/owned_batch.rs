@@ -14,9 +14,10 @@
 
 use super::attached::{Attached, Held, Notify};
 use super::owned::{OwnedKind, Refused, Returned};
+use super::post::invalid;
 use super::tracker::{Tracker, BATCH_MEMBER};
 use super::{fill_list, WorkQueue};
-use crate::error::{Error, Operation, VerbsError};
+use crate::error::Operation;
 use crate::owned::{OwnedRequest, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, Sge};
 use std::convert::Infallible;
@@ -37,14 +38,17 @@ impl WorkQueue {
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
         let Held::Batch(reqs) = &held else {
-            let e = invalid(Operation::Send, "a batch needs a batch of requests".into());
+            let e = invalid(
+                Operation::Send,
+                format_args!("a batch needs a batch of requests"),
+            );
             return Err(Refused::Error(e, held));
         };
         let n = reqs.len();
         if n == 0 || n > OWNED_BATCH_MAX || n > st.sq_capacity {
             let e = invalid(
                 op,
-                format!(
+                format_args!(
                     "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
                     OWNED_BATCH_MAX, st.sq_capacity
                 ),
@@ -144,12 +148,5 @@ fn kind_of(req: &OwnedRequest) -> OwnedKind {
         OwnedRequest::Send { imm, .. } => OwnedKind::Send { imm },
         OwnedRequest::Write { remote, imm, .. } => OwnedKind::Write { remote, imm },
         OwnedRequest::Read { remote, .. } => OwnedKind::Read { remote },
-    }
-}
-
-fn invalid(operation: Operation, msg: String) -> Error {
-    Error::Post {
-        operation,
-        source: VerbsError::InvalidArgument(msg),
     }
 }

@@ -387,7 +387,7 @@ pub(super) fn check_remote_len(
 /// inliner's budget (a call per request, about 15 instructions).
 #[cold]
 #[inline(never)]
-fn invalid(op: Operation, why: std::fmt::Arguments<'_>) -> Error {
+pub(super) fn invalid(op: Operation, why: std::fmt::Arguments<'_>) -> Error {
     Error::Post {
         operation: op,
         source: VerbsError::InvalidArgument(why.to_string()),
