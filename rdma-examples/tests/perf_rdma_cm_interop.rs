@@ -1,6 +1,7 @@
 //! `perf -R` against perftest's `ib_<test> -R` (rdma_cm mode), both
 //! directions: our server with their client, their server with our client
-//! (and ours against itself). Both programs must exit 0, the client —
+//! (and ours against itself, including two sides started for different
+//! tests, which must refuse each other). Both programs must exit 0, the client —
 //! whichever tool, it measures — must print a result row with sane numbers
 //! (positive bandwidth or latency; no test asserts speed), and our server
 //! the client's report or what it did.
@@ -202,5 +203,69 @@ fn perf_rdma_cm_against_itself() {
         ("write_bw", &["-n", "200", "-s", "4096"][..]),
     ]) {
         ours_both(test, opts, port);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn perf_rdma_cm_refuses_a_peer_running_another_test() {
+    // Without the announcement after the version, write_bw against read_bw
+    // exited 0 on both sides, and the latency pairs ran into 30 s timeouts.
+    // Now both sides refuse after the version exchange, each naming both
+    // tests (or both command lines where only an option differs).
+    let cases: [(&[&str], &[&str], &str, &str); 4] = [
+        (
+            &["write_bw"],
+            &["read_bw"],
+            "the client runs read_bw but this server runs write_bw",
+            "the server runs write_bw but this client runs read_bw",
+        ),
+        (
+            &["read_bw"],
+            &["write_bw"],
+            "the client runs write_bw but this server runs read_bw",
+            "the server runs read_bw but this client runs write_bw",
+        ),
+        (
+            &["write_lat"],
+            &["send_lat"],
+            "the client runs send_lat but this server runs write_lat",
+            "the server runs write_lat but this client runs send_lat",
+        ),
+        (
+            &["send_bw", "-s", "4096"],
+            &["send_bw", "-s", "64"],
+            "the client runs `send_bw -s 64 -n 200` but this server `send_bw -s 4096 -n 200`",
+            "the server runs `send_bw -s 4096 -n 200` but this client `send_bw -s 64 -n 200`",
+        ),
+    ];
+    for (port, (server, client, server_says, client_says)) in (19470u16..).zip(cases) {
+        let side = |test: &[&str]| {
+            let mut a = args(test);
+            a.extend(args(&["-R", "-n", "200", "-p", &port.to_string()]));
+            a
+        };
+        let mut c = side(client);
+        c.push(ip());
+        let started = std::time::Instant::now();
+        let (s, c) = pair(
+            (PERF, side(server)),
+            Some("waiting for a client"),
+            (PERF, c),
+        );
+        let took = started.elapsed();
+        for (f, says) in [(&s, server_says), (&c, client_says)] {
+            assert_eq!(
+                f.status.and_then(|s| s.code()),
+                Some(1),
+                "{} should refuse:\n{}",
+                f.label,
+                f.output
+            );
+            f.assert_has(says);
+        }
+        // Refused after the version exchange, not after a timeout (30 s);
+        // the bound only tells the two apart.
+        assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
     }
 }

@@ -10,7 +10,16 @@
 //! | bandwidth report | size, iterations (`u64` each), peak, average MB/s and Mpps (`f64` bit patterns): five messages |
 //!
 //! Messages carry no type or length: each side knows what comes next.
+//!
+//! `perf` adds one thing perftest does not see: after the NUL of its
+//! version it announces what it runs ([`Shape`]), so that two `perf -R`
+//! sides started for different tests refuse each other at once instead of
+//! running mismatched loops into a timeout or, worse, both exiting 0.
+//! perftest reads the version with `atof`, which stops at the NUL, and
+//! sends zeros there itself (its parameters start zeroed and the version
+//! is copied with `strncpy`), so neither direction changes for it.
 
+use crate::protocol::{Params, Test};
 use rdma_examples::fail;
 use rdma_examples::Result;
 
@@ -87,19 +96,155 @@ fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes(b.try_into().expect("4 bytes"))
 }
 
-/// This side's version message.
-pub(crate) fn version() -> [u8; VERSION_LEN] {
+/// The byte after the version's NUL that says the peer is `perf` (perftest
+/// has a zero there).
+const PERF_MARK: u8 = b'P';
+/// Where [`PERF_MARK`] sits: right after `6.06` and its NUL.
+const SHAPE_AT: usize = VERSION.len() + 1;
+/// The bit of the test byte that says `-b`.
+const BIDIRECTIONAL: u8 = 0x80;
+
+/// What a `perf -R` side runs, as it announces it after its version:
+///
+/// | byte | field |
+/// | --- | --- |
+/// | 5 | `P` |
+/// | 6 | the test (1 = write_bw … 8 = atomic_lat, [`Test::ALL`]'s order), `0x80` set for `-b` |
+/// | 7 | `-q` |
+/// | 8..12 | `-s` (`u32`, big endian) |
+/// | 12..16 | `-n` (`u32`, big endian) |
+///
+/// Both sides of `-R` run with the same options (as perftest's do), and
+/// these are the ones whose difference makes the two sides' loops disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) test: Test,
+    pub(crate) size: u32,
+    pub(crate) iters: u32,
+    pub(crate) qps: u8,
+    pub(crate) bidirectional: bool,
+}
+
+impl Shape {
+    /// What `p` runs in `-R` mode (its first size: `-R` runs one).
+    pub(crate) fn of(p: &Params) -> Shape {
+        // The limits of -s (512 MiB), -n (10^8) and -q (64) fit the fields.
+        let fit = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        Shape {
+            test: p.test,
+            size: fit(p.sizes[0]),
+            iters: fit(p.iters),
+            qps: u8::try_from(p.qps).unwrap_or(u8::MAX),
+            bidirectional: p.bidirectional,
+        }
+    }
+
+    fn encode(&self, b: &mut [u8; VERSION_LEN]) {
+        let code = Test::ALL.iter().position(|&t| t == self.test).unwrap_or(0) as u8 + 1;
+        b[SHAPE_AT] = PERF_MARK;
+        b[SHAPE_AT + 1] = code | if self.bidirectional { BIDIRECTIONAL } else { 0 };
+        b[SHAPE_AT + 2] = self.qps;
+        b[SHAPE_AT + 3..SHAPE_AT + 7].copy_from_slice(&self.size.to_be_bytes());
+        b[SHAPE_AT + 7..SHAPE_AT + 11].copy_from_slice(&self.iters.to_be_bytes());
+    }
+
+    /// The shape a `perf` peer announced in its version message; `None` for
+    /// perftest (or anything else without the mark).
+    fn decode(b: &[u8]) -> Option<Shape> {
+        let f = b.get(SHAPE_AT..SHAPE_AT + 11)?;
+        if f[0] != PERF_MARK {
+            return None;
+        }
+        let code = usize::from(f[1] & !BIDIRECTIONAL);
+        let test = *Test::ALL.get(code.checked_sub(1)?)?;
+        Some(Shape {
+            test,
+            size: be32(&f[3..7]),
+            iters: be32(&f[7..11]),
+            qps: f[2],
+            bidirectional: f[1] & BIDIRECTIONAL != 0,
+        })
+    }
+
+    /// Whether both sides run `-n` operations: the receiving server of the
+    /// send tests, write_lat's ping-pong, and every test with `-b`.
+    fn both_count(&self) -> bool {
+        self.bidirectional || matches!(self.test, Test::SendBw | Test::SendLat | Test::WriteLat)
+    }
+
+    /// The options as a command line would give them.
+    fn describe(&self) -> String {
+        let mut s = format!("{} -s {} -n {}", self.test.name(), self.size, self.iters);
+        if self.qps != 1 {
+            s += &format!(" -q {}", self.qps);
+        }
+        if self.bidirectional {
+            s += " -b";
+        }
+        s
+    }
+
+    /// Accepts a `perf` peer that runs what this side runs.
+    ///
+    /// # Errors
+    /// Another test, or the same with another `-s`, `-q`, `-b`, or `-n`
+    /// where both sides count operations; the message names both
+    /// (`client`: whether this side is the client).
+    pub(crate) fn accept_peer(&self, peer: &Shape, client: bool) -> Result<()> {
+        // -n matters only where both sides count operations; a passive
+        // server (one-sided tests, one direction) may be given another.
+        let peer_n = if self.both_count() {
+            peer.iters
+        } else {
+            self.iters
+        };
+        if *self
+            == (Shape {
+                iters: peer_n,
+                ..*peer
+            })
+        {
+            return Ok(());
+        }
+        let (them, us) = if client {
+            ("server", "client")
+        } else {
+            ("client", "server")
+        };
+        let what = if self.test == peer.test {
+            format!(
+                "the {them} runs `{}` but this {us} `{}`",
+                peer.describe(),
+                self.describe()
+            )
+        } else {
+            format!(
+                "the {them} runs {} but this {us} runs {}",
+                peer.test.name(),
+                self.test.name()
+            )
+        };
+        Err(fail(format!(
+            "{what}: both sides of perf -R need the same test, -s, -n, -q and -b"
+        )))
+    }
+}
+
+/// This side's version message, with what it runs after the NUL.
+pub(crate) fn version(shape: &Shape) -> [u8; VERSION_LEN] {
     let mut b = [0u8; VERSION_LEN];
     b[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+    shape.encode(&mut b);
     b
 }
 
-/// The peer's version, as a number (perftest compares versions so).
+/// The peer's version, as a number (perftest compares versions so), and
+/// what it runs when it is `perf`.
 ///
 /// # Errors
 /// Text that is not a version number, or one older than perftest 5.70
 /// (whose exchange differs).
-pub(crate) fn decode_version(b: &[u8]) -> Result<f64> {
+pub(crate) fn decode_version(b: &[u8]) -> Result<(f64, Option<Shape>)> {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     let text = String::from_utf8_lossy(&b[..end]);
     let v: f64 = text.trim().parse().map_err(|_| {
@@ -113,7 +258,7 @@ pub(crate) fn decode_version(b: &[u8]) -> Result<f64> {
             "the peer runs perftest {v}, older than the 5.70 this side speaks"
         )));
     }
-    Ok(v)
+    Ok((v, Shape::decode(b)))
 }
 
 /// An `i32` system-data message.
@@ -213,9 +358,92 @@ mod tests {
         assert!(Dest::decode(&b[..40]).is_err());
     }
 
+    fn shape(test: Test) -> Shape {
+        Shape {
+            test,
+            size: 4096,
+            iters: 200,
+            qps: 1,
+            bidirectional: false,
+        }
+    }
+
+    #[test]
+    fn the_shape_rides_after_the_version() {
+        let mine = Shape {
+            qps: 4,
+            bidirectional: true,
+            iters: 100_000_000,
+            size: 512 << 20,
+            ..shape(Test::SendBw)
+        };
+        let b = version(&mine);
+        assert_eq!(&b[..5], b"6.06\0", "perftest reads up to the NUL");
+        assert_eq!(decode_version(&b).unwrap(), (6.06, Some(mine)));
+        for t in Test::ALL {
+            let b = version(&shape(t));
+            assert_eq!(decode_version(&b).unwrap().1, Some(shape(t)));
+        }
+        // perftest's version: zeros after the NUL, so no shape.
+        let mut theirs = [0u8; VERSION_LEN];
+        theirs[..4].copy_from_slice(b"6.06");
+        assert_eq!(decode_version(&theirs).unwrap(), (6.06, None));
+        // A mark with a test code that does not exist is not a shape.
+        let mut odd = version(&shape(Test::WriteBw));
+        odd[SHAPE_AT + 1] = 9;
+        assert_eq!(decode_version(&odd).unwrap().1, None);
+        assert_eq!(decode_version(&odd[..8]).unwrap().1, None);
+    }
+
+    #[test]
+    fn a_peer_running_something_else_is_refused_by_name() {
+        let w = shape(Test::WriteBw);
+        w.accept_peer(&w, true).unwrap();
+        let e = w
+            .accept_peer(&shape(Test::ReadBw), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the client runs read_bw but this server runs write_bw"),
+            "{e}"
+        );
+        let big = Shape { size: 65536, ..w };
+        let e = w.accept_peer(&big, true).unwrap_err().to_string();
+        assert!(
+            e.contains("the server runs `write_bw -s 65536 -n 200` but this client `write_bw -s 4096 -n 200`"),
+            "{e}"
+        );
+        let many = Shape {
+            qps: 4,
+            bidirectional: true,
+            ..w
+        };
+        let e = many.accept_peer(&w, false).unwrap_err().to_string();
+        assert!(
+            e.contains("this server `write_bw -s 4096 -n 200 -q 4 -b`"),
+            "{e}"
+        );
+        // A passive server may be given another -n; a counting one may not.
+        w.accept_peer(&Shape { iters: 7, ..w }, false).unwrap();
+        let s = shape(Test::SendBw);
+        let e = s
+            .accept_peer(&Shape { iters: 7, ..s }, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the client runs `send_bw -s 4096 -n 7`"), "{e}");
+        let b = Shape {
+            bidirectional: true,
+            ..w
+        };
+        assert!(b.accept_peer(&Shape { iters: 7, ..b }, true).is_err());
+    }
+
     #[test]
     fn small_messages() {
-        assert_eq!(decode_version(&version()).unwrap(), 6.06);
+        assert_eq!(
+            decode_version(&version(&shape(Test::WriteBw))).unwrap().0,
+            6.06
+        );
         assert!(decode_version(b"5.5\0").is_err());
         assert!(decode_version(b"x\0").is_err());
         assert_eq!(decode_mtu(&mtu(3)), Some(3));

@@ -2,7 +2,10 @@
 //! of perftest 4.5 (version 6.06) in either role.
 //!
 //! What `-R` does on the wire (both sides run with the same options, as
-//! with perftest; nothing about the test travels but addresses):
+//! with perftest; nothing about the test travels but addresses, except
+//! what a `perf` side announces after its version, unseen by perftest:
+//! [`crate::perftest_wire::Shape`], so that two `perf` sides started for
+//! different tests refuse each other at once):
 //!
 //! 1. the client connects a *control* RC connection through the RDMA
 //!    connection manager to the server's port (no TCP at all); over it
@@ -50,7 +53,7 @@ use crate::cm_loops::{self, run_allowance};
 use crate::cm_multi;
 use crate::control::{Control, RETRY_DELAY};
 use crate::options::Options;
-use crate::perftest_wire::{self as wire, BwReport, Dest, CACHE_LINE, PAGE_SIZE};
+use crate::perftest_wire::{self as wire, BwReport, Dest, Shape, CACHE_LINE, PAGE_SIZE};
 use crate::protocol::Test;
 use crate::report::{print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
 use crate::Side;
@@ -111,9 +114,17 @@ pub(crate) fn run(o: &Options) -> Result<()> {
     ctl.trace(o.verbose);
     trace("control connection established");
 
-    // exchange_versions, check_sys_data, check_mtu.
-    let version = wire::decode_version(&ctl.exchange(&wire::version())?)?;
-    trace(&format!("peer version {version}"));
+    // exchange_versions, check_sys_data, check_mtu. A `perf` peer says
+    // what it runs after its version; one that runs something else is
+    // refused here, by both sides at once.
+    let shape = Shape::of(p);
+    let (version, peer_shape) = wire::decode_version(&ctl.exchange(&wire::version(&shape))?)?;
+    trace(&format!(
+        "peer version {version}, perf peer: {peer_shape:?}"
+    ));
+    if let Some(theirs) = peer_shape {
+        shape.accept_peer(&theirs, client)?;
+    }
     let page = wire::decode_int(&ctl.exchange(&wire::int(PAGE_SIZE))?)?;
     wire::decode_int(&ctl.exchange(&wire::int(CACHE_LINE))?)?;
     if !(1..=MAX_PAGE).contains(&page) {
