@@ -378,6 +378,12 @@ impl SharedChannel {
                     buf,
                 )));
             }
+            // Every entry is `None` now: the first `n` were taken (posted
+            // or refused above), the rest never filled. Forgetting the
+            // array leaks nothing and spares the drop's look at all 32
+            // (about 240 instructions a call, the cost of two receives).
+            debug_assert!(chunk.iter().all(Option::is_none));
+            std::mem::forget(chunk);
         }
     }
 
