@@ -316,7 +316,7 @@ mod tests {
         let a = parse(&[]).unwrap().unwrap();
         assert!(!a.no_setup);
         assert_eq!(a.run.want, rxe::Want::Auto);
-        assert_eq!(a.run.timeout.as_secs(), 1200);
+        assert_eq!(a.run.timeout.as_secs(), 3600);
         let a = parse(&v(&["--no-setup", "--native", "--step-timeout", "30"]))
             .unwrap()
             .unwrap();

@@ -223,7 +223,7 @@ mod tests {
             .unwrap();
         assert_eq!(a.commands, ["ls -l --timeout 5"]);
         assert_eq!(a.run.want, Want::Native);
-        assert_eq!(a.run.timeout.as_secs(), 1200);
+        assert_eq!(a.run.timeout.as_secs(), 3600);
         let a = parse(&v(&["--", "echo", "--", "x"])).unwrap().unwrap();
         assert_eq!(a.commands, ["echo -- x"]);
         let a = parse(&v(&["--hosts", "2", "--hosts", "1", "--", "a", "--", "b"]))
