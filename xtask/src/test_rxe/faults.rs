@@ -266,7 +266,43 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
     host_death_step(p, progs, port);
     port += 1;
     connect_failures(p, progs, port);
+    async_latency_under_loss(p, progs, port + 1);
 }
+
+/// `perf send_lat --async` (one send in flight, `-t 1`) across a link that
+/// loses 5% each way: a lost acknowledgement leaves the previous send in
+/// the send queue after its answer has arrived, and the client must still
+/// post its next message rather than wait for an answer to one it never
+/// sent (which stalled both sides for their 30 s timeout in a bench run
+/// across two hosts). Every message and answer is checked.
+fn async_latency_under_loss(p: &mut Plan, progs: &Programs, port: u16) {
+    let perf = progs.ours("perf");
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    let loss = "loss 5%";
+    p.pair_step(
+        &format!("faults: {loss}: perf send_lat --async (one send in flight), data verified"),
+        port,
+        Side {
+            host: A,
+            cmd: &under(loss, &format!("{perf} send_lat {dev} -p {port}")),
+            expect: "data verified",
+        },
+        Side {
+            host: B,
+            cmd: &under(
+                loss,
+                &format!(
+                    "{perf} send_lat --async {dev} -s 64 -n {LOSSY_LAT_ITERS} -p {port} \"$PEER_IPV4\""
+                ),
+            ),
+            expect: "data verified",
+        },
+    );
+}
+
+/// Round trips of the lossy async latency step: enough that some
+/// acknowledgement is lost (about one packet in ten per round trip goes).
+const LOSSY_LAT_ITERS: u32 = 1000;
 
 /// The peer host dies mid-transfer: B's clients are killed while B's link
 /// drops everything it sends, so neither a disconnect nor anything else
@@ -462,7 +498,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), NETEM_CASES.len() + 9, "{text}");
+        assert_eq!(steps.len(), NETEM_CASES.len() + 10, "{text}");
         assert!(
             steps[0].contains(
                 "18700 0 'netem '\\''loss 1%'\\'' /t/rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" -p 18700 -n 200 -c' "
@@ -512,5 +548,16 @@ mod tests {
             steps[23]
         );
         assert!(steps[23].contains("192.168.77.3"), "{}", steps[23]);
+        assert!(
+            steps[24].contains("18723 0 'netem '\\''loss 5%'\\'' /t/perf send_lat -d"),
+            "{}",
+            steps[24]
+        );
+        assert!(
+            steps[24].contains("/t/perf send_lat --async -d"),
+            "{}",
+            steps[24]
+        );
+        assert!(steps[24].ends_with(" 'data verified' 'data verified'"));
     }
 }

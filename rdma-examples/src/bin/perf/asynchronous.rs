@@ -369,8 +369,24 @@ async fn send_lat(
     for i in 0..iters {
         laps.start();
         let send = next.take().ok_or_else(|| fail("no send made"))?;
-        if let Some(before) = sent.replace(ch.start(send)) {
-            before.await.0?;
+        let this = ch.start(send);
+        if this.wr_id().is_some() {
+            if let Some(before) = sent.replace(this) {
+                before.await.0?;
+            }
+        } else {
+            // Not posted: the send queue (-t 1: one entry) still holds the
+            // previous send. Its acknowledgement can come after the answer
+            // (across a link that lost it, only the retransmission brings
+            // it), and `start` leaves a request that finds no room to its
+            // future's first poll — which this loop made only after
+            // awaiting the answer to the message not sent. Claim the
+            // previous send, then post this one and wait for it (or learn
+            // why it was refused).
+            if let Some(before) = sent.take() {
+                before.await.0?;
+            }
+            this.await.0?;
         }
         if let Some((j, buf)) = answered.take() {
             check(j, &buf)?;
