@@ -316,9 +316,16 @@ impl SharedChannel {
     ///
     /// With the send queue full, the request is not posted
     /// ([`Op::wr_id`] is `None`): its first poll posts it, waiting for
-    /// room. Requests started after it may then be posted before it, so
-    /// where order matters (sends on one channel) start no more than the
-    /// queue holds (the channel's send depth) before awaiting.
+    /// room. Until then nothing of it is on the wire: a task that awaits
+    /// the peer's answer to it before the future itself waits for an
+    /// answer to a message not sent. Requests started after it may be
+    /// posted before it, so where order matters (sends on one channel)
+    /// start no more than the queue holds (the channel's send depth)
+    /// before awaiting. A request holds its entry until its completion is
+    /// seen, and across a lossy link the acknowledgement of a send can
+    /// come after the peer's answer to it: a loop that starts its next send
+    /// before claiming the last one needs a depth of two, or checks
+    /// [`Op::wr_id`].
     ///
     /// ```no_run
     /// # async fn f(ch: &rdma_safe::SharedChannel, pool: &rdma_safe::BufferPool)
