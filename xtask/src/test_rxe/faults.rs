@@ -300,8 +300,11 @@ fn async_latency_under_loss(p: &mut Plan, progs: &Programs, port: u16) {
     );
 }
 
-/// Round trips of the lossy async latency step: enough that some
-/// acknowledgement is lost (about one packet in ten per round trip goes).
+/// Round trips of the lossy async latency step: a round trip is four
+/// packets (message, its acknowledgement, answer, its acknowledgement),
+/// so at 5% each way about one in five loses one, and about one in twenty
+/// the acknowledgement of the client's send — dozens of the stalls the
+/// step guards against in 1000.
 const LOSSY_LAT_ITERS: u32 = 1000;
 
 /// The peer host dies mid-transfer: B's clients are killed while B's link
