@@ -267,6 +267,7 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
     port += 1;
     connect_failures(p, progs, port);
     async_latency_under_loss(p, progs, port + 1);
+    hostile_mix_step(p, progs, port + 2);
 }
 
 /// `perf send_lat --async` (one send in flight, `-t 1`) across a link that
@@ -306,6 +307,25 @@ fn async_latency_under_loss(p: &mut Plan, progs: &Programs, port: u16) {
 /// the acknowledgement of the client's send — dozens of the stalls the
 /// step guards against in 1000.
 const LOSSY_LAT_ITERS: u32 = 1000;
+
+/// Every fault of netem at once on both hosts: what a congested, flaky
+/// path does to packets together.
+const HOSTILE_MIX: &str = "delay 2ms loss 3% duplicate 3% reorder 10% 50% corrupt 1%";
+
+/// The clients of the hostile mix step, each against its own `perf`
+/// server (the server takes its options from the client): the async
+/// clients, atomics (a retransmitted atomic must not run twice: the
+/// fetched values are checked), many queue pairs, both directions and
+/// completion events — the paths no other fault step runs.
+const HOSTILE_CLIENTS: [&str; 7] = [
+    "send_bw --async -s 4096 -n 300",
+    "read_bw --async -s 4096 -n 300",
+    "write_lat --async -s 64 -n 300",
+    "atomic_bw -n 300",
+    "write_bw -q 4 -s 4096 -n 300",
+    "send_bw -b -s 4096 -n 300",
+    "send_lat -e -s 64 -n 300",
+];
 
 /// The peer host dies mid-transfer: B's clients are killed while B's link
 /// drops everything it sends, so neither a disconnect nor anything else
@@ -487,6 +507,46 @@ fn connect_failures(p: &mut Plan, progs: &Programs, port: u16) {
     );
 }
 
+/// [`HOSTILE_MIX`] on both hosts while [`HOSTILE_CLIENTS`] run one after
+/// another from B, each against a fresh `perf` server on A (ports `port`
+/// on): every one must complete with its data verified. The chain stops
+/// at the first failure; the last line is printed only if all passed.
+fn hostile_mix_step(p: &mut Plan, progs: &Programs, port: u16) {
+    let perf = progs.ours("perf");
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    let n = HOSTILE_CLIENTS.len();
+    let mut servers = Vec::new();
+    let mut clients = Vec::new();
+    for (k, client) in (port..).zip(HOSTILE_CLIENTS) {
+        let test = client.split(' ').next().unwrap_or(client);
+        servers.push(format!("{perf} {test} {dev} -p {k}"));
+        clients.push(format!("{perf} {client} {dev} -p {k} \"$PEER_IPV4\""));
+    }
+    let done = format!("hostile mix: {n} of {n} data verified");
+    let chain = |cmds: Vec<String>| {
+        format!(
+            "netem '{HOSTILE_MIX}' eval '{} && echo \"{done}\"'",
+            cmds.join(" && ").replace('\'', "'\\''")
+        )
+    };
+    p.pair_step(
+        &format!(
+            "faults: delay, loss, duplicates, reordering and corruption at once: {n} perf clients (async, atomics, -q 4, -b, -e), data verified"
+        ),
+        port,
+        Side {
+            host: A,
+            cmd: &chain(servers),
+            expect: &done,
+        },
+        Side {
+            host: B,
+            cmd: &chain(clients),
+            expect: &done,
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,7 +561,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), NETEM_CASES.len() + 10, "{text}");
+        assert_eq!(steps.len(), NETEM_CASES.len() + 11, "{text}");
         assert!(
             steps[0].contains(
                 "18700 0 'netem '\\''loss 1%'\\'' /t/rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" -p 18700 -n 200 -c' "
@@ -562,5 +622,19 @@ mod tests {
             steps[24]
         );
         assert!(steps[24].ends_with(" 'data verified' 'data verified'"));
+        // The hostile mix: seven servers on A, seven clients on B, on
+        // ports from 18724, the chain's last line the evidence.
+        let mix = steps[25];
+        assert!(mix.contains(" 18724 0 'netem "), "{mix}");
+        assert!(mix.contains("corrupt 1%"), "{mix}");
+        assert!(
+            mix.contains("/t/perf send_bw --async -s 4096 -n 300 -d"),
+            "{mix}"
+        );
+        assert!(mix.contains("/t/perf send_lat -d"), "{mix}");
+        assert!(mix.contains("-p 18730 "), "{mix}");
+        assert_eq!(mix.matches("/t/perf").count(), 14, "{mix}");
+        assert!(mix
+            .ends_with(" 'hostile mix: 7 of 7 data verified' 'hostile mix: 7 of 7 data verified'"));
     }
 }
