@@ -9,7 +9,7 @@
 //! queue here) and, as the server, waits for the question first.
 
 use crate::perftest_wire::DEST_LEN;
-use rdma_core::QpCapabilities;
+use rdma_core::{QpCapabilities, WcStatus};
 use rdma_examples::fail;
 use rdma_examples::Result;
 use rdma_safe::{
@@ -122,12 +122,41 @@ impl Control {
                 let mut scatter = [rx.scatter(..)];
                 let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
                 if client {
-                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-                    Ok(recv.wait()?.bytes())
+                    // The answer first: across a lossy link the
+                    // acknowledgement of this message can come after the
+                    // server's answer to it, and a server that disconnects
+                    // once it has answered (the last exchange) gets the
+                    // send flushed before its acknowledgement is seen. The
+                    // server answers only what it received, so an answer
+                    // proves delivery, whatever the send's completion says.
+                    let sent = s.post_send(SendWorkRequest::new(&gather))?;
+                    let answer = recv.wait();
+                    let sent = sent.wait();
+                    match (answer, sent) {
+                        (Ok(got), _) => Ok(got.bytes()),
+                        // No answer, and the send failed on its own (not
+                        // flushed): that is the cause, the receive was
+                        // flushed after it.
+                        (Err(_), Err(e @ rdma_safe::Error::WorkCompletion { status, .. }))
+                            if status != WcStatus::WrFlushError =>
+                        {
+                            Err(e)
+                        }
+                        // Otherwise the receive's error says what happened
+                        // (a timeout flushes the send too).
+                        (Err(e), _) => Err(e),
+                    }
                 } else {
                     let n = recv.wait()?.bytes();
-                    s.post_send(SendWorkRequest::new(&gather))?.wait()?;
-                    Ok(n)
+                    match s.post_send(SendWorkRequest::new(&gather))?.wait() {
+                        // The client disconnects once it has the answer (the
+                        // last exchange), which can flush this send before
+                        // its acknowledgement arrives; if the answer did
+                        // not arrive, the client's own wait reports it, and
+                        // this side's next receive, if any, fails.
+                        Ok(_) | Err(rdma_safe::Error::PeerDisconnected { .. }) => Ok(n),
+                        Err(e) => Err(e),
+                    }
                 }
             })
             .map_err(rdma_safe::Error::from);
