@@ -25,6 +25,10 @@ enum Run {
     Perf(&'static str),
 }
 
+/// perf's device options on either host: the device and GID index the
+/// runner found.
+const PERF_DEV: &str = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+
 /// perf's operations per fault case and their size.
 const PERF_ITERS: u32 = 300;
 const PERF_SIZE: u32 = 4096;
@@ -152,11 +156,10 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
             }
             Run::Perf(test) => {
                 let perf = progs.ours("perf");
-                let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
                 (
-                    format!("{perf} {test} {dev} -p {port}"),
+                    format!("{perf} {test} {PERF_DEV} -p {port}"),
                     format!(
-                        "{perf} {test} {dev} -s {PERF_SIZE} -n {PERF_ITERS} -p {port} \"$PEER_IPV4\""
+                        "{perf} {test} {PERF_DEV} -s {PERF_SIZE} -n {PERF_ITERS} -p {port} \"$PEER_IPV4\""
                     ),
                     "data verified".to_string(),
                     format!("perf {test}"),
@@ -278,14 +281,13 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
 /// across two hosts). Every message and answer is checked.
 fn async_latency_under_loss(p: &mut Plan, progs: &Programs, port: u16) {
     let perf = progs.ours("perf");
-    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     let loss = "loss 5%";
     p.pair_step(
         &format!("faults: {loss}: perf send_lat --async (one send in flight), data verified"),
         port,
         Side {
             host: A,
-            cmd: &under(loss, &format!("{perf} send_lat {dev} -p {port}")),
+            cmd: &under(loss, &format!("{perf} send_lat {PERF_DEV} -p {port}")),
             expect: "data verified",
         },
         Side {
@@ -293,7 +295,7 @@ fn async_latency_under_loss(p: &mut Plan, progs: &Programs, port: u16) {
             cmd: &under(
                 loss,
                 &format!(
-                    "{perf} send_lat --async {dev} -s 64 -n {LOSSY_LAT_ITERS} -p {port} \"$PEER_IPV4\""
+                    "{perf} send_lat --async {PERF_DEV} -s 64 -n {LOSSY_LAT_ITERS} -p {port} \"$PEER_IPV4\""
                 ),
             ),
             expect: "data verified",
@@ -381,18 +383,17 @@ fn host_death_step(p: &mut Plan, progs: &Programs, port: u16) {
 /// client on the large-MTU host (the CM's active side), checks every echo.
 fn mtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
     let perf = progs.ours("perf");
-    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     p.pair_step(
         "faults: MTU 4096 on A, 1024 on B: perf write_bw 64 KiB agrees on 1024, data verified",
         port,
         Side {
             host: A,
-            cmd: &format!("with_mtu 4200 {perf} write_bw {dev} -p {port}"),
+            cmd: &format!("with_mtu 4200 {perf} write_bw {PERF_DEV} -p {port}"),
             expect: "data verified",
         },
         Side {
             host: B,
-            cmd: &format!("{perf} write_bw {dev} -s 65536 -n 100 -p {port} \"$PEER_IPV4\""),
+            cmd: &format!("{perf} write_bw {PERF_DEV} -s 65536 -n 100 -p {port} \"$PEER_IPV4\""),
             expect: "MTU: 1024",
         },
     );
@@ -513,14 +514,13 @@ fn connect_failures(p: &mut Plan, progs: &Programs, port: u16) {
 /// at the first failure; the last line is printed only if all passed.
 fn hostile_mix_step(p: &mut Plan, progs: &Programs, port: u16) {
     let perf = progs.ours("perf");
-    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     let n = HOSTILE_CLIENTS.len();
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for (k, client) in (port..).zip(HOSTILE_CLIENTS) {
-        let test = client.split(' ').next().unwrap_or(client);
-        servers.push(format!("{perf} {test} {dev} -p {k}"));
-        clients.push(format!("{perf} {client} {dev} -p {k} \"$PEER_IPV4\""));
+        let test = client.split_once(' ').map_or(client, |(test, _)| test);
+        servers.push(format!("{perf} {test} {PERF_DEV} -p {k}"));
+        clients.push(format!("{perf} {client} {PERF_DEV} -p {k} \"$PEER_IPV4\""));
     }
     let done = format!("hostile mix: {n} of {n} data verified");
     let chain = |cmds: Vec<String>| {
