@@ -170,6 +170,7 @@ faults_time() {
 # every pair step).
 faults_clear() {
     tc qdisc del dev "$RXE_NETDEV" root 2>/dev/null
+    tc qdisc del dev "$RXE_NETDEV" ingress 2>/dev/null
     ip link set dev "$RXE_NETDEV" mtu 1500 2>/dev/null
     ip link set dev "$RXE_NETDEV" up 2>/dev/null
     return 0
@@ -204,6 +205,46 @@ netem() {
     rc=$?
     tc qdisc del dev "$RXE_NETDEV" root
     echo "faults: exit $rc after $(faults_time "$t0") s under netem $spec"
+    return "$rc"
+}
+
+# rtu_lost CMD...: runs CMD while this host drops the first RDMA CM
+# ready-to-use message (RTU) it receives: the connection it accepts then
+# reaches ESTABLISHED only with the RTU that answers the accept's
+# retransmission (about 4 s later), while the requester, connected, may
+# already send. The filter matches RoCE v2 (UDP port 4791) MADs whose
+# attribute ID (offset 64 from the IP header: IP 20, UDP 8, BTH 12, DETH
+# 8, then 16 of the MAD header) is the RTU's, 0x0014; a watcher removes it
+# once it has dropped one. Fails if CMD does, or if no RTU came to drop
+# (the step would then test nothing).
+rtu_lost() {
+    local rc watcher seen t0=$EPOCHREALTIME
+    seen=$(mktemp)
+    modprobe sch_ingress 2>/dev/null
+    modprobe cls_u32 2>/dev/null
+    modprobe act_gact 2>/dev/null
+    tc qdisc add dev "$RXE_NETDEV" ingress || return 1
+    tc filter add dev "$RXE_NETDEV" parent ffff: protocol ip prio 1 u32 \
+        match ip protocol 17 0xff match ip dport 4791 0xffff \
+        match u16 0x0014 0xffff at 64 action drop || return 1
+    (
+        while ! tc -s filter show dev "$RXE_NETDEV" parent ffff: | grep -Eq 'dropped [1-9]'; do
+            sleep 0.1
+        done
+        tc qdisc del dev "$RXE_NETDEV" ingress
+        echo "faults: the first RTU dropped at $(faults_time "$t0") s" | tee "$seen"
+    ) &
+    watcher=$!
+    "$@"
+    rc=$?
+    kill "$watcher" 2>/dev/null
+    wait "$watcher" 2>/dev/null
+    tc qdisc del dev "$RXE_NETDEV" ingress 2>/dev/null
+    if [ ! -s "$seen" ]; then
+        echo "faults: no RTU arrived to drop"
+        [ "$rc" = 0 ] && rc=1
+    fi
+    rm -f "$seen"
     return "$rc"
 }
 
@@ -263,4 +304,4 @@ fails_within() {
     [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
 }
 
-export -f faults_time faults_clear with_mtu netem link_cut running fails_within
+export -f faults_time faults_clear with_mtu netem rtu_lost link_cut running fails_within

@@ -209,11 +209,26 @@ impl CmId {
         access: AccessFlags,
         params: &ConnectParams<'_>,
     ) -> Result<()> {
+        qp.to_init(self.port_num(), access)?;
+        self.accept_from_init(qp, params)
+    }
+
+    /// [`start_accept`](Self::start_accept) for a `qp` its caller already
+    /// moved to INIT (with [`QueuePair::to_init`] on this identifier's
+    /// port), e.g. to post receives before the requester can send: `qp` to
+    /// RTR and RTS, and `rdma_accept`. The requester may send as soon as it
+    /// has the accept, before this side sees `ESTABLISHED` (its
+    /// ready-to-use message can be lost), so a protocol whose requester
+    /// speaks first needs receives posted before this call.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for private data over
+    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes, or a verb's errno.
+    pub fn accept_from_init(&self, qp: &QueuePair, params: &ConnectParams<'_>) -> Result<()> {
         let mut raw = params.to_raw(qp.qp_num(), MAX_ACCEPT_PRIVATE_DATA, "rdma_accept")?;
         if let Some(t) = params.ack_timeout {
             self.set_ack_timeout(t)?;
         }
-        qp.to_init(self.port_num(), access)?;
         self.make_ready(qp, params)?;
         // SAFETY: the identifier is alive; `raw` is valid for the call.
         check_rc("rdma_accept", unsafe {

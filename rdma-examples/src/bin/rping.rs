@@ -41,8 +41,9 @@ use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    cm::CmOptions, Channel, Error, GatherElement, Listener, MemoryRegion, ReadWorkRequest,
-    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
+    cm::Acceptance, cm::CmOptions, Channel, Error, GatherElement, Listener, MemoryRegion,
+    ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest,
+    WriteWorkRequest,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -155,11 +156,19 @@ fn exchange(
     channel: &mut Channel,
     rx: &mut RegisteredBuffer,
     message: Option<&[GatherElement<'_>]>,
+    acceptance: Option<Acceptance>,
 ) -> std::result::Result<(), Error> {
     let got = channel
         .scope(|s| {
             let mut scatter = [rx.scatter(..)];
             let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+            // The server accepts once the receive for the client's first
+            // message is up, as the C server posts it before rdma_accept:
+            // the client sends as soon as it is accepted, which can be
+            // long before this side sees the connection established.
+            if let Some(acceptance) = acceptance {
+                acceptance.accept(&[])?;
+            }
             let send = match message {
                 Some(gather) => Some(s.post_send(SendWorkRequest::new(gather))?),
                 None => None,
@@ -231,8 +240,8 @@ fn client(o: &Options) -> Result<()> {
     while o.count.is_none_or(|c| ping < c) {
         fill(&mut source, ping, first);
         first = if first >= b'z' { b'A' } else { first + 1 };
-        exchange(&mut channel, &mut rx, Some(&[source_info.gather(..)]))?;
-        exchange(&mut channel, &mut rx, Some(&[sink_info.gather(..)]))?;
+        exchange(&mut channel, &mut rx, Some(&[source_info.gather(..)]), None)?;
+        exchange(&mut channel, &mut rx, Some(&[sink_info.gather(..)]), None)?;
         if o.verbose {
             println!("ping data: {}", c_str(&sink));
         }
@@ -265,7 +274,8 @@ fn server(o: &Options) -> Result<()> {
     let mut buf = RegisteredBuffer::new(&pd, o.size)?;
     let mut rx = RegisteredBuffer::new(&pd, INFO_LEN)?;
     let go_ahead = RegisteredBuffer::register(&pd, encode(0, 0, o.size as u32).to_vec())?;
-    let mut channel = incoming.accept(&[])?;
+    let (mut channel, acceptance) = incoming.prepare()?;
+    let mut acceptance = Some(acceptance);
     let go = [go_ahead.gather(..)];
     let mut ping = 0u64;
     loop {
@@ -274,7 +284,7 @@ fn server(o: &Options) -> Result<()> {
         // as the C server's does, so the client's next message never finds
         // the queue empty (an RNR NAK would delay it).
         let last_go_ahead = (ping > 0).then_some(&go[..]);
-        let disconnected = match exchange(&mut channel, &mut rx, last_go_ahead) {
+        let disconnected = match exchange(&mut channel, &mut rx, last_go_ahead, acceptance.take()) {
             Ok(()) => false,
             Err(Error::PeerDisconnected { .. }) => true,
             Err(e) => return Err(fail(e)),
@@ -303,7 +313,7 @@ fn server(o: &Options) -> Result<()> {
             println!("server ping data: {}", c_str(&buf[..len]));
         }
         // Go ahead, and the client's sink buffer in return.
-        exchange(&mut channel, &mut rx, Some(&go))?;
+        exchange(&mut channel, &mut rx, Some(&go), None)?;
         let sink = decode(&rx);
         let written = buf[..len]
             .iter()

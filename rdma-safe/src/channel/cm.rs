@@ -84,6 +84,23 @@ impl Channel {
         timeout: Duration,
         private_data: Vec<u8>,
     ) -> Result<Channel> {
+        let channel =
+            Self::from_cm_unwatched(id, pd, queue, completion_events, timeout, private_data)?;
+        channel.watch_cm()?;
+        Ok(channel)
+    }
+
+    /// [`from_cm`](Self::from_cm) for a connection not established yet
+    /// (its accept is still to come): no watcher takes `id`'s events until
+    /// [`watch_cm`](Self::watch_cm).
+    pub(crate) fn from_cm_unwatched(
+        id: CmId,
+        pd: &ProtectionDomain,
+        queue: CmQueue,
+        completion_events: bool,
+        timeout: Duration,
+        private_data: Vec<u8>,
+    ) -> Result<Channel> {
         let port = id.port_num();
         let ctx = pd.context();
         let port_attr = ctx.query_port(port)?;
@@ -119,17 +136,6 @@ impl Channel {
             )
             .keep_alive(link.clone()),
         );
-        let watcher = {
-            let (id, shared, work) = (link.id.clone(), link.shared.clone(), Arc::downgrade(&work));
-            std::thread::Builder::new()
-                .name("rdma-cm-watch".into())
-                .spawn(move || watch(&id, &shared, &work))
-                .map_err(|e| rdma_core::Error::Verb {
-                    verb: "spawning the RDMA CM watcher thread",
-                    source: e,
-                })?
-        };
-        *link.watcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
             queue: work,
@@ -145,6 +151,83 @@ impl Channel {
         })
     }
 
+    /// Starts the thread that watches the connection's events (once the
+    /// connection is established: before, its events are the accept's).
+    ///
+    /// # Errors
+    /// The error of spawning the thread.
+    pub(crate) fn watch_cm(&self) -> Result<()> {
+        match self.pending_cm() {
+            Some(pending) => pending.watch(),
+            None => Ok(()),
+        }
+    }
+
+    /// What finishing the accept of a CM-made channel needs, `None` for a
+    /// channel connected otherwise.
+    pub(crate) fn pending_cm(&self) -> Option<PendingCm> {
+        self.cm.as_ref().map(|link| PendingCm {
+            queue: self.queue.clone(),
+            link: link.clone(),
+        })
+    }
+}
+
+/// A CM-made channel's engine and link, held by an accept not finished yet
+/// ([`Acceptance`](crate::cm::Acceptance)).
+pub(crate) struct PendingCm {
+    queue: Arc<WorkQueue>,
+    link: Arc<CmLink>,
+}
+
+impl PendingCm {
+    pub(crate) fn qp(&self) -> &QueuePair {
+        self.queue.qp()
+    }
+
+    pub(crate) fn id(&self) -> &CmId {
+        &self.link.id
+    }
+
+    /// Starts the watcher thread (once).
+    ///
+    /// # Errors
+    /// The error of spawning the thread.
+    pub(crate) fn watch(&self) -> Result<()> {
+        let link = &self.link;
+        let mut slot = link.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Ok(());
+        }
+        let (id, shared, work) = (
+            link.id.clone(),
+            link.shared.clone(),
+            Arc::downgrade(&self.queue),
+        );
+        let watcher = std::thread::Builder::new()
+            .name("rdma-cm-watch".into())
+            .spawn(move || watch(&id, &shared, &work))
+            .map_err(|e| rdma_core::Error::Verb {
+                verb: "spawning the RDMA CM watcher thread",
+                source: e,
+            })?;
+        *slot = Some(watcher);
+        Ok(())
+    }
+
+    /// The connection will not be established: marks it disconnected and
+    /// moves the queue pair to the error state, which flushes the receives
+    /// posted before the accept (they report
+    /// [`Error::PeerDisconnected`]).
+    pub(crate) fn abandon(&self) {
+        self.link.shared.disconnected.store(true, Ordering::Release);
+        if let Err(err) = self.queue.peer_disconnected() {
+            log::warn!("moving the QP of a connection never established to ERR: {err}");
+        }
+    }
+}
+
+impl Channel {
     /// The private data the peer sent when the connection was made through
     /// the connection manager (with its connect request, or its accept);
     /// `None` for a channel connected otherwise. The transport pads it (to

@@ -11,7 +11,7 @@ mod shared_cq;
 
 pub use crate::endpoint::{Endpoint, ENDPOINT_ENCODED_LEN};
 pub use builder::ChannelBuilder;
-pub(crate) use cm::CmQueue;
+pub(crate) use cm::{CmQueue, PendingCm};
 pub use connect::ConnectOptions;
 /// The verbs-layer types a channel is described by.
 pub use rdma_core::{Context, Gid, GidEntry, Mtu, QpCapabilities, QpState};

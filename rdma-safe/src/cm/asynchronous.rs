@@ -202,6 +202,26 @@ impl Incoming {
     }
 }
 
+impl super::Acceptance {
+    /// [`accept`](Self::accept) as a future: accepts, sending
+    /// `private_data`, and awaits (up to the options' timeout) the
+    /// connection's establishment.
+    ///
+    /// # Errors
+    /// As [`accept`](Self::accept), and outside a tokio runtime.
+    pub async fn accept_async(mut self, private_data: &[u8]) -> Result<()> {
+        let outcome = async {
+            let events = AsyncEvents::new(self.id().channel())?;
+            self.start(private_data)?;
+            let timeout = self.opts_timeout();
+            let event = events.expect(self.id(), "rdma_accept", timeout).await?;
+            Ok(CmId::established(event)?)
+        }
+        .await;
+        self.finish(outcome)
+    }
+}
+
 impl Connector {
     /// [`resolve`](Self::resolve) as a future: the address and the route
     /// resolved on tokio's reactor, each step bounded by `opts.timeout`. A

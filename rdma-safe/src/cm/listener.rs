@@ -164,8 +164,8 @@ impl fmt::Debug for Listener {
 /// one's own) or reject it. Dropping it rejects it.
 pub struct Incoming {
     pub(super) id: CmId,
-    params: ConnParams,
-    pd: ProtectionDomain,
+    pub(super) params: ConnParams,
+    pub(super) pd: ProtectionDomain,
     pub(super) opts: CmOptions,
 }
 

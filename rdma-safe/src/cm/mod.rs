@@ -45,9 +45,11 @@ mod asynchronous;
 mod connector;
 mod domains;
 mod listener;
+mod prepared;
 
 pub use connector::Connector;
 pub use listener::{Incoming, Listener};
+pub use prepared::Acceptance;
 
 use crate::channel::{Channel, DEFAULT_TIMEOUT};
 use crate::error::Result;

@@ -76,6 +76,32 @@ impl RecvStream {
         Ok(())
     }
 
+    /// Posts the stream's receives now (up to its depth, as many as the
+    /// pool has buffers for without waiting) instead of at the first poll;
+    /// how many are posted. For a channel whose peer may send before this
+    /// side polls: one from [`Incoming::prepare`](crate::cm::Incoming::prepare),
+    /// whose receives must be up before it accepts.
+    ///
+    /// # Errors
+    /// The error of posting a receive (an unusable channel, …).
+    pub fn post_now(&mut self) -> Result<usize> {
+        while self.posted.len() < self.depth {
+            let Ok(buf) = self.pool.try_alloc() else {
+                break;
+            };
+            match self
+                .chan
+                .queue()
+                .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
+            {
+                Ok(id) => self.posted.push_back(id),
+                Err(Refused::Error(e, _)) => return Err(e),
+                Err(Refused::Full(_)) => break,
+            }
+        }
+        Ok(self.posted.len())
+    }
+
     /// The next message, or `Pending` (registered to be woken). `None` — the
     /// end of the stream — once the peer of a CM channel disconnected, or
     /// the channel is unusable and every posted receive was delivered.

@@ -271,6 +271,8 @@ pub(super) fn fault_steps(p: &mut Plan, progs: &Programs) {
     connect_failures(p, progs, port);
     async_latency_under_loss(p, progs, port + 1);
     hostile_mix_step(p, progs, port + 2);
+    let port = port + 2 + HOSTILE_CLIENTS.len() as u16;
+    super::faults_handshake::lost_rtu_steps(p, progs, port);
 }
 
 /// `perf send_lat --async` (one send in flight, `-t 1`) across a link that
@@ -561,7 +563,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), NETEM_CASES.len() + 11, "{text}");
+        assert_eq!(steps.len(), NETEM_CASES.len() + 14, "{text}");
         assert!(
             steps[0].contains(
                 "18700 0 'netem '\\''loss 1%'\\'' /t/rc_pingpong -d \"$RXE_DEVICE\" -g \"$RXE_GID_INDEX\" -p 18700 -n 200 -c' "
@@ -636,5 +638,7 @@ mod tests {
         assert_eq!(mix.matches("/t/perf").count(), 14, "{mix}");
         assert!(mix
             .ends_with(" 'hostile mix: 7 of 7 data verified' 'hostile mix: 7 of 7 data verified'"));
+        // Then the lost-RTU steps, from the next port.
+        assert!(steps[26].contains(" 18731 0 'netem "), "{}", steps[26]);
     }
 }

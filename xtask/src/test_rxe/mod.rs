@@ -13,6 +13,7 @@
 //!    hosts.
 
 mod faults;
+mod faults_handshake;
 mod pairs;
 mod pairs_library;
 mod pairs_perf;

@@ -46,7 +46,9 @@ use rdma_examples::limit::Limit;
 use rdma_examples::{cli, net, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::work::WcStatus;
-use rdma_safe::{cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain, SharedChannel};
+use rdma_safe::{
+    cm::Acceptance, cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain, SharedChannel,
+};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -304,9 +306,12 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
         let idle = o.timeout.timeout;
         tokio::spawn(async move {
             let outcome = async {
-                let channel = incoming.accept_async(&[]).await?;
+                // The receives go up before the accept: the client sends as
+                // soon as it is accepted, which can be seconds before this
+                // side sees the connection established (a lost RTU).
+                let (channel, acceptance) = incoming.prepare()?;
                 let shared = channel.shared().with_tokio()?;
-                let echoed = echo_all(&shared, pool, idle).await?;
+                let echoed = echo_all(&shared, pool, idle, Some(acceptance)).await?;
                 eprintln!("async_echo: connection closed after {echoed} messages");
                 Ok::<_, rdma_safe::Error>(())
             };
@@ -323,8 +328,20 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
 /// silent for `idle` (the server's --timeout) is closed: it holds
 /// [`RX_DEPTH`] of the pool's buffers, so silent clients must not keep
 /// them for good (a host that died without a disconnect is silent too).
-async fn echo_all(shared: &SharedChannel, pool: BufferPool, idle: Duration) -> Result<u64> {
+///
+/// With an `acceptance` (a CM request whose channel was made first), the
+/// stream's receives are posted before it accepts.
+async fn echo_all(
+    shared: &SharedChannel,
+    pool: BufferPool,
+    idle: Duration,
+    acceptance: Option<Acceptance>,
+) -> Result<u64> {
     let mut messages = shared.receive_stream(pool, RX_DEPTH);
+    if let Some(acceptance) = acceptance {
+        messages.post_now()?;
+        acceptance.accept_async(&[]).await?;
+    }
     let mut echoed = 0u64;
     loop {
         let item = match tokio::time::timeout(idle, messages.next()).await {
@@ -374,7 +391,7 @@ async fn serve(
             shared.shutdown();
         })
     };
-    let echoed = echo_all(&shared, pool, idle).await;
+    let echoed = echo_all(&shared, pool, idle, None).await;
     watcher.abort();
     let echoed = echoed?;
     eprintln!("async_echo: connection closed after {echoed} messages");

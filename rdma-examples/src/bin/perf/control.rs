@@ -13,8 +13,8 @@ use rdma_core::{QpCapabilities, WcStatus};
 use rdma_examples::fail;
 use rdma_examples::Result;
 use rdma_safe::{
-    cm::CmOptions, cm::Connector, Channel, Listener, ReceiveWorkRequest, RegisteredBuffer,
-    SendWorkRequest,
+    cm::Acceptance, cm::CmOptions, cm::Connector, Channel, Listener, ReceiveWorkRequest,
+    RegisteredBuffer, SendWorkRequest,
 };
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,9 @@ pub(crate) struct Control {
     client: bool,
     /// `-v`: print every message received (hex) on stderr.
     trace: bool,
+    /// Server: the accept, sent by the first exchange once its receive is
+    /// posted (the client speaks first, as soon as it is accepted).
+    acceptance: Option<Acceptance>,
 }
 
 /// The options of a control connection: one message at a time each way.
@@ -79,7 +82,15 @@ impl Control {
         let incoming = listener
             .incoming_within(patience)?
             .ok_or_else(|| fail(format!("no client connected within {patience:?}")))?;
-        Self::around(incoming.accept(&[])?, false)
+        // The accept waits for the first exchange's receive: a client
+        // whose ready-to-use message is lost sends before this side sees
+        // the connection established, and without a receive posted its
+        // message meets RNR NAKs until the CM retransmits (seconds), each
+        // lost packet of which costs it a transport retry.
+        let (channel, acceptance) = incoming.prepare()?;
+        let mut control = Self::around(channel, false)?;
+        control.acceptance = Some(acceptance);
+        Ok(control)
     }
 
     fn around(channel: Channel, client: bool) -> Result<Control> {
@@ -90,6 +101,7 @@ impl Control {
             channel,
             client,
             trace: false,
+            acceptance: None,
         })
     }
 
@@ -114,7 +126,7 @@ impl Control {
         let saved = self.channel.timeout();
         self.channel.set_timeout(limit);
         let client = self.client;
-        let (tx, rx) = (&self.tx, &mut self.rx);
+        let (tx, rx, acceptance) = (&self.tx, &mut self.rx, &mut self.acceptance);
         let got = self
             .channel
             .scope(|s| -> Result<usize> {
@@ -147,6 +159,9 @@ impl Control {
                         (Err(e), _) => Err(e),
                     }
                 } else {
+                    if let Some(acceptance) = acceptance.take() {
+                        acceptance.accept(&[])?;
+                    }
                     let n = recv.wait()?.bytes();
                     match s.post_send(SendWorkRequest::new(&gather))?.wait() {
                         // The client disconnects once it has the answer (the
