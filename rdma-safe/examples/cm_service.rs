@@ -4,7 +4,8 @@
 //! flight and matches replies to requests by id.
 //!
 //! No thread bridge, no `spawn_blocking`, one protection domain: accepting
-//! (`Listener::incoming_async_within`, `Incoming::accept_async`) and
+//! (`Listener::incoming_async`, `Incoming::prepare` to post the receives
+//! first, `Acceptance::accept_async`) and
 //! connecting (`Connector::resolve_in_async`, `connect_async`) are futures
 //! like the transfers.
 //!
@@ -59,9 +60,14 @@ pub(crate) async fn server(
         let incoming = listener.incoming_async().await?;
         let pool = pool.clone();
         served.spawn(async move {
-            let channel = incoming.accept_async(&[]).await?;
+            // The receives go up before the accept: a client sends as soon
+            // as it is accepted, possibly seconds before this side sees the
+            // connection established (if its ready-to-use message is lost).
+            let (channel, acceptance) = incoming.prepare()?;
             let shared = channel.shared().with_tokio()?;
             let mut requests = shared.receive_stream(pool.clone(), IN_FLIGHT);
+            requests.post_now()?;
+            acceptance.accept_async(&[]).await?;
             let mut answered = 0;
             // Ends when the client disconnects.
             while let Some(item) = requests.next().await {

@@ -194,6 +194,11 @@ impl Incoming {
     /// docs), and waits (up to the options' timeout) until the connection
     /// is established.
     ///
+    /// The channel comes after the connection is established, so nothing
+    /// is posted on it before: when the requester speaks first, post the
+    /// receives before accepting with [`prepare`](Self::prepare) instead
+    /// (see the [module](super) docs).
+    ///
     /// # Errors
     /// [`VerbsError::InvalidArgument`](rdma_core::Error::InvalidArgument) for
     /// too much private data, [`VerbsError::Cm`](rdma_core::Error::Cm) when

@@ -7,6 +7,12 @@
 //!   connected [`Channel`], [`Listener::incoming`] an [`Incoming`] request to
 //!   inspect (its private data), then accept with private data of one's own
 //!   or reject.
+//! * A requester may send the moment it is connected, before the accepting
+//!   side sees the connection established (its ready-to-use message can be
+//!   lost; the accept is then retransmitted seconds later). A service whose
+//!   clients speak first posts its receives before accepting, as the C
+//!   `rping` does: [`Incoming::prepare`] gives the channel (taking receives
+//!   only) and an [`Acceptance`] to accept with once they are up.
 //! * [`Channel::connect_to`] connects to `host:port` with optional private
 //!   data (e.g. an encoded [`RemoteMemoryRegion`](crate::RemoteMemoryRegion));
 //!   [`Connector`] splits resolving from connecting, to register memory on
@@ -14,6 +20,7 @@
 //! * With the `tokio` feature, each has a future form that blocks no
 //!   thread: `Listener::accept_async`, `Listener::incoming_async` and
 //!   `Listener::incoming_async_within`, `Incoming::accept_async`,
+//!   `Acceptance::accept_async`,
 //!   `Connector::resolve_async`, `Connector::connect_async` and
 //!   `Channel::connect_to_async` — an async service needs neither a
 //!   thread bridge nor `spawn_blocking`.

@@ -28,7 +28,7 @@ impl Incoming {
     /// refused with [`Error::NotReady`](crate::Error::NotReady) until the accept), so that a
     /// requester that sends as soon as it is accepted finds them posted
     /// whatever the network loses of the handshake (see the
-    /// [module](self) docs). Accept (or reject) with the [`Acceptance`];
+    /// [module](super) docs). Accept (or reject) with the [`Acceptance`];
     /// dropping it rejects the request.
     ///
     /// ```no_run
