@@ -208,17 +208,23 @@ netem() {
     return "$rc"
 }
 
-# rtu_lost CMD...: runs CMD while this host drops the first RDMA CM
-# ready-to-use message (RTU) it receives: the connection it accepts then
-# reaches ESTABLISHED only with the RTU that answers the accept's
-# retransmission (about 4 s later), while the requester, connected, may
-# already send. The filter matches RoCE v2 (UDP port 4791) MADs whose
-# attribute ID (offset 64 from the IP header: IP 20, UDP 8, BTH 12, DETH
-# 8, then 16 of the MAD header) is the RTU's, 0x0014; a watcher removes it
-# once it has dropped one. Fails if CMD does, or if no RTU came to drop
-# (the step would then test nothing).
+# rtu_lost N CMD...: runs CMD while this host drops the first N RDMA CM
+# ready-to-use messages (RTUs) it receives: a connection it accepts then
+# reaches ESTABLISHED only when its receives take the requester's first
+# message (rdma_notify) or the RTU that answers the accept's retransmission
+# (about 4 s later), while the requester, connected, may already send. The
+# filter matches RoCE v2 (UDP port 4791) MADs whose attribute ID (offset 64
+# from the IP header: IP 20, UDP 8, BTH 12, DETH 8, then 16 of the MAD
+# header) is the RTU's, 0x0014; a watcher removes it once it has dropped N.
+# Fails if CMD does, or if no RTU came to drop (the step would then test
+# nothing).
+rtu_drops() {
+    tc -s filter show dev "$RXE_NETDEV" parent ffff: 2>/dev/null |
+        grep -Eo 'dropped [0-9]+' | head -1 | cut -d' ' -f2
+}
 rtu_lost() {
-    local rc watcher seen t0=$EPOCHREALTIME
+    local n=$1 rc watcher seen t0=$EPOCHREALTIME dropped
+    shift
     seen=$(mktemp)
     modprobe sch_ingress 2>/dev/null
     modprobe cls_u32 2>/dev/null
@@ -228,19 +234,24 @@ rtu_lost() {
         match ip protocol 17 0xff match ip dport 4791 0xffff \
         match u16 0x0014 0xffff at 64 action drop || return 1
     (
-        while ! tc -s filter show dev "$RXE_NETDEV" parent ffff: | grep -Eq 'dropped [1-9]'; do
-            sleep 0.1
-        done
+        local d
+        while d=$(rtu_drops); [ "${d:-0}" -lt "$n" ]; do sleep 0.1; done
         tc qdisc del dev "$RXE_NETDEV" ingress
-        echo "faults: the first RTU dropped at $(faults_time "$t0") s" | tee "$seen"
+        echo "faults: dropped $n RTUs, the last at $(faults_time "$t0") s"
+        echo "$n" >"$seen"
     ) &
     watcher=$!
     "$@"
     rc=$?
     kill "$watcher" 2>/dev/null
     wait "$watcher" 2>/dev/null
+    dropped=$(cat "$seen")
+    if [ -z "$dropped" ]; then
+        dropped=$(rtu_drops)
+        echo "faults: dropped ${dropped:-0} of $n RTUs"
+    fi
     tc qdisc del dev "$RXE_NETDEV" ingress 2>/dev/null
-    if [ ! -s "$seen" ]; then
+    if [ "${dropped:-0}" -lt 1 ]; then
         echo "faults: no RTU arrived to drop"
         [ "$rc" = 0 ] && rc=1
     fi
@@ -304,4 +315,4 @@ fails_within() {
     [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
 }
 
-export -f faults_time faults_clear with_mtu netem rtu_lost link_cut running fails_within
+export -f faults_time faults_clear with_mtu netem rtu_drops rtu_lost link_cut running fails_within

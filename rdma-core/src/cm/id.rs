@@ -317,6 +317,22 @@ impl CmId {
         })
     }
 
+    /// `rdma_notify(IBV_EVENT_COMM_EST)`—Tells the connection manager that
+    /// the accepted connection carries data (a receive completed on its
+    /// QP) before its ready-to-use message arrived, as a device's
+    /// `IBV_EVENT_COMM_EST` would (rxe raises none): the CM then reports
+    /// `RDMA_CM_EVENT_ESTABLISHED` without waiting for the accept's
+    /// retransmission to bring another RTU.
+    ///
+    /// # Errors
+    /// The errno of `rdma_notify` (`EINVAL` outside a pending accept).
+    pub fn notify_established(&self) -> Result<()> {
+        // SAFETY: the identifier is alive.
+        check_rc("rdma_notify", unsafe {
+            sys::rdma_notify(self.as_ptr(), sys::ibv_event_type::IBV_EVENT_COMM_EST)
+        })
+    }
+
     /// Waits up to `timeout` for the identifier's next event; `None` when
     /// none came.
     ///

@@ -215,6 +215,13 @@ impl PendingCm {
         Ok(())
     }
 
+    /// Whether a request posted before the accept (a receive: sends are
+    /// refused until then) has completed: the requester's message arrived,
+    /// so its side is connected.
+    pub(crate) fn any_completed(&self) -> bool {
+        self.queue.any_completed()
+    }
+
     /// The connection will not be established: marks it disconnected and
     /// moves the queue pair to the error state, which flushes the receives
     /// posted before the accept (they report

@@ -214,8 +214,27 @@ impl super::Acceptance {
             let events = AsyncEvents::new(self.id().channel())?;
             self.start(private_data)?;
             let timeout = self.opts_timeout();
-            let event = events.expect(self.id(), "rdma_accept", timeout).await?;
-            Ok(CmId::established(event)?)
+            let end = deadline(timeout);
+            let mut notified = false;
+            loop {
+                // Until a receive posted before the accept has completed
+                // (see `notify_if_data`), look every DATA_LOOK.
+                let slice = if notified {
+                    end
+                } else {
+                    end.min(Instant::now() + super::prepared::DATA_LOOK)
+                };
+                if let Some(event) = events.next(self.id().channel(), slice).await? {
+                    return Ok(CmId::established(event)?);
+                }
+                if Instant::now() >= end {
+                    return Err(Error::Verbs(rdma_core::Error::Timeout {
+                        step: "rdma_accept",
+                        timeout,
+                    }));
+                }
+                notified = notified || self.notify_if_data();
+            }
         }
         .await;
         self.finish(outcome)

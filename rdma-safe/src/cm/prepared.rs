@@ -21,6 +21,11 @@ use crate::channel::{Channel, PendingCm};
 use crate::error::Result;
 use rdma_core::{CmId, ConnectParams, MAX_ACCEPT_PRIVATE_DATA};
 use std::fmt;
+use std::time::{Duration, Instant};
+
+/// How often an accept waiting for `ESTABLISHED` looks whether a receive
+/// posted before it has completed (see [`Acceptance::notify_if_data`]).
+pub(super) const DATA_LOOK: Duration = Duration::from_millis(10);
 
 impl Incoming {
     /// The channel this request will be served on, before accepting it:
@@ -99,23 +104,55 @@ impl Acceptance {
     /// Accepts, sending `private_data` (at most
     /// [`MAX_ACCEPT_DATA`](super::MAX_ACCEPT_DATA) bytes), and waits (up to
     /// the options' timeout) until the connection is established; the
-    /// channel's send queue takes requests from then on.
+    /// channel's send queue takes requests from then on. A message that
+    /// lands in a receive posted before the accept establishes it too: the
+    /// requester is connected, and the accept tells the CM so
+    /// (`rdma_notify`) rather than wait for its lost ready-to-use message
+    /// to be sent again (measured across two hosts with that message
+    /// dropped: established in tens of milliseconds instead of about 4 s).
     ///
     /// # Errors
     /// As [`Incoming::accept`].
     pub fn accept(mut self, private_data: &[u8]) -> Result<()> {
         let outcome = self.start(private_data).and_then(|()| {
             let timeout = self.opts.timeout;
-            let event = self
-                .id()
-                .get_event(timeout)?
-                .ok_or(rdma_core::Error::Timeout {
-                    step: "rdma_accept",
-                    timeout,
-                })?;
-            Ok(CmId::established(event)?)
+            let deadline = Instant::now() + timeout;
+            let mut notified = false;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let slice = if notified { left } else { left.min(DATA_LOOK) };
+                if let Some(event) = self.id().get_event(slice)? {
+                    return Ok(CmId::established(event)?);
+                }
+                if Instant::now() >= deadline {
+                    return Err(rdma_core::Error::Timeout {
+                        step: "rdma_accept",
+                        timeout,
+                    }
+                    .into());
+                }
+                notified = notified || self.notify_if_data();
+            }
         });
         self.finish(outcome)
+    }
+
+    /// If a receive posted before the accept has completed, the requester
+    /// is connected and its ready-to-use message was lost (or is late):
+    /// tells the CM so (`rdma_notify`), which establishes the connection
+    /// now instead of after the accept's retransmission (about 4 s).
+    /// Whether it looked no further (it told, or telling failed: the RTU
+    /// may have come meanwhile, and the wait goes on either way).
+    pub(super) fn notify_if_data(&self) -> bool {
+        if !self.pending.any_completed() {
+            return false;
+        }
+        let peer = self.id().peer_addr();
+        match self.id().notify_established() {
+            Ok(()) => log::debug!("a message from {peer:?} before its RTU: established"),
+            Err(e) => log::debug!("a message from {peer:?} before its RTU: {e}"),
+        }
+        true
     }
 
     /// Rejects the request, sending `private_data` (at most
@@ -132,7 +169,7 @@ impl Acceptance {
 
     /// How long the accept waits for the connection's establishment.
     #[cfg(feature = "tokio")]
-    pub(super) fn opts_timeout(&self) -> std::time::Duration {
+    pub(super) fn opts_timeout(&self) -> Duration {
         self.opts.timeout
     }
 

@@ -352,6 +352,16 @@ impl WorkQueue {
         )
     }
 
+    /// Moves what the CQ holds now into the slots (for their claimers) and
+    /// says whether any request has completed since the queue was made. A
+    /// CQ that cannot be read counts as nothing new: the waits see that
+    /// again and handle it.
+    pub(crate) fn any_completed(&self) -> bool {
+        let mut st = self.lock();
+        let _ = st.reap(&self.cq);
+        st.completed_total > 0
+    }
+
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable.clone()
     }

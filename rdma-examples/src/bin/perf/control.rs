@@ -119,20 +119,54 @@ impl Control {
     /// # Errors
     /// As [`exchange`](Self::exchange).
     pub(crate) fn exchange_within(&mut self, mine: &[u8], limit: Duration) -> Result<Vec<u8>> {
+        self.exchange_with(mine, limit, || Ok(()))
+            .map(|(got, ())| got)
+    }
+
+    /// [`exchange_within`](Self::exchange_within) with `between` run
+    /// before this side's part of it: the client runs it before sending;
+    /// the server once the receive for the client's message is posted,
+    /// before waiting for it. The client sends as soon as its `between`
+    /// is done, so a server whose `between` waits for something the
+    /// network can delay (accepting the data connections: a lost RTU keeps
+    /// the accept waiting seconds for the CM's retransmission) must have
+    /// that receive up first, or the message meets RNR NAKs all that time,
+    /// each lost packet of which costs the client a transport retry.
+    ///
+    /// # Errors
+    /// As [`exchange`](Self::exchange), or `between`'s.
+    pub(crate) fn exchange_with<T>(
+        &mut self,
+        mine: &[u8],
+        limit: Duration,
+        between: impl FnOnce() -> Result<T>,
+    ) -> Result<(Vec<u8>, T)> {
         if mine.len() > MSG_MAX {
             return Err(fail(format!("a control message of {} bytes", mine.len())));
+        }
+        let mut between = Some(between);
+        let mut done = None;
+        if self.client {
+            done = Some((between.take().expect("not run yet"))()?);
         }
         self.tx[..mine.len()].copy_from_slice(mine);
         let saved = self.channel.timeout();
         self.channel.set_timeout(limit);
         let client = self.client;
         let (tx, rx, acceptance) = (&self.tx, &mut self.rx, &mut self.acceptance);
+        let done_ref = &mut done;
         let got = self
             .channel
             .scope(|s| -> Result<usize> {
                 let gather = [tx.gather(..mine.len())];
                 let mut scatter = [rx.scatter(..)];
                 let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
+                if let Some(acceptance) = acceptance.take() {
+                    acceptance.accept(&[])?;
+                }
+                if let Some(between) = between.take() {
+                    *done_ref = Some(between()?);
+                }
                 if client {
                     // The answer first: across a lossy link the
                     // acknowledgement of this message can come after the
@@ -159,9 +193,6 @@ impl Control {
                         (Err(e), _) => Err(e),
                     }
                 } else {
-                    if let Some(acceptance) = acceptance.take() {
-                        acceptance.accept(&[])?;
-                    }
                     let n = recv.wait()?.bytes();
                     match s.post_send(SendWorkRequest::new(&gather))?.wait() {
                         // The client disconnects once it has the answer (the
@@ -184,7 +215,8 @@ impl Control {
                 &self.rx[..n.min(24)]
             );
         }
-        Ok(self.rx[..n].to_vec())
+        let done = done.ok_or_else(|| fail("perftest control exchange: a step was not run"))?;
+        Ok((self.rx[..n].to_vec(), done))
     }
 
     /// perftest's `ctx_hand_shake`: an exchange of destinations.
