@@ -320,8 +320,11 @@ const HOSTILE_MIX: &str = "delay 2ms loss 3% duplicate 3% reorder 10% 50% corrup
 /// server (the server takes its options from the client): the async
 /// clients, atomics (a retransmitted atomic must not run twice: the
 /// fetched values are checked), many queue pairs, both directions and
-/// completion events — the paths no other fault step runs.
-const HOSTILE_CLIENTS: [&str; 7] = [
+/// completion events — the paths no other fault step runs — and two
+/// clients over the RDMA CM (`-R`: perftest's control exchange, one
+/// connection for it and one for the data; such a server runs the client's
+/// options, as perftest's does).
+const HOSTILE_CLIENTS: [&str; 9] = [
     "send_bw --async -s 4096 -n 300",
     "read_bw --async -s 4096 -n 300",
     "write_lat --async -s 64 -n 300",
@@ -329,6 +332,8 @@ const HOSTILE_CLIENTS: [&str; 7] = [
     "write_bw -q 4 -s 4096 -n 300",
     "send_bw -b -s 4096 -n 300",
     "send_lat -e -s 64 -n 300",
+    "send_lat -R -s 64 -n 200",
+    "send_bw -R -s 4096 -n 300",
 ];
 
 /// The peer host dies mid-transfer: B's clients are killed while B's link
@@ -521,10 +526,15 @@ fn hostile_mix_step(p: &mut Plan, progs: &Programs, port: u16) {
     let mut clients = Vec::new();
     for (k, client) in (port..).zip(HOSTILE_CLIENTS) {
         let test = client.split_once(' ').map_or(client, |(test, _)| test);
-        servers.push(format!("{perf} {test} {PERF_DEV} -p {k}"));
+        let server = if client.contains(" -R ") {
+            client
+        } else {
+            test
+        };
+        servers.push(format!("{perf} {server} {PERF_DEV} -p {k}"));
         clients.push(format!("{perf} {client} {PERF_DEV} -p {k} \"$PEER_IPV4\""));
     }
-    let done = format!("hostile mix: {n} of {n} data verified");
+    let done = format!("hostile mix: {n} of {n} completed, data verified, -R statuses checked");
     let chain = |cmds: Vec<String>| {
         format!(
             "netem '{HOSTILE_MIX}' eval '{} && echo \"{done}\"'",
@@ -533,7 +543,7 @@ fn hostile_mix_step(p: &mut Plan, progs: &Programs, port: u16) {
     };
     p.pair_step(
         &format!(
-            "faults: delay, loss, duplicates, reordering and corruption at once: {n} perf clients (async, atomics, -q 4, -b, -e), data verified"
+            "faults: delay, loss, duplicates, reordering and corruption at once: {n} perf clients (async, atomics, -q 4, -b, -e, -R), data verified"
         ),
         port,
         Side {
@@ -624,7 +634,7 @@ mod tests {
             steps[24]
         );
         assert!(steps[24].ends_with(" 'data verified' 'data verified'"));
-        // The hostile mix: seven servers on A, seven clients on B, on
+        // The hostile mix: nine servers on A, nine clients on B, on
         // ports from 18724, the chain's last line the evidence.
         let mix = steps[25];
         assert!(mix.contains(" 18724 0 'netem "), "{mix}");
@@ -634,11 +644,17 @@ mod tests {
             "{mix}"
         );
         assert!(mix.contains("/t/perf send_lat -d"), "{mix}");
-        assert!(mix.contains("-p 18730 "), "{mix}");
-        assert_eq!(mix.matches("/t/perf").count(), 14, "{mix}");
+        assert!(mix.contains("-p 18732 "), "{mix}");
+        assert_eq!(mix.matches("/t/perf").count(), 18, "{mix}");
+        // An -R server runs the client's options.
+        assert_eq!(
+            mix.matches("/t/perf send_bw -R -s 4096 -n 300 -d").count(),
+            2,
+            "{mix}"
+        );
         assert!(mix
-            .ends_with(" 'hostile mix: 7 of 7 data verified' 'hostile mix: 7 of 7 data verified'"));
+            .ends_with(" 'hostile mix: 9 of 9 completed, data verified, -R statuses checked' 'hostile mix: 9 of 9 completed, data verified, -R statuses checked'"));
         // Then the lost-RTU steps, from the next port.
-        assert!(steps[26].contains(" 18731 0 'netem "), "{}", steps[26]);
+        assert!(steps[26].contains(" 18733 0 'netem "), "{}", steps[26]);
     }
 }
