@@ -63,17 +63,28 @@ impl RecvStream {
             let Poll::Ready(buf) = self.pool.poll_alloc(cx) else {
                 return Ok(());
             };
-            match self
-                .chan
-                .queue()
-                .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
-            {
-                Ok(id) => self.posted.push_back(id),
-                Err(Refused::Error(e, _)) => return Err(e),
-                Err(Refused::Full(_)) => return Ok(()),
+            if !self.post(buf)? {
+                return Ok(());
             }
         }
         Ok(())
+    }
+
+    /// Posts a receive into `buf`; false if the receive queue is full (the
+    /// buffer goes back to the pool).
+    fn post(&mut self, buf: PoolBuf) -> Result<bool> {
+        match self
+            .chan
+            .queue()
+            .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
+        {
+            Ok(id) => {
+                self.posted.push_back(id);
+                Ok(true)
+            }
+            Err(Refused::Error(e, _)) => Err(e),
+            Err(Refused::Full(_)) => Ok(false),
+        }
     }
 
     /// Posts the stream's receives now (up to its depth, as many as the
@@ -89,14 +100,8 @@ impl RecvStream {
             let Ok(buf) = self.pool.try_alloc() else {
                 break;
             };
-            match self
-                .chan
-                .queue()
-                .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
-            {
-                Ok(id) => self.posted.push_back(id),
-                Err(Refused::Error(e, _)) => return Err(e),
-                Err(Refused::Full(_)) => break,
+            if !self.post(buf)? {
+                break;
             }
         }
         Ok(self.posted.len())
