@@ -99,7 +99,10 @@
 //! Replies matched to requests over one channel need one task that owns
 //! the receive stream and hands each reply to the request waiting for it
 //! (a router): `rdma-safe/examples/cm_service.rs` shows one, next to
-//! `kv_reader.rs`, a blocking one-sided table reader.
+//! `kv_reader.rs`, a blocking one-sided table reader. A server whose
+//! clients speak first posts its receives before it accepts
+//! ([`cm::Incoming::prepare`]): a client may send before the server sees
+//! the connection established.
 //!
 //! # Example: loopback transfer
 //!

@@ -14,6 +14,11 @@
 //! `perf send_lat -R` clients failed with `IBV_WC_RETRY_EXC_ERR` (about 110
 //! RNR NAKs and 6 retries each) while their servers still waited in the
 //! accept. rping posts its receive before `rdma_accept` for this reason.
+//!
+//! A message that lands in such a receive also proves the requester
+//! connected: the accept then tells the CM (`rdma_notify` with
+//! `IBV_EVENT_COMM_EST`, which a NIC raises itself and rxe does not) and is
+//! established at once, not after the retransmission.
 
 use super::listener::Incoming;
 use super::{access, mtu_trailer, CmOptions};
