@@ -89,6 +89,8 @@ listening() {
 }
 
 PAIR_N=0
+# Lines of a failed step's output kept in $OUT/failed-steps.txt.
+FAILED_TAIL=15
 
 pair_step() {
     local label=$1 port=$2 server_host=$3 server=$4 client=$5
@@ -149,6 +151,14 @@ pair_step() {
         rc=1
     fi
     record "$label" "$rc" $((SECONDS - t0))
+    # A failed step's last lines, for test-rxe's summary (the console's
+    # copy may be far above the end of a long run's output).
+    if [ "$rc" != 0 ]; then
+        {
+            echo "$label ($role on host $HOST_NAME, exit $rc), its last lines:"
+            tail -n "$FAILED_TAIL" "$log"
+        } >>"$OUT/failed-steps.txt"
+    fi
     # A fault step leaves no qdisc and no NIC down behind, even if killed.
     faults_clear
     # Stay in step: both hosts end step N before either starts N + 1.
@@ -191,33 +201,67 @@ with_mtu() {
     return "$rc"
 }
 
-# netem 'NETEM ARGS' CMD...: runs CMD with `tc qdisc add ... root netem
-# NETEM ARGS` on this host's link NIC (its egress), removed afterwards.
-netem() {
-    local spec=$1 t0 rc
-    shift
-    modprobe sch_netem 2>/dev/null
-    # shellcheck disable=SC2086 # the netem arguments are words
-    tc qdisc replace dev "$RXE_NETDEV" root netem $spec || return 1
-    echo "faults: $(tc qdisc show dev "$RXE_NETDEV" | head -1)"
+# under_qdisc CMD...: runs CMD over the root qdisc just set up on this
+# host's link NIC (its egress), then removes it, saying what it was and
+# what CMD did under it.
+under_qdisc() {
+    local what t0 rc
+    what=$(tc qdisc show dev "$RXE_NETDEV" | grep -m1 netem)
+    echo "faults: $what"
     t0=$EPOCHREALTIME
     "$@"
     rc=$?
     tc qdisc del dev "$RXE_NETDEV" root
-    echo "faults: exit $rc after $(faults_time "$t0") s under netem $spec"
+    echo "faults: exit $rc after $(faults_time "$t0") s under ${what#qdisc }"
     return "$rc"
+}
+
+# netem 'NETEM ARGS' CMD...: runs CMD with `tc qdisc add ... root netem
+# NETEM ARGS` on this host's link NIC (its egress), removed afterwards.
+netem() {
+    local spec=$1
+    shift
+    modprobe sch_netem 2>/dev/null
+    # shellcheck disable=SC2086 # the netem arguments are words
+    tc qdisc replace dev "$RXE_NETDEV" root netem $spec || return 1
+    under_qdisc "$@"
+}
+
+# RTU_MATCH: tc u32 selectors for an RDMA CM ready-to-use message (RTU):
+# RoCE v2 (UDP port 4791) MADs whose attribute ID (offset 64 from the IP
+# header: IP 20, UDP 8, BTH 12, DETH 8, then 16 of the MAD header) is
+# 0x0014.
+export RTU_MATCH="match ip protocol 17 0xff match ip dport 4791 0xffff match u16 0x0014 0xffff at 64"
+
+# netem_keeps_rtus 'NETEM ARGS' CMD...: as `netem`, but the RTUs this host
+# sends skip the netem (a prio qdisc's first band takes them, netem sits
+# on the second): the peer's `rtu_lost` then always has its RTUs to drop.
+netem_keeps_rtus() {
+    local spec=$1
+    shift
+    modprobe sch_netem 2>/dev/null
+    modprobe sch_prio 2>/dev/null
+    modprobe cls_u32 2>/dev/null
+    tc qdisc replace dev "$RXE_NETDEV" root handle 1: prio bands 2 \
+        priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 || return 1
+    # shellcheck disable=SC2086 # the netem arguments and RTU_MATCH are words
+    tc qdisc add dev "$RXE_NETDEV" parent 1:2 handle 20: netem $spec &&
+        tc filter add dev "$RXE_NETDEV" parent 1: protocol ip prio 1 u32 \
+            $RTU_MATCH flowid 1:1 || { tc qdisc del dev "$RXE_NETDEV" root; return 1; }
+    echo "faults: RTUs sent skip the netem below"
+    under_qdisc "$@"
 }
 
 # rtu_lost N CMD...: runs CMD while this host drops the first N RDMA CM
 # ready-to-use messages (RTUs) it receives: a connection it accepts then
 # reaches ESTABLISHED only when its receives take the requester's first
 # message (rdma_notify) or the RTU that answers the accept's retransmission
-# (about 4 s later), while the requester, connected, may already send. The
-# filter matches RoCE v2 (UDP port 4791) MADs whose attribute ID (offset 64
-# from the IP header: IP 20, UDP 8, BTH 12, DETH 8, then 16 of the MAD
-# header) is the RTU's, 0x0014; a watcher removes it once it has dropped N.
+# (about 4 s later), while the requester, connected, may already send. An
+# ingress filter drops RTUs (RTU_MATCH); a watcher removes it once it has
+# dropped N.
 # Fails if CMD does, or if no RTU came to drop (the step would then test
-# nothing).
+# nothing). The peer runs its side under `netem_keeps_rtus`: a lossy link
+# that took the RTU before the filter saw it would leave nothing to drop.
 rtu_drops() {
     tc -s filter show dev "$RXE_NETDEV" parent ffff: 2>/dev/null |
         grep -Eo 'dropped [0-9]+' | head -1 | cut -d' ' -f2
@@ -230,9 +274,9 @@ rtu_lost() {
     modprobe cls_u32 2>/dev/null
     modprobe act_gact 2>/dev/null
     tc qdisc add dev "$RXE_NETDEV" ingress || return 1
+    # shellcheck disable=SC2086 # RTU_MATCH is words
     tc filter add dev "$RXE_NETDEV" parent ffff: protocol ip prio 1 u32 \
-        match ip protocol 17 0xff match ip dport 4791 0xffff \
-        match u16 0x0014 0xffff at 64 action drop || return 1
+        $RTU_MATCH action drop || return 1
     (
         local d
         while d=$(rtu_drops); [ "${d:-0}" -lt "$n" ]; do sleep 0.1; done
@@ -315,4 +359,4 @@ fails_within() {
     [ "$rc" != 0 ] && awk -v t="$took" -v b="$bound" 'BEGIN { exit !(t <= b) }'
 }
 
-export -f faults_time faults_clear with_mtu netem rtu_drops rtu_lost link_cut running fails_within
+export -f faults_time faults_clear with_mtu under_qdisc netem netem_keeps_rtus rtu_drops rtu_lost link_cut running fails_within

@@ -73,9 +73,12 @@ impl CmQueue {
 }
 
 impl Channel {
-    /// The channel over `queue`, whose QP `id` has just connected; a
-    /// watcher thread moves the QP to the error state when the peer
-    /// disconnects, which flushes every pending request.
+    /// The channel over `queue`, whose QP `id` has just connected or is
+    /// about to be (its accept still to come). With `watched`, a watcher
+    /// thread moves the QP to the error state when the peer disconnects,
+    /// which flushes every pending request; without, no watcher takes
+    /// `id`'s events (they are the accept's) until
+    /// [`watch_cm`](Self::watch_cm).
     pub(crate) fn from_cm(
         id: CmId,
         pd: &ProtectionDomain,
@@ -83,23 +86,7 @@ impl Channel {
         completion_events: bool,
         timeout: Duration,
         private_data: Vec<u8>,
-    ) -> Result<Channel> {
-        let channel =
-            Self::from_cm_unwatched(id, pd, queue, completion_events, timeout, private_data)?;
-        channel.watch_cm()?;
-        Ok(channel)
-    }
-
-    /// [`from_cm`](Self::from_cm) for a connection not established yet
-    /// (its accept is still to come): no watcher takes `id`'s events until
-    /// [`watch_cm`](Self::watch_cm).
-    pub(crate) fn from_cm_unwatched(
-        id: CmId,
-        pd: &ProtectionDomain,
-        queue: CmQueue,
-        completion_events: bool,
-        timeout: Duration,
-        private_data: Vec<u8>,
+        watched: bool,
     ) -> Result<Channel> {
         let port = id.port_num();
         let ctx = pd.context();
@@ -136,7 +123,7 @@ impl Channel {
             )
             .keep_alive(link.clone()),
         );
-        Ok(Channel {
+        let channel = Channel {
             needs_grh: port_attr.needs_grh(),
             queue: work,
             pd: pd.clone(),
@@ -148,7 +135,11 @@ impl Channel {
             remote: None,
             scope_ids: Vec::new(),
             cm: Some(link),
-        })
+        };
+        if watched {
+            channel.watch_cm()?;
+        }
+        Ok(channel)
     }
 
     /// Starts the thread that watches the connection's events (once the

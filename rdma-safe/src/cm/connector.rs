@@ -153,6 +153,7 @@ impl Connector {
             self.opts.completion_events,
             self.opts.timeout,
             private_data,
+            true,
         )
     }
 }

@@ -249,6 +249,7 @@ impl Incoming {
             self.opts.completion_events,
             self.opts.timeout,
             self.params.private_data,
+            true,
         )
     }
 

@@ -67,13 +67,15 @@ impl Incoming {
         queue.qp.to_init(self.id.port_num(), access())?;
         let theirs = (self.params.responder_resources, self.params.initiator_depth);
         let opts = self.opts;
-        let channel = Channel::from_cm_unwatched(
+        // Watched once accepted: until then the id's events are the accept's.
+        let channel = Channel::from_cm(
             self.id,
             &self.pd,
             queue,
             opts.completion_events,
             opts.timeout,
             self.params.private_data,
+            false,
         )?;
         let pending = channel
             .pending_cm()

@@ -1,7 +1,9 @@
 //! The two-host tier's lost-handshake steps: the accepting host drops the
 //! first RDMA CM ready-to-use messages (RTUs) it receives (ci/two-hosts.sh's
-//! `rtu_lost`), over a link that loses 3% each way, while a CM server of
-//! ours serves a client that sends the moment it is connected.
+//! `rtu_lost`), over a link that loses 3% each way (all but the client's
+//! RTUs: `netem_keeps_rtus`, so that the filter always has them to drop),
+//! while a CM server of ours serves a client that sends the moment it is
+//! connected.
 //!
 //! The server then sees `ESTABLISHED` only when the accept's
 //! retransmission brings another RTU, about 4 s later; the client, already
@@ -36,7 +38,12 @@ const PERF_ITERS: u32 = 100;
 /// both sides), rping (ours serves, rdma-core's connects) and
 /// `async_echo --cm`.
 pub(super) fn lost_rtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
+    // The server's host loses 3% of what it sends; the client's host too,
+    // but not its RTUs: those are the server's filter's to drop (a link
+    // that lost the one RTU of rping's connection first left the filter
+    // nothing, and the step failed for want of a test).
     let lossy = |cmd: &str| format!("netem '{LOSS}' {cmd}");
+    let lossy_but_rtus = |cmd: &str| format!("netem_keeps_rtus '{LOSS}' {cmd}");
     let perf = progs.ours("perf");
     let n = PERF_ITERS;
     let opts = format!("send_lat -R {PERF_DEV} -s 64 -n {n} -p {port}");
@@ -51,7 +58,7 @@ pub(super) fn lost_rtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
         },
         Side {
             host: B,
-            cmd: &lossy(&format!("{perf} {opts} \"$PEER_IPV4\"")),
+            cmd: &lossy_but_rtus(&format!("{perf} {opts} \"$PEER_IPV4\"")),
             expect: &format!("^ *64 +{n} +[0-9.]+"),
         },
     );
@@ -73,7 +80,7 @@ pub(super) fn lost_rtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
         },
         Side {
             host: B,
-            cmd: &lossy(&format!(
+            cmd: &lossy_but_rtus(&format!(
                 "rping -c -a \"$PEER_IPV4\" -p {port} -v -V -C {c}"
             )),
             expect: &format!("ping data: rdma-ping-{}: ", c - 1),
@@ -94,7 +101,7 @@ pub(super) fn lost_rtu_steps(p: &mut Plan, progs: &Programs, port: u16) {
         },
         Side {
             host: B,
-            cmd: &lossy(&format!(
+            cmd: &lossy_but_rtus(&format!(
                 "{echo} client -d \"$RXE_DEVICE\" --cm -p {port} --clients 2 --messages 50 \
                  -s 1000 \"$PEER_IPV4\""
             )),
@@ -121,6 +128,8 @@ mod tests {
         for (k, step) in steps.iter().enumerate() {
             let port = 18731 + k;
             assert!(step.contains(&format!(" {port} 0 'netem '")), "{step}");
+            // The client's host spares its RTUs from the loss.
+            assert!(step.contains("' 'netem_keeps_rtus '\\''loss 3%"), "{step}");
             assert!(step.contains("loss 3%"), "{step}");
             // The server's side (A) drops the RTU, the client's does not.
             assert_eq!(step.matches("rtu_lost").count(), 1, "{step}");

@@ -18,6 +18,14 @@ use crate::{heading, Result};
 /// and rdma-core's pingpongs wait forever for a peer that is gone.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// Where ci/two-hosts.sh keeps each failed step's last lines, in a host's
+/// results directory.
+const FAILED_STEPS: &str = "failed-steps.txt";
+
+/// The most lines of [`FAILED_STEPS`] the summary prints per host: the
+/// summary is the end of a long output, the part a CI report keeps.
+const FAILED_LINES: usize = 40;
+
 /// What the tier did.
 #[derive(Debug)]
 pub(super) struct Tier {
@@ -123,6 +131,9 @@ impl Tier {
             self.steps,
             self.took.as_secs_f64()
         );
+        for (i, o) in hosts.iter().enumerate() {
+            print_failed_steps(rxe::host_name(i), &o.out.join(FAILED_STEPS));
+        }
         let mut ok = self.run.success() && passed == self.steps;
         if let Some(why) = self.run.failure_reason() {
             println!("problem:    two hosts: {why}");
@@ -135,5 +146,58 @@ impl Tier {
             );
         }
         ok
+    }
+}
+
+/// Prints the failed steps' last lines one host kept (nothing if none
+/// failed), indented under the summary's table.
+fn print_failed_steps(host: char, path: &std::path::Path) {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        print!("{}", failed_steps_text(host, &text, path));
+    }
+}
+
+/// [`print_failed_steps`]'s text: at most [`FAILED_LINES`] of `text`.
+fn failed_steps_text(host: char, text: &str, path: &std::path::Path) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = format!("            host {host}'s failed steps:\n");
+    for l in lines.iter().take(FAILED_LINES) {
+        out += &format!("            | {l}\n");
+    }
+    if lines.len() > FAILED_LINES {
+        out += &format!(
+            "            | ({} more lines in {})\n",
+            lines.len() - FAILED_LINES,
+            path.display()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_steps_tail_is_printed_whole_or_cut_with_a_pointer() {
+        let path = std::path::Path::new("/out/failed-steps.txt");
+        let short = failed_steps_text(
+            'A',
+            "step x (server on host A, exit 1), its last lines:\nboom\n",
+            path,
+        );
+        assert_eq!(
+            short,
+            "            host A's failed steps:\n            | step x (server on host A, exit 1), its last lines:\n            | boom\n"
+        );
+        let long: String = (0..FAILED_LINES + 5)
+            .map(|k| format!("line {k}\n"))
+            .collect();
+        let cut = failed_steps_text('B', &long, path);
+        assert_eq!(cut.lines().count(), FAILED_LINES + 2, "{cut}");
+        assert!(
+            cut.ends_with("| (5 more lines in /out/failed-steps.txt)\n"),
+            "{cut}"
+        );
     }
 }
