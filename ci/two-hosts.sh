@@ -277,12 +277,16 @@ rtu_lost() {
     # shellcheck disable=SC2086 # RTU_MATCH is words
     tc filter add dev "$RXE_NETDEV" parent ffff: protocol ip prio 1 u32 \
         $RTU_MATCH action drop || return 1
+    # The watcher records the count before it removes the filter: killed
+    # at any point, either the record or the filter is there to read (a
+    # record written after the removal was lost when CMD ended within a
+    # second of the drop, and a step that had dropped its RTU failed).
     (
         local d
         while d=$(rtu_drops); [ "${d:-0}" -lt "$n" ]; do sleep 0.1; done
+        echo "$d" >"$seen"
         tc qdisc del dev "$RXE_NETDEV" ingress
         echo "faults: dropped $n RTUs, the last at $(faults_time "$t0") s"
-        echo "$n" >"$seen"
     ) &
     watcher=$!
     "$@"
@@ -292,7 +296,11 @@ rtu_lost() {
     dropped=$(cat "$seen")
     if [ -z "$dropped" ]; then
         dropped=$(rtu_drops)
-        echo "faults: dropped ${dropped:-0} of $n RTUs"
+        if [ "${dropped:-0}" -ge "$n" ]; then
+            echo "faults: dropped $n RTUs, the last as the command ended"
+        else
+            echo "faults: dropped ${dropped:-0} of $n RTUs"
+        fi
     fi
     tc qdisc del dev "$RXE_NETDEV" ingress 2>/dev/null
     if [ "${dropped:-0}" -lt 1 ]; then
