@@ -213,27 +213,12 @@ impl super::Acceptance {
         let outcome = async {
             let events = AsyncEvents::new(self.id().channel())?;
             self.start(private_data)?;
-            let timeout = self.opts_timeout();
-            let end = deadline(timeout);
-            let mut notified = false;
+            let mut wait = super::prepared::EstablishWait::new(self.opts_timeout());
             loop {
-                // Until a receive posted before the accept has completed
-                // (see `notify_if_data`), look every DATA_LOOK.
-                let slice = if notified {
-                    end
-                } else {
-                    end.min(Instant::now() + super::prepared::DATA_LOOK)
-                };
-                if let Some(event) = events.next(self.id().channel(), slice).await? {
+                if let Some(event) = events.next(self.id().channel(), wait.look_until()).await? {
                     return Ok(CmId::established(event)?);
                 }
-                if Instant::now() >= end {
-                    return Err(Error::Verbs(rdma_core::Error::Timeout {
-                        step: "rdma_accept",
-                        timeout,
-                    }));
-                }
-                notified = notified || self.notify_if_data();
+                wait.nothing_yet(&self)?;
             }
         }
         .await;

@@ -122,23 +122,13 @@ impl Acceptance {
     /// As [`Incoming::accept`].
     pub fn accept(mut self, private_data: &[u8]) -> Result<()> {
         let outcome = self.start(private_data).and_then(|()| {
-            let timeout = self.opts.timeout;
-            let deadline = Instant::now() + timeout;
-            let mut notified = false;
+            let mut wait = EstablishWait::new(self.opts.timeout);
             loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let slice = if notified { left } else { left.min(DATA_LOOK) };
+                let slice = wait.look_until().saturating_duration_since(Instant::now());
                 if let Some(event) = self.id().get_event(slice)? {
                     return Ok(CmId::established(event)?);
                 }
-                if Instant::now() >= deadline {
-                    return Err(rdma_core::Error::Timeout {
-                        step: "rdma_accept",
-                        timeout,
-                    }
-                    .into());
-                }
-                notified = notified || self.notify_if_data();
+                wait.nothing_yet(&self)?;
             }
         });
         self.finish(outcome)
@@ -235,5 +225,55 @@ impl fmt::Debug for Acceptance {
             .field("peer", &self.id().peer_addr())
             .field("finished", &self.finished)
             .finish_non_exhaustive()
+    }
+}
+
+/// An accept's wait for `ESTABLISHED` (blocking or async): until the
+/// timeout, in slices of [`DATA_LOOK`] until a receive posted before the
+/// accept has completed (see [`Acceptance::notify_if_data`]), then whole.
+pub(super) struct EstablishWait {
+    timeout: Duration,
+    end: Instant,
+    notified: bool,
+}
+
+impl EstablishWait {
+    /// A wait of `timeout` from now.
+    pub(super) fn new(timeout: Duration) -> EstablishWait {
+        let now = Instant::now();
+        EstablishWait {
+            timeout,
+            // A timeout beyond the clock's range waits a century.
+            end: now
+                .checked_add(timeout)
+                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600)),
+            notified: false,
+        }
+    }
+
+    /// When the next look for the accept's event should end.
+    pub(super) fn look_until(&self) -> Instant {
+        if self.notified {
+            self.end
+        } else {
+            self.end.min(Instant::now() + DATA_LOOK)
+        }
+    }
+
+    /// A look ended with no event: the timeout's error once it has passed;
+    /// otherwise tells the CM of a message already received, if one was.
+    ///
+    /// # Errors
+    /// [`rdma_core::Error::Timeout`] of `rdma_accept`.
+    pub(super) fn nothing_yet(&mut self, acceptance: &Acceptance) -> Result<()> {
+        if Instant::now() >= self.end {
+            return Err(rdma_core::Error::Timeout {
+                step: "rdma_accept",
+                timeout: self.timeout,
+            }
+            .into());
+        }
+        self.notified = self.notified || acceptance.notify_if_data();
+        Ok(())
     }
 }

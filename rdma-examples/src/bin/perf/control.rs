@@ -141,33 +141,43 @@ impl Control {
         limit: Duration,
         between: impl FnOnce() -> Result<T>,
     ) -> Result<(Vec<u8>, T)> {
+        if self.client {
+            let done = between()?;
+            let (got, ()) = self.swap(mine, limit, || Ok(()))?;
+            Ok((got, done))
+        } else {
+            self.swap(mine, limit, between)
+        }
+    }
+
+    /// One exchange: posts the receive for the peer's message, finishes the
+    /// accept if one is pending, runs `posted`, then sends `mine` and waits
+    /// for the answer (client) or waits and answers (server).
+    fn swap<T>(
+        &mut self,
+        mine: &[u8],
+        limit: Duration,
+        posted: impl FnOnce() -> Result<T>,
+    ) -> Result<(Vec<u8>, T)> {
         if mine.len() > MSG_MAX {
             return Err(fail(format!("a control message of {} bytes", mine.len())));
-        }
-        let mut between = Some(between);
-        let mut done = None;
-        if self.client {
-            done = Some((between.take().expect("not run yet"))()?);
         }
         self.tx[..mine.len()].copy_from_slice(mine);
         let saved = self.channel.timeout();
         self.channel.set_timeout(limit);
         let client = self.client;
         let (tx, rx, acceptance) = (&self.tx, &mut self.rx, &mut self.acceptance);
-        let done_ref = &mut done;
         let got = self
             .channel
-            .scope(|s| -> Result<usize> {
+            .scope(|s| -> Result<(usize, T)> {
                 let gather = [tx.gather(..mine.len())];
                 let mut scatter = [rx.scatter(..)];
                 let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
                 if let Some(acceptance) = acceptance.take() {
                     acceptance.accept(&[])?;
                 }
-                if let Some(between) = between.take() {
-                    *done_ref = Some(between()?);
-                }
-                if client {
+                let done = posted()?;
+                let n = if client {
                     // The answer first: across a lossy link the
                     // acknowledgement of this message can come after the
                     // server's answer to it, and a server that disconnects
@@ -203,11 +213,12 @@ impl Control {
                         Ok(_) | Err(rdma_safe::Error::PeerDisconnected { .. }) => Ok(n),
                         Err(e) => Err(e),
                     }
-                }
+                }?;
+                Ok((n, done))
             })
             .map_err(rdma_safe::Error::from);
         self.channel.set_timeout(saved);
-        let n = got.map_err(|e| fail(format!("perftest control exchange: {e}")))?;
+        let (n, done) = got.map_err(|e| fail(format!("perftest control exchange: {e}")))?;
         if self.trace {
             eprintln!(
                 "perf -R: control: sent {} bytes, received {n}: {:02x?}",
@@ -215,7 +226,6 @@ impl Control {
                 &self.rx[..n.min(24)]
             );
         }
-        let done = done.ok_or_else(|| fail("perftest control exchange: a step was not run"))?;
         Ok((self.rx[..n].to_vec(), done))
     }
 
