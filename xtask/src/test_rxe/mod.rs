@@ -12,6 +12,7 @@
 //!    example programs against rdma-core's, server and client on different
 //!    hosts.
 
+mod failures;
 mod faults;
 mod faults_handshake;
 mod pairs;
@@ -111,6 +112,9 @@ fn parse(args: &[String]) -> Result<Option<Args>> {
     }))
 }
 
+/// The most failed binaries and tests the summary names at its end.
+const MAX_FAILED: usize = 16;
+
 /// Sums of the `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Totals {
@@ -199,6 +203,8 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     libtest_args.extend(args.libtest.iter().cloned());
 
     let mut totals = Totals::default();
+    // Failed tests, named with their panics (see `failures`).
+    let mut failed_tests: Vec<String> = Vec::new();
     let mut host_lines: Vec<String> = Vec::new();
     let mut ok = true;
 
@@ -215,6 +221,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         }
         let c = capture::run(&mut doc, None)?;
         totals.add_output(&c.output);
+        failed_tests.extend(failures::libtest(&c.output));
         ok &= c.success();
         host_lines.push(format!("doctests: {}", verdict(c.success())));
         for a in &host_only {
@@ -230,6 +237,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
             }
             let c = capture::run(&mut cmd, None)?;
             totals.add_output(&c.output);
+            failed_tests.extend(failures::libtest(&c.output));
             ok &= c.success();
             host_lines.push(format!("{}: {}", a.label(), verdict(c.success())));
         }
@@ -246,6 +254,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let route = rxe::choose_route(&ws, "test-rxe", args.run.want)?;
     let outcome = rxe::run(&ws, "test-rxe", &route, &plan, &args.run)?;
     totals.add_output(&outcome.captured.output);
+    failed_tests.extend(failures::libtest(&outcome.captured.output));
     ok &= outcome.success();
 
     // 4. Two hosts.
@@ -310,6 +319,21 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     match &two {
         Err(why) => println!("two hosts:  {why}"),
         Ok(tier) => ok &= tier.summary(),
+    }
+    // Last, where a CI report's tail keeps them: what failed on rxe0 (the
+    // binaries, then their tests).
+    let failed: Vec<String> = outcome
+        .steps
+        .iter()
+        .filter(|s| !s.passed)
+        .map(|s| format!("{} (exit {})", s.label, s.code))
+        .chain(failed_tests)
+        .collect();
+    for f in failed.iter().take(MAX_FAILED) {
+        println!("failed:     {f}");
+    }
+    if failed.len() > MAX_FAILED {
+        println!("failed:     and {} more (above)", failed.len() - MAX_FAILED);
     }
     println!("total:      {:.0} s", started.elapsed().as_secs_f64());
     println!("result:     {}", if ok { "PASS" } else { "FAIL" });
