@@ -10,7 +10,7 @@
 //! pair, which has no work posted yet, with it.
 
 use super::connector::unreachable;
-use super::{access, CmOptions, Connector, Incoming, Listener};
+use super::{access, deadline, CmOptions, Connector, Incoming, Listener};
 use crate::channel::Channel;
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
@@ -85,13 +85,6 @@ impl AsyncEvents {
             .await?
             .ok_or(Error::Verbs(rdma_core::Error::Timeout { step, timeout }))
     }
-}
-
-/// `timeout` from now (far in the future for `Duration::MAX`).
-fn deadline(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 impl Listener {

@@ -63,7 +63,7 @@ use crate::error::Result;
 use rdma_core::{AccessFlags, ConnectParams, QpCapabilities};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The settings of channels made through the connection manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,14 @@ impl CmOptions {
 /// [`MAX_ACCEPT_PRIVATE_DATA`](rdma_core::MAX_ACCEPT_PRIVATE_DATA) bytes,
 /// and the last four carry the accepting port's MTU (see the [module](self) docs).
 pub const MAX_ACCEPT_DATA: usize = rdma_core::MAX_ACCEPT_PRIVATE_DATA - 4;
+
+/// `timeout` from now (far in the future for `Duration::MAX`): the end
+/// of every bounded CM wait, blocking or async.
+fn deadline(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
 
 /// Path MTU agreement. On RoCE the CM takes the path MTU from the active
 /// side's interface alone: a client on a 4096-byte link connecting to a

@@ -240,13 +240,9 @@ pub(super) struct EstablishWait {
 impl EstablishWait {
     /// A wait of `timeout` from now.
     pub(super) fn new(timeout: Duration) -> EstablishWait {
-        let now = Instant::now();
         EstablishWait {
             timeout,
-            // A timeout beyond the clock's range waits a century.
-            end: now
-                .checked_add(timeout)
-                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600)),
+            end: super::deadline(timeout),
             notified: false,
         }
     }
