@@ -104,6 +104,19 @@
 //! ([`cm::Incoming::prepare`]): a client may send before the server sees
 //! the connection established.
 //!
+//! # Cargo features
+//!
+//! Both are off by default: the core is runtime-agnostic, and its futures
+//! busy-poll when no reactor drives them.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `tokio` | `SharedChannel::with_tokio` and `TokioReactor` (futures sleep on the completion channel, woken by one driver task per channel), the `*_async` connection-manager calls (`Listener::accept_async`, `Channel::connect_to_async`, …); implies `futures` |
+//! | `futures` | `futures_core::Stream` for [`RecvStream`](owned::RecvStream) (the end of the stream on a clean disconnect) |
+//!
+//! Items that need a feature say so in these docs (docs.rs builds them
+//! with every feature).
+//!
 //! # Example: loopback transfer
 //!
 //! ```no_run
@@ -172,6 +185,10 @@
 //! [`owned::Request`] and a variant of the engine's `OwnedKind`; a batch
 //! member: a variant of [`OwnedRequest`](owned::OwnedRequest)), and a
 //! `perf` test in `rdma-examples`.
+
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items get
+// their "Available on crate feature" badge.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod atomic;
 pub mod channel;

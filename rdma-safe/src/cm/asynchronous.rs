@@ -87,6 +87,7 @@ impl AsyncEvents {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Listener {
     /// [`incoming_within`](Self::incoming_within) as a future: waits up to
     /// `timeout` for a connect request on tokio's reactor; `None` when none
@@ -173,6 +174,7 @@ impl Listener {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Incoming {
     /// [`accept`](Self::accept) as a future: accepts, sending
     /// `private_data`, and awaits (up to the options' timeout) the
@@ -195,6 +197,7 @@ impl Incoming {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl super::Acceptance {
     /// [`accept`](Self::accept) as a future: accepts, sending
     /// `private_data`, and awaits (up to the options' timeout) the
@@ -219,6 +222,7 @@ impl super::Acceptance {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Connector {
     /// [`resolve`](Self::resolve) as a future: the address and the route
     /// resolved on tokio's reactor, each step bounded by `opts.timeout`. A
@@ -307,6 +311,7 @@ impl Connector {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Channel {
     /// [`connect_to_with`](Self::connect_to_with) as a future: resolves
     /// `addr` and connects on tokio's reactor, sending `private_data`; no

@@ -167,6 +167,7 @@ impl SharedChannel {
     /// outside a tokio runtime, or if registering the descriptor fails, the
     /// I/O error.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn with_tokio(self) -> crate::Result<Self> {
         let channel = self.queue.comp_channel().cloned().ok_or_else(|| {
             VerbsError::InvalidArgument(if self.queue.on_shared_cq() {

@@ -64,6 +64,7 @@ mod tokio_impl {
     /// The completion channel's descriptor registered with tokio's reactor
     /// (`AsyncFd`), and one timer for the engine's stall deadline.
     #[derive(Debug)]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub struct TokioReactor {
         /// The runtime the descriptor was registered with, which runs the
         /// completion driver.

@@ -29,6 +29,7 @@ pub struct RecvStream {
 /// The stream of received messages for any runtime's combinators; the
 /// items are [`poll_next`](RecvStream::poll_next)'s.
 #[cfg(feature = "futures")]
+#[cfg_attr(docsrs, doc(cfg(feature = "futures")))]
 impl futures_core::Stream for RecvStream {
     type Item = Result<(WorkSuccess, PoolBuf)>;
 
