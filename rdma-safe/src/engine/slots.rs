@@ -196,6 +196,26 @@ impl<T> SlotRing<T> {
         }
     }
 
+    /// Removes from `ids` ids that are not tracked, keeping every id that
+    /// is: only the run at its front below the window (nothing there is
+    /// tracked) when that run is at least a quarter of the list, else each
+    /// id that is not tracked. A scope's ids ascend, so that run is what is
+    /// old enough; the ids inside the window are looked up only when most
+    /// of the list lies there (an old request holding the window open),
+    /// which keeps the list within a few times what is tracked. A scope
+    /// with many receives posted (a server's ring) looked up each of them
+    /// at every compaction: about 30 instructions per operation under
+    /// callgrind.
+    pub(crate) fn forget_untracked(&self, ids: &mut Vec<u64>) {
+        let oldest = self.oldest();
+        let below = ids.iter().take_while(|&&id| id < oldest).count();
+        if below > 0 && below * 4 >= ids.len() {
+            ids.drain(..below);
+        } else {
+            ids.retain(|&id| id >= oldest && self.contains_key(id));
+        }
+    }
+
     /// How many entries are tracked.
     pub(crate) fn len(&self) -> usize {
         self.live
@@ -297,6 +317,41 @@ mod tests {
             next += 1;
         }
         assert_eq!(s.entries.len(), cap);
+    }
+
+    #[test]
+    fn forgetting_untracked_ids_keeps_every_tracked_one() {
+        let mut s = SlotRing::default();
+        for id in 1..=40u64 {
+            s.insert(id, id);
+        }
+        // Ids 1..=20 claimed in order, and 25 out of order.
+        for id in (1..=20).chain([25]) {
+            assert!(s.remove(id).is_some());
+        }
+        // Mostly below the window: only that run goes (25 stays listed
+        // until the window passes it, as a claimed id a scope skips).
+        let mut ids: Vec<u64> = (1..=40).collect();
+        s.forget_untracked(&mut ids);
+        assert_eq!(ids, (21..=40).collect::<Vec<_>>());
+        // An old request holds the window open: every id is looked up.
+        for id in (22..=40).filter(|&id| id != 30) {
+            s.remove(id);
+        }
+        assert_eq!(s.oldest(), 21);
+        let mut ids: Vec<u64> = (21..=40).collect();
+        s.forget_untracked(&mut ids);
+        assert_eq!(ids, vec![21, 30]);
+        // Unordered input loses nothing tracked either.
+        let mut ids = vec![30, 5, 21, 7];
+        s.forget_untracked(&mut ids);
+        assert_eq!(ids, vec![30, 21]);
+        // Nothing tracked: everything goes.
+        s.remove(21);
+        s.remove(30);
+        let mut ids = vec![21, 30, 41];
+        s.forget_untracked(&mut ids);
+        assert!(ids.is_empty());
     }
 
     #[test]

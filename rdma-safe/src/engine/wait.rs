@@ -70,13 +70,10 @@ impl WorkQueue {
         ids.iter().filter(|&&id| st.slots.contains_key(id)).count()
     }
 
-    /// Removes from `ids` those no longer outstanding or unclaimed (one lock).
+    /// Removes from `ids` ids no longer outstanding or unclaimed (one
+    /// lock), keeping every id that is (see [`SlotRing::forget_untracked`]).
     pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
-        let st = self.lock();
-        // Most ids of a long-lived scope are below the ring's window: one
-        // comparison each, no lookup.
-        let oldest = st.slots.oldest();
-        ids.retain(|&id| id >= oldest && st.slots.contains_key(id));
+        self.lock().slots.forget_untracked(ids);
     }
 
     /// Whether `id` is still outstanding or unclaimed.
