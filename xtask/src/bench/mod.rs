@@ -149,13 +149,21 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The run directory's task name of `--instructions` runs
+/// (`target/xtask/bench-instructions/<pid>`).
+const INSTRUCTIONS_TASK: &str = "bench-instructions";
+
 /// `--instructions`: the callgrind runs, their table and bench.json's
 /// `instructions` member.
 fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<ExitCode> {
     let runs = instructions::runs(a);
     let plan = instructions::plan(a, &runs, perf);
     let route = rxe::choose_route(ws, "bench", a.run.want)?;
-    let outcome = rxe::run(ws, "bench", &route, &plan, &a.run)?;
+    // A directory of its own: a timing run keeps only its predecessor's
+    // (`target/xtask/bench/last`), so two timing runs after this one
+    // would remove the callgrind files that the report points at and
+    // `--instructions-from` reads.
+    let outcome = rxe::run(ws, INSTRUCTIONS_TASK, &route, &plan, &a.run)?;
     let failure = outcome.failure_reason();
     let raw = outcome.out.join("raw");
     let kernel = outcome.env("KERNEL").unwrap_or("unknown");

@@ -242,7 +242,9 @@ struct Cli {
     /// its measured loops only, perftest (stripped) the
     /// whole program; the provider's completion polls are
     /// counted apart; printed and added to bench.json as
-    /// `instructions` (its timing results are kept)
+    /// `instructions` (its timing results are kept); the
+    /// callgrind files stay in target/xtask/bench-instructions/
+    /// <pid>/out/raw/ until the next --instructions run
     #[arg(long, verbatim_doc_comment)]
     instructions: bool,
     /// run nothing: compute the --instructions table and
