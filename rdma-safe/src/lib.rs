@@ -52,7 +52,12 @@
 //!   `ibv_post_recv` call; receives complete one by one, so each keeps its
 //!   own handle ([`PollingScope::post_receive_batch_into`] appends them to
 //!   a collection of the caller's). The verb's list of a batch of up to 32
-//!   requests is built on the stack, not allocated.
+//!   requests is built on the stack, not allocated. A loop that posts the
+//!   same requests again and again prepares them once
+//!   ([`PollingScope::prepare_sends`], `prepare_writes`, `prepare_reads`):
+//!   a [`PreparedBatch`] keeps the checked, built list, and
+//!   [`PollingScope::post_prepared`] only gives it its id, as perftest
+//!   posts its prebuilt requests.
 //! * **Owned buffers** ([`BufferPool`], [`SharedChannel`]). For services
 //!   and async code, operations can instead take pool buffers by value and
 //!   give them back with the completion (blocking, callback, or future). The
@@ -205,6 +210,7 @@ pub mod owned;
 mod pd;
 mod pending;
 pub mod pool;
+pub mod prepared;
 pub mod scope;
 pub mod srq;
 mod verb;
@@ -223,6 +229,7 @@ pub use memory::{
 pub use owned::SharedChannel;
 pub use pd::ProtectionDomain;
 pub use pool::BufferPool;
+pub use prepared::PreparedBatch;
 pub use scope::PollingScope;
 pub use srq::SharedReceiveQueue;
 pub use work::{

@@ -17,7 +17,8 @@
 
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
+use crate::prepared::PreparedBatch;
 use crate::verb::sealed::Queue;
 use crate::verb::SendQueueRequest;
 use crate::work::{
@@ -144,6 +145,69 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         wrs: &mut [W],
     ) -> Result<ScopedPendingWork<'scope>> {
         let id = W::post_batch(wrs, Queue(self.queue))?;
+        Ok(self.handle(id))
+    }
+
+    /// Checks `wrs` as [`post_batch`](Self::post_batch) would and builds
+    /// their verb requests once, for
+    /// [`post_prepared`](Self::post_prepared) to post as often as wanted
+    /// (see [`PreparedBatch`]).
+    ///
+    /// # Errors
+    /// As [`post_batch`](Self::post_batch)'s refusals of a malformed request
+    /// (too many SGEs, a payload forced inline that does not fit); an
+    /// empty list is refused too.
+    pub fn prepare_sends<'wr, 'd>(
+        &self,
+        wrs: &[SendWorkRequest<'wr, 'd>],
+    ) -> Result<PreparedBatch<'wr, 'd>> {
+        let built = self.queue.prepare_sends(wrs)?;
+        PreparedBatch::new(self.queue, Operation::Send, built)
+    }
+
+    /// As [`prepare_sends`](Self::prepare_sends), for RDMA writes (each
+    /// length is checked against its remote region here).
+    ///
+    /// # Errors
+    /// As [`prepare_sends`](Self::prepare_sends), and a write longer than
+    /// its remote region.
+    pub fn prepare_writes<'wr, 'd>(
+        &self,
+        wrs: &[WriteWorkRequest<'wr, 'd>],
+    ) -> Result<PreparedBatch<'wr, 'd>> {
+        let built = self.queue.prepare_writes(wrs)?;
+        PreparedBatch::new(self.queue, Operation::Write, built)
+    }
+
+    /// As [`prepare_sends`](Self::prepare_sends), for RDMA reads: the batch
+    /// borrows the reads (and so their targets) exclusively while it lives.
+    ///
+    /// # Errors
+    /// As [`prepare_writes`](Self::prepare_writes).
+    pub fn prepare_reads<'p, 'd>(
+        &self,
+        wrs: &'p mut [ReadWorkRequest<'_, 'd>],
+    ) -> Result<PreparedBatch<'p, 'd>> {
+        let built = self.queue.prepare_reads(wrs)?;
+        PreparedBatch::new(self.queue, Operation::Read, built)
+    }
+
+    /// Posts a prepared batch with one `ibv_post_send` call, only its last
+    /// request signaled; one handle covers the batch, whose memory stays
+    /// borrowed until the scope ends. Nothing is checked or built again:
+    /// the batch's requests get their id and are linked.
+    ///
+    /// # Errors
+    /// A batch prepared on another channel is refused; otherwise as
+    /// [`post_batch`](Self::post_batch)'s posting errors.
+    pub fn post_prepared<'d: 'scope>(
+        &mut self,
+        batch: &mut PreparedBatch<'_, 'd>,
+    ) -> Result<ScopedPendingWork<'scope>> {
+        let (op, len) = (batch.op, batch.len);
+        let id = self
+            .queue
+            .post_prepared(op, len, batch.list_for(self.queue)?)?;
         Ok(self.handle(id))
     }
 

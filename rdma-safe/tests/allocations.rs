@@ -3,7 +3,8 @@
 //! on a reactor and busy-polled, posted at their first poll or when made,
 //! on a completion queue of their own or a
 //! shared one, blocking atomics, batches of receives in a scope with
-//! batches of sends against them, and a shared receive queue's refills).
+//! batches of sends against them, prepared batches, and a shared receive
+//! queue's refills).
 //! Counted with a global allocator over many send/receive pairs, after a
 //! warm-up (the engine's slot ring and the runtime's first-use structures
 //! grow once).
@@ -14,7 +15,7 @@ use common::{pair, pair_with, pd, registered, scatter_chunks, srq_pair};
 use rdma_safe::channel::SharedCompletionQueue;
 use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
-use rdma_safe::{Error, ReceiveWorkRequest, SendWorkRequest};
+use rdma_safe::{Error, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -381,6 +382,55 @@ fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
         "the returned Vec was not counted: {vec_form:.3}"
     );
     assert!(dst.iter().all(|&x| x == 9), "every message landed");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn prepared_batches_allocate_nothing_per_post() {
+    // One id per post: the scope's list of ids grows to its compaction
+    // threshold (256) once, within the warm-up.
+    const WARM: usize = 300;
+    const ROUNDS: usize = 500;
+    const PER: usize = 8;
+    const SIZE: usize = 64;
+    let pd = pd();
+    let (mut a, _b) = pair(&pd);
+    let target = RemoteAccessBuffer::new(&pd, SIZE * PER).expect("target");
+    let remote = target.remote();
+    let src = registered(&pd, vec![7u8; SIZE * PER]);
+    let gathers: Vec<_> = (0..PER)
+        .map(|k| [src.gather(k * SIZE..(k + 1) * SIZE)])
+        .collect();
+    let writes: Vec<_> = gathers
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            let at = remote.slice((k * SIZE) as u64, SIZE as u64).unwrap();
+            WriteWorkRequest::new(g, at)
+        })
+        .collect();
+    // As perf's bandwidth loop: the batch prepared once, posted and
+    // waited for round after round.
+    let per_op = a
+        .scope(|s| {
+            let mut batch = s.prepare_writes(&writes)?;
+            let mut counted = 0;
+            for round in 0..WARM + ROUNDS {
+                if round == WARM {
+                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                }
+                assert_eq!(s.post_prepared(&mut batch)?.wait()?.bytes(), SIZE * PER);
+            }
+            Ok::<_, Error>(
+                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (PER * ROUNDS) as f64,
+            )
+        })
+        .expect("prepared writes");
+    println!("allocations per operation, prepared batches of {PER} writes: {per_op:.3}");
+    assert_eq!(per_op, 0.0, "{per_op:.3} allocations per operation");
+    let mut landed = vec![0u8; SIZE * PER];
+    target.read(0, &mut landed).expect("read the target");
+    assert!(landed.iter().all(|&x| x == 7), "every write landed");
 }
 
 #[test]

@@ -410,6 +410,34 @@ impl<'a> SendRequest<'a> {
         }
     }
 
+    /// Sets the immediate data (host order) of a `*_WITH_IMM` request and
+    /// returns true; returns false and changes nothing for any other
+    /// opcode. For a request built once and posted many times, each time
+    /// with its own immediate.
+    ///
+    /// ```
+    /// # use rdma_core::{SendRequest, Sge};
+    /// let sges = [Sge::new(0x1000, 64, 0x42)];
+    /// let mut wr = SendRequest::send_with_imm(1, &sges, 5);
+    /// assert!(wr.set_imm_data(6));
+    /// assert_eq!(wr.imm_data(), Some(6));
+    /// let mut plain = SendRequest::send(2, &sges);
+    /// assert!(!plain.set_imm_data(6));
+    /// assert_eq!(plain.imm_data(), None);
+    /// ```
+    #[inline]
+    pub fn set_imm_data(&mut self, imm: u32) -> bool {
+        match self.opcode() {
+            SendOpcode::SendWithImm | SendOpcode::RdmaWriteWithImm => {
+                self.raw.__bindgen_anon_1 = sys::ibv_send_wr__bindgen_ty_1 {
+                    imm_data: imm.to_be(),
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The remote address of an RDMA or atomic request.
     #[inline]
     pub fn remote_addr(&self) -> Option<u64> {

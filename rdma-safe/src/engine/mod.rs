@@ -27,6 +27,7 @@ mod owned;
 mod owned_batch;
 mod owned_receives;
 mod post;
+mod prepare;
 mod room;
 mod shutdown;
 mod slots;

@@ -49,7 +49,7 @@ impl WorkQueue {
     /// Checks a send (its SGE count; a payload forced inline fits): whether
     /// it goes inline.
     #[inline(always)]
-    fn check_send(&self, wr: &SendWorkRequest<'_, '_>, len: usize) -> Result<bool> {
+    pub(super) fn check_send(&self, wr: &SendWorkRequest<'_, '_>, len: usize) -> Result<bool> {
         self.check_sges(
             Operation::Send,
             wr.gather.len(),
@@ -61,7 +61,7 @@ impl WorkQueue {
     /// Builds a checked send's request (id and signaling are set when it
     /// is posted).
     #[inline(always)]
-    fn build_send<'a>(wr: &SendWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
+    pub(super) fn build_send<'a>(wr: &SendWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
         let mut flags = SendFlags::empty();
         flags.set(SendFlags::SOLICITED, wr.solicited);
         flags.set(SendFlags::INLINE, inline);
@@ -71,7 +71,7 @@ impl WorkQueue {
     /// Checks an RDMA write (SGE count, the remote region's length, a
     /// forced inline payload): whether it goes inline.
     #[inline(always)]
-    fn check_write(&self, wr: &WriteWorkRequest<'_, '_>, len: usize) -> Result<bool> {
+    pub(super) fn check_write(&self, wr: &WriteWorkRequest<'_, '_>, len: usize) -> Result<bool> {
         self.check_sges(
             Operation::Write,
             wr.gather.len(),
@@ -83,7 +83,7 @@ impl WorkQueue {
 
     /// Builds a checked RDMA write's request.
     #[inline(always)]
-    fn build_write<'a>(wr: &WriteWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
+    pub(super) fn build_write<'a>(wr: &WriteWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
         let remote = Some((wr.remote.address(), wr.remote.rkey()));
         let flags = if inline {
             SendFlags::INLINE
@@ -95,7 +95,7 @@ impl WorkQueue {
 
     /// Checks an RDMA read (SGE count, the remote region's length).
     #[inline(always)]
-    fn check_read(&self, wr: &ReadWorkRequest<'_, '_>, len: usize) -> Result<()> {
+    pub(super) fn check_read(&self, wr: &ReadWorkRequest<'_, '_>, len: usize) -> Result<()> {
         self.check_sges(
             Operation::Read,
             wr.scatter.len(),
@@ -106,7 +106,7 @@ impl WorkQueue {
 
     /// Builds a checked RDMA read's request.
     #[inline(always)]
-    fn build_read<'a>(wr: &'a mut ReadWorkRequest<'_, '_>) -> SendRequest<'a> {
+    pub(super) fn build_read<'a>(wr: &'a mut ReadWorkRequest<'_, '_>) -> SendRequest<'a> {
         let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
         SendRequest::rdma_read(0, scatter_sges(wr.scatter), addr, rkey)
     }

@@ -121,7 +121,9 @@ pub(crate) fn run_bw(
                 Test::WriteBw => {
                     let remote = remote.ok_or_else(|| fail("no remote region"))?;
                     let g = [mr.gather_element(buf)];
-                    let mut batch = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                    let wrs = vec![WriteWorkRequest::new(&g, remote); batch_size(depth)];
+                    // Checked and built once; each post gives it an id.
+                    let mut batch = s.prepare_writes(&wrs)?;
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
@@ -129,7 +131,10 @@ pub(crate) fn run_bw(
                         depth,
                         size,
                         batch.len(),
-                        &mut |_, n| s.post_batch(&mut batch[..n]),
+                        &mut |_, n| {
+                            batch.truncate(n);
+                            s.post_prepared(&mut batch)
+                        },
                     )?;
                 }
                 Test::ReadBw => {
@@ -144,19 +149,24 @@ pub(crate) fn run_bw(
                         .iter_mut()
                         .map(|e| ReadWorkRequest::new(e, remote))
                         .collect();
+                    let mut batch = s.prepare_reads(&mut reads)?;
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
                         iters,
                         depth,
                         size,
-                        reads.len(),
-                        &mut |_, n| s.post_batch(&mut reads[..n]),
+                        batch.len(),
+                        &mut |_, n| {
+                            batch.truncate(n);
+                            s.post_prepared(&mut batch)
+                        },
                     )?;
                 }
                 _ => {
                     let g = [mr.gather_element(buf)];
-                    let mut batch = vec![SendWorkRequest::new(&g); batch_size(depth)];
+                    let wrs = vec![SendWorkRequest::new(&g).with_immediate(0); batch_size(depth)];
+                    let mut batch = s.prepare_sends(&wrs)?;
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
@@ -165,10 +175,13 @@ pub(crate) fn run_bw(
                         size,
                         batch.len(),
                         &mut |first, n| {
-                            for (k, wr) in batch[..n].iter_mut().enumerate() {
-                                *wr = wr.with_immediate((first + k) as u32);
+                            // Each message's index, for the server's check
+                            // of order.
+                            batch.truncate(n);
+                            for k in 0..n {
+                                batch.set_immediate(k, (first + k) as u32)?;
                             }
-                            s.post_batch(&mut batch[..n])
+                            s.post_prepared(&mut batch)
                         },
                     )?;
                 }

@@ -1,0 +1,72 @@
+//! Send-queue requests checked and built once, to be posted many times
+//! ([`PreparedBatch`](crate::prepared::PreparedBatch)): the verb's list is
+//! kept between posts, and a post only sets each request's id and links
+//! the list.
+
+use super::WorkQueue;
+use crate::error::{Operation, Result};
+use crate::work::{ReadWorkRequest, SendWorkRequest, WriteWorkRequest};
+use rdma_core::SendRequest;
+
+impl WorkQueue {
+    /// Checks each send as a post would and builds its request; the total
+    /// payload bytes beside them.
+    pub(crate) fn prepare_sends<'a>(
+        &self,
+        wrs: &[SendWorkRequest<'a, '_>],
+    ) -> Result<(Vec<SendRequest<'a>>, usize)> {
+        let mut total = 0;
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for wr in wrs {
+            let len = wr.len();
+            let inline = self.check_send(wr, len)?;
+            reqs.push(Self::build_send(wr, inline));
+            total += len;
+        }
+        Ok((reqs, total))
+    }
+
+    /// As [`prepare_sends`](Self::prepare_sends), for RDMA writes.
+    pub(crate) fn prepare_writes<'a>(
+        &self,
+        wrs: &[WriteWorkRequest<'a, '_>],
+    ) -> Result<(Vec<SendRequest<'a>>, usize)> {
+        let mut total = 0;
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for wr in wrs {
+            let len = wr.len();
+            let inline = self.check_write(wr, len)?;
+            reqs.push(Self::build_write(wr, inline));
+            total += len;
+        }
+        Ok((reqs, total))
+    }
+
+    /// As [`prepare_sends`](Self::prepare_sends), for RDMA reads: the
+    /// requests borrow the reads' scatter lists exclusively.
+    pub(crate) fn prepare_reads<'a>(
+        &self,
+        wrs: &'a mut [ReadWorkRequest<'_, '_>],
+    ) -> Result<(Vec<SendRequest<'a>>, usize)> {
+        let mut total = 0;
+        for wr in wrs.iter() {
+            let len = wr.len();
+            self.check_read(wr, len)?;
+            total += len;
+        }
+        let reqs = wrs.iter_mut().map(Self::build_read).collect();
+        Ok((reqs, total))
+    }
+
+    /// Posts a prepared list as one batch (see `post_sends`): one
+    /// `ibv_post_send`, only the last request signaled. Returns its id.
+    #[inline]
+    pub(crate) fn post_prepared(
+        &self,
+        op: Operation,
+        len: usize,
+        reqs: &mut [SendRequest<'_>],
+    ) -> Result<u64> {
+        self.post_sends(op, len, reqs)
+    }
+}
