@@ -358,12 +358,13 @@ fn nest(
                 ),
                 _ => (Some([mr.gather_element(buf)]), Vec::new()),
             };
-            let mut writes = match (plan.post, &gather) {
+            let writes = match (plan.post, &gather) {
                 (Post::Write(r), Some(g)) => vec![WriteWorkRequest::new(g, r); batch],
                 _ => Vec::new(),
             };
-            let mut sends = match (plan.post, &gather) {
-                (Post::Send, Some(g)) => vec![SendWorkRequest::new(g); batch],
+            // Each message's index goes in its immediate, set per post.
+            let sends = match (plan.post, &gather) {
+                (Post::Send, Some(g)) => vec![SendWorkRequest::new(g).with_immediate(0); batch],
                 _ => Vec::new(),
             };
             let mut reads: Vec<ReadWorkRequest<'_, '_>> = match plan.post {
@@ -373,9 +374,17 @@ fn nest(
                     .collect(),
                 _ => Vec::new(),
             };
+            let read_batch = reads.len().max(1);
+            // Checked and built once; each post gives the batch its id.
+            let mut prepared = match plan.post {
+                Post::Write(_) => Some(s.prepare_writes(&writes)?),
+                Post::Send => Some(s.prepare_sends(&sends)?),
+                Post::Read(_) => Some(s.prepare_reads(&mut reads)?),
+                Post::Atomic { .. } | Post::Nothing => None,
+            };
             let (to_post, lane_batch) = match plan.post {
                 Post::Nothing => (0, 1),
-                Post::Read(_) => (iters, reads.len().max(1)),
+                Post::Read(_) => (iters, read_batch),
                 // One atomic per post: its request names its own result
                 // word and compare value.
                 Post::Atomic { .. } => (iters, 1),
@@ -414,14 +423,15 @@ fn nest(
                     let n = lane_batch.min(to_post - next);
                     let t0 = Stamp::now();
                     let handle = match plan.post {
-                        Post::Write(_) => s.post_batch(&mut writes[..n])?,
-                        Post::Read(_) => s.post_batch(&mut reads[..n])?,
-                        Post::Send => {
-                            gather.as_ref().ok_or_else(|| fail("no message"))?;
-                            for (k, wr) in sends[..n].iter_mut().enumerate() {
-                                *wr = wr.with_immediate((next + k) as u32);
+                        Post::Write(_) | Post::Read(_) | Post::Send => {
+                            let batch = prepared.as_mut().ok_or_else(|| fail("no message"))?;
+                            batch.truncate(n);
+                            if let Post::Send = plan.post {
+                                for k in 0..n {
+                                    batch.set_immediate(k, (next + k) as u32)?;
+                                }
                             }
-                            s.post_batch(&mut sends[..n])?
+                            s.post_prepared(batch)?
                         }
                         Post::Atomic {
                             kind,
