@@ -15,15 +15,11 @@ impl WorkQueue {
         &self,
         wrs: &[SendWorkRequest<'a, '_>],
     ) -> Result<(Vec<SendRequest<'a>>, usize)> {
-        let mut total = 0;
-        let mut reqs = Vec::with_capacity(wrs.len());
-        for wr in wrs {
+        build_each(wrs, |wr| {
             let len = wr.len();
             let inline = self.check_send(wr, len)?;
-            reqs.push(Self::build_send(wr, inline));
-            total += len;
-        }
-        Ok((reqs, total))
+            Ok((Self::build_send(wr, inline), len))
+        })
     }
 
     /// As [`prepare_sends`](Self::prepare_sends), for RDMA writes.
@@ -31,15 +27,11 @@ impl WorkQueue {
         &self,
         wrs: &[WriteWorkRequest<'a, '_>],
     ) -> Result<(Vec<SendRequest<'a>>, usize)> {
-        let mut total = 0;
-        let mut reqs = Vec::with_capacity(wrs.len());
-        for wr in wrs {
+        build_each(wrs, |wr| {
             let len = wr.len();
             let inline = self.check_write(wr, len)?;
-            reqs.push(Self::build_write(wr, inline));
-            total += len;
-        }
-        Ok((reqs, total))
+            Ok((Self::build_write(wr, inline), len))
+        })
     }
 
     /// As [`prepare_sends`](Self::prepare_sends), for RDMA reads: the
@@ -69,4 +61,20 @@ impl WorkQueue {
     ) -> Result<u64> {
         self.post_sends(op, len, reqs)
     }
+}
+
+/// The requests `each` checks and builds from `wrs`, in order, and their
+/// lengths added up; the first refusal stops it.
+fn build_each<W, R>(
+    wrs: &[W],
+    mut each: impl FnMut(&W) -> Result<(R, usize)>,
+) -> Result<(Vec<R>, usize)> {
+    let mut total = 0;
+    let mut reqs = Vec::with_capacity(wrs.len());
+    for wr in wrs {
+        let (req, len) = each(wr)?;
+        reqs.push(req);
+        total += len;
+    }
+    Ok((reqs, total))
 }
