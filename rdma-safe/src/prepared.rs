@@ -60,9 +60,10 @@ pub struct PreparedBatch<'wr, 'data> {
     pub(crate) reqs: Vec<SendRequest<'wr>>,
     pub(crate) op: Operation,
     pub(crate) len: usize,
-    /// The queue whose limits the requests were checked against: the only
-    /// one they may be posted on.
-    pub(crate) queue: *const WorkQueue,
+    /// The address of the queue whose limits the requests were checked
+    /// against, the only one they may be posted on (compared, never
+    /// followed: a pointer would make the batch neither `Send` nor `Sync`).
+    pub(crate) queue: usize,
     pub(crate) _data: PhantomData<&'data [u8]>,
 }
 
@@ -82,7 +83,7 @@ impl<'wr, 'data> PreparedBatch<'wr, 'data> {
             reqs,
             op,
             len,
-            queue,
+            queue: queue_address(queue),
             _data: PhantomData,
         })
     }
@@ -109,8 +110,8 @@ impl<'wr, 'data> PreparedBatch<'wr, 'data> {
         self.op
     }
 
-    /// Keeps only the first `n` requests (all of them if `n` is larger):
-    /// a loop whose last round posts fewer.
+    /// Keeps only the first `n` requests (all of them if `n` is larger, at
+    /// least one): a loop whose last round posts fewer.
     pub fn truncate(&mut self, n: usize) {
         if n < self.reqs.len() {
             self.reqs.truncate(n.max(1));
@@ -152,7 +153,7 @@ impl<'wr, 'data> PreparedBatch<'wr, 'data> {
     /// The list to post on `queue`, refused if the batch was prepared for
     /// another channel (whose limits its checks were made against).
     pub(crate) fn list_for(&mut self, queue: &WorkQueue) -> Result<&mut [SendRequest<'wr>]> {
-        if !std::ptr::eq(self.queue, queue) {
+        if self.queue != queue_address(queue) {
             return Err(self.refusal(
                 "the batch was prepared on another channel: prepare it on the one that posts it"
                     .into(),
@@ -160,6 +161,10 @@ impl<'wr, 'data> PreparedBatch<'wr, 'data> {
         }
         Ok(&mut self.reqs)
     }
+}
+
+fn queue_address(queue: &WorkQueue) -> usize {
+    std::ptr::from_ref(queue) as usize
 }
 
 impl fmt::Debug for PreparedBatch<'_, '_> {

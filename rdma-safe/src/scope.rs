@@ -207,7 +207,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         let (op, len) = (batch.op, batch.len);
         let id = self
             .queue
-            .post_prepared(op, len, batch.list_for(self.queue)?)?;
+            .post_sends(op, len, batch.list_for(self.queue)?)?;
         Ok(self.handle(id))
     }
 

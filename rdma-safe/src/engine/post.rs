@@ -201,7 +201,7 @@ impl WorkQueue {
     /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
     /// provider has no reason to post part of the list.
     #[inline]
-    pub(super) fn post_sends(
+    pub(crate) fn post_sends(
         &self,
         op: Operation,
         len: usize,

@@ -1,10 +1,10 @@
 //! Send-queue requests checked and built once, to be posted many times
 //! ([`PreparedBatch`](crate::prepared::PreparedBatch)): the verb's list is
-//! kept between posts, and a post only sets each request's id and links
-//! the list.
+//! kept between posts, and a post (the batches' `post_sends`) only sets
+//! each request's id and links the list.
 
 use super::WorkQueue;
-use crate::error::{Operation, Result};
+use crate::error::Result;
 use crate::work::{ReadWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::SendRequest;
 
@@ -48,18 +48,6 @@ impl WorkQueue {
         }
         let reqs = wrs.iter_mut().map(Self::build_read).collect();
         Ok((reqs, total))
-    }
-
-    /// Posts a prepared list as one batch (see `post_sends`): one
-    /// `ibv_post_send`, only the last request signaled. Returns its id.
-    #[inline]
-    pub(crate) fn post_prepared(
-        &self,
-        op: Operation,
-        len: usize,
-        reqs: &mut [SendRequest<'_>],
-    ) -> Result<u64> {
-        self.post_sends(op, len, reqs)
     }
 }
 
