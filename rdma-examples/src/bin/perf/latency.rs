@@ -12,7 +12,7 @@ use rdma_examples::net::Link;
 use rdma_examples::shared::SharedBuffer;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
-    scope::ScopedPendingWork, GatherElement, PollingScope, ReadWorkRequest, ReceiveWorkRequest,
+    scope::ScopedPendingWork, PollingScope, PreparedBatch, ReadWorkRequest, ReceiveWorkRequest,
     RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
@@ -32,12 +32,14 @@ pub(crate) fn serve_send_lat(
         side.channel.scope(|s| -> Result<()> {
             let mut scatter = [rx_mr.scatter_element(rx)];
             let gather = [local_mr.gather_element(local)];
+            let reply = [SendWorkRequest::new(&gather).with_immediate(0)];
+            let mut reply = s.prepare_sends(&reply)?;
             let mut ring = LatRing::new(s, &mut scatter, p.iters)?;
             link.write_line(&format!("GO {size}"))?;
             for i in 0..p.iters {
                 let got = ring.next_message(s, &mut scatter)?;
                 check_message(i, size, got.bytes(), got.immediate())?;
-                ring.send(s, &mut scatter, &gather, i as u32)?;
+                ring.send(s, &mut scatter, &mut reply, i as u32)?;
             }
             ring.finish()
         })
@@ -146,18 +148,21 @@ impl<'scope> LatRing<'scope> {
         }
     }
 
-    /// Sends `gather` with immediate `imm`, after claiming the previous
-    /// send (one in flight) and making sure receives wait for the answer.
+    /// Sends `message` (one prepared send: checked and built once, as
+    /// perftest builds its request) with immediate `imm`, after claiming
+    /// the previous send (one in flight) and making sure receives wait for
+    /// the answer.
     fn send(
         &mut self,
         s: &mut PollingScope<'scope, '_>,
         scatter: &mut [ScatterElement<'scope>; 1],
-        gather: &[GatherElement<'scope>],
+        message: &mut PreparedBatch<'_, 'scope>,
         imm: u32,
     ) -> Result<()> {
         self.claim_send()?;
         while self.recvs.len() < LAT_RECEIVES_MIN && self.repost(s, scatter)? {}
-        self.sent = Some(s.post_send(SendWorkRequest::new(gather).with_immediate(imm))?);
+        message.set_immediate(0, imm)?;
+        self.sent = Some(s.post_prepared(message)?);
         Ok(())
     }
 
@@ -295,10 +300,12 @@ pub(crate) fn run_lat(
                     .scope(|s| -> Result<()> {
                         let mut scatter = [rx_mr.scatter_element(rx)];
                         let gather = [local_mr.gather_element(local)];
+                        let message = [SendWorkRequest::new(&gather).with_immediate(0)];
+                        let mut message = s.prepare_sends(&message)?;
                         let mut ring = LatRing::new(s, &mut scatter, iters)?;
                         for i in 0..iters {
                             laps.start();
-                            ring.send(s, &mut scatter, &gather, i as u32)?;
+                            ring.send(s, &mut scatter, &mut message, i as u32)?;
                             let got = ring.next_message(s, &mut scatter)?;
                             check_message(i, size, got.bytes(), got.immediate())?;
                         }
