@@ -43,7 +43,7 @@ pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{OwnedKind, Refused, Returned};
-pub(crate) use owned_receives::RECEIVES_PER_CALL;
+pub(crate) use owned_receives::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;

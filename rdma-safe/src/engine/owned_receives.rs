@@ -13,8 +13,9 @@ use std::ops::Range;
 
 /// Receives [`WorkQueue::post_owned_receives`] posts per call, at most.
 pub(crate) const RECEIVES_PER_CALL: usize = STACK_LIST;
-/// Receives a call posts from a short SGE array.
-const SHORT: usize = 8;
+/// Receives a call posts from short arrays: its SGEs here, and the
+/// buffers `SharedChannel::start_receives` gathers for it.
+pub(crate) const SHORT_RECEIVES: usize = 8;
 
 impl WorkQueue {
     /// Posts a receive into the whole of each buffer of `bufs` (every entry
@@ -39,8 +40,8 @@ impl WorkQueue {
         }
         // A ring re-posted a few receives at a time zeroes a short SGE
         // array, not 32 entries (about 120 instructions a call).
-        if n <= SHORT {
-            self.post_owned_receives_in::<SHORT>(bufs)
+        if n <= SHORT_RECEIVES {
+            self.post_owned_receives_in::<SHORT_RECEIVES>(bufs)
         } else {
             self.post_owned_receives_in::<STACK_LIST>(bufs)
         }

@@ -87,7 +87,9 @@ pub use request::Request;
 pub use stream::RecvStream;
 
 use crate::channel::Channel;
-use crate::engine::{Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL};
+use crate::engine::{
+    Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
+};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
@@ -97,10 +99,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
-
-/// The array [`SharedChannel::start_receives`] fills for an iterator of
-/// at most this many buffers.
-const SHORT_CHUNK: usize = 8;
 
 /// The outcome of an owning operation and its buffer, given back.
 pub type Completed<B> = (Result<WorkSuccess>, B);
@@ -367,11 +365,12 @@ impl SharedChannel {
         let mut bufs = bufs.into_iter().peekable();
         while bufs.peek().is_some() {
             // A ring re-posted a few buffers at a time (an iterator that
-            // says it holds at most 8) fills an array of 8, not of 32:
+            // says it holds at most 8) fills an array of 8, not of 32, as
+            // the engine then builds its SGEs in one of 8:
             // making the array writes every entry (1 KiB for 32), about 80
             // instructions a call.
-            if bufs.size_hint().1.is_some_and(|n| n <= SHORT_CHUNK) {
-                self.start_chunk::<SHORT_CHUNK>(&mut bufs, ops);
+            if bufs.size_hint().1.is_some_and(|n| n <= SHORT_RECEIVES) {
+                self.start_chunk::<SHORT_RECEIVES>(&mut bufs, ops);
             } else {
                 self.start_chunk::<RECEIVES_PER_CALL>(&mut bufs, ops);
             }
