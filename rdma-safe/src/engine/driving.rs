@@ -114,11 +114,17 @@ impl WorkQueue {
         spin: Duration,
     ) -> Option<Returned> {
         let mut st = self.lock();
-        if st.slots.get(id).is_some_and(Slot::posted) {
-            if let Err(e) = st.reap(&self.cq) {
-                drop(st);
-                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                return self.take_owned(id, None);
+        let pos = st.slots.position(id);
+        if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {
+            match st.reap_claim(&self.cq, id) {
+                // Its own completion: taken at the reap, not delivered.
+                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k),
+                Ok(None) => {}
+                Err(e) => {
+                    drop(st);
+                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                    return self.take_owned(id, None);
+                }
             }
         }
         match st.slots.get_mut(id) {

@@ -169,31 +169,55 @@ impl<T> SlotRing<T> {
         pos: usize,
         f: impl FnOnce(&mut T) -> (R, bool),
     ) -> Option<R> {
+        let (r, owns_nothing) = f(self.entries[pos].as_mut()?);
+        self.clear_at(pos, owns_nothing);
+        Some(r)
+    }
+
+    /// The entry at `pos`, a position [`position`](Self::position) returned
+    /// with no insertion since, to update or empty
+    /// ([`clear_at`](Self::clear_at)) in place.
+    #[inline]
+    pub(crate) fn at_mut(&mut self, pos: usize) -> Option<&mut T> {
+        self.entries[pos].as_mut()
+    }
+
+    /// Empties the occupied entry at `pos` (as
+    /// [`remove_plain_at`](Self::remove_plain_at)): forgotten in place if
+    /// `owns_nothing` (the caller took out whatever needed a destructor),
+    /// dropped otherwise.
+    #[inline]
+    pub(crate) fn clear_at(&mut self, pos: usize, owns_nothing: bool) {
         let entry = &mut self.entries[pos];
-        let (r, owns_nothing) = f(entry.as_mut()?);
+        debug_assert!(entry.is_some(), "clear_at on an empty entry");
         if owns_nothing {
             // SAFETY: `entry` is a valid, exclusively borrowed place, so
             // writing to it is sound; not running the destructor of what it
-            // held can only leak, and `f` said that value owns nothing.
+            // held can only leak, and the caller said that value owns
+            // nothing.
             unsafe { std::ptr::write(entry, None) };
         } else {
             *entry = None;
         }
         self.released();
-        Some(r)
     }
 
     /// An entry was just emptied: count it and advance the window past
-    /// the holes at its front.
+    /// the holes at its front (in locals, written back once: the loop
+    /// steps over the holes that requests untracked at their post leave,
+    /// about one per message on a latency loop).
     #[inline]
     fn released(&mut self) {
         self.live -= 1;
         let mask = self.mask();
-        while self.span > 0 && self.entries[self.head].is_none() {
-            self.head = (self.head + 1) & mask;
-            self.base += 1;
-            self.span -= 1;
+        let (mut head, mut span) = (self.head, self.span);
+        while span > 0 && self.entries[head].is_none() {
+            head = (head + 1) & mask;
+            span -= 1;
         }
+        self.base += (self.span - span) as u64;
+        self.head = head;
+        self.span = span;
     }
 
     /// Removes from `ids` ids that are not tracked, keeping every id that

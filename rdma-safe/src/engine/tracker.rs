@@ -46,6 +46,16 @@ impl Slot {
     pub(crate) fn posted(&self) -> bool {
         !self.done
     }
+
+    /// Send-queue entries the request uses.
+    pub(crate) fn sq(&self) -> u32 {
+        self.sq
+    }
+
+    /// An earlier member of the batch failed (`wc` holds its completion).
+    pub(crate) fn member_failed(&self) -> bool {
+        self.member_failed
+    }
 }
 
 /// The bookkeeping of one queue pair, behind the engine's lock.
@@ -171,7 +181,7 @@ impl Tracker {
         let claim = self.next_wr_id;
         let mut found = None;
         self.reap_claiming(cq, Some(claim), &mut found).ok()?;
-        let wc = found?;
+        let wc = self.wcs[found?];
         self.slots.skip(claim);
         self.next_wr_id += 1;
         self.posted_total += 1;
@@ -182,8 +192,34 @@ impl Tracker {
         Some(wc)
     }
 
+    /// [`reap`](Self::reap), except that the completion of `id`, a tracked
+    /// request still in flight, is not delivered into its slot but left
+    /// where it was polled: its index (see [`slot_and_polled`](Self::slot_and_polled)), for its
+    /// owner to end the request with
+    /// [`WorkQueue::settle_claimed`](super::WorkQueue::settle_claimed) before
+    /// releasing the lock (or reaping again). `None` if it was not among
+    /// the completions.
+    #[inline]
+    pub(crate) fn reap_claim(&mut self, cq: &Completions, id: u64) -> Result<Option<usize>> {
+        let mut claimed = None;
+        self.reap_claiming(cq, Some(id), &mut claimed)?;
+        Ok(claimed)
+    }
+
+    /// The slot at `pos` (see [`SlotRing::at_mut`]) and the `k`th
+    /// completion of the last reap: a claimed completion read where it
+    /// was polled.
+    #[inline]
+    pub(crate) fn slot_and_polled(
+        &mut self,
+        pos: usize,
+        k: usize,
+    ) -> Option<(&mut Slot, &WorkCompletion)> {
+        Some((self.slots.at_mut(pos)?, &self.wcs[k]))
+    }
+
     /// Moves available completions from `cq` into their slots, except
-    /// `claim`'s, which goes to `claimed`. How many were polled.
+    /// `claim`'s, whose index goes to `claimed`. How many were polled.
     ///
     /// Inlined into the waits: most polls of a spinning wait find nothing,
     /// and those cost the provider's poll and a comparison, not a call
@@ -194,7 +230,7 @@ impl Tracker {
         &mut self,
         cq: &Completions,
         claim: Option<u64>,
-        claimed: &mut Option<WorkCompletion>,
+        claimed: &mut Option<usize>,
     ) -> Result<usize> {
         let n = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?;
         if n != 0 {
@@ -204,9 +240,11 @@ impl Tracker {
     }
 
     /// Delivers the `n` completions just polled into `wcs`, except
-    /// `claim`'s, which goes to `claimed`.
+    /// `claim`'s, whose index goes to `claimed`: it stays where it is (a
+    /// completion is 48 bytes; each copy of one cost six vector loads and
+    /// stores, dear under emulation).
     #[inline(never)]
-    fn sort_polled(&mut self, n: usize, claim: Option<u64>, claimed: &mut Option<WorkCompletion>) {
+    fn sort_polled(&mut self, n: usize, claim: Option<u64>, claimed: &mut Option<usize>) {
         // Up to `n` send-queue entries were freed: wake as many waiting
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
@@ -214,11 +252,11 @@ impl Tracker {
             self.room_waiters.wake(n);
         }
         for k in 0..n {
-            let wc = self.wcs[k];
-            if Some(wc.wr_id()) == claim {
-                *claimed = Some(wc);
+            if Some(self.wcs[k].wr_id()) == claim {
+                *claimed = Some(k);
                 continue;
             }
+            let wc = self.wcs[k];
             self.deliver(&wc);
         }
     }
