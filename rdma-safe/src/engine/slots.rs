@@ -191,10 +191,9 @@ impl<T> SlotRing<T> {
         let entry = &mut self.entries[pos];
         debug_assert!(entry.is_some(), "clear_at on an empty entry");
         if owns_nothing {
-            // SAFETY: `entry` is a valid, exclusively borrowed place, so
-            // writing to it is sound; not running the destructor of what it
-            // held can only leak, and the caller said that value owns
-            // nothing.
+            // SAFETY: `entry` is a valid, exclusively borrowed place; not
+            // dropping what it held can only leak, and the caller said it
+            // owns nothing.
             unsafe { std::ptr::write(entry, None) };
         } else {
             *entry = None;

@@ -194,11 +194,12 @@ impl Tracker {
 
     /// [`reap`](Self::reap), except that the completion of `id`, a tracked
     /// request still in flight, is not delivered into its slot but left
-    /// where it was polled: its index (see [`slot_and_polled`](Self::slot_and_polled)), for its
-    /// owner to end the request with
-    /// [`WorkQueue::settle_claimed`](super::WorkQueue::settle_claimed) before
-    /// releasing the lock (or reaping again). `None` if it was not among
-    /// the completions.
+    /// where it was polled: its index (see
+    /// [`slot_and_polled`](Self::slot_and_polled)), for its owner to end
+    /// the request with
+    /// [`WorkQueue::settle_claimed`](super::WorkQueue::settle_claimed)
+    /// before releasing the lock (or reaping again). `None` if it was not
+    /// among the completions.
     #[inline]
     pub(crate) fn reap_claim(&mut self, cq: &Completions, id: u64) -> Result<Option<usize>> {
         let mut claimed = None;
