@@ -26,9 +26,19 @@ pub fn listen(port: u16) -> io::Result<TcpListener> {
         .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
 }
 
-/// Connects to `host:port`, trying every address it resolves to, and
-/// retrying refused connections for up to `retry_for`; each attempt is
-/// bounded by `timeout`.
+/// The longest a single connection attempt waits for the server's answer
+/// before a new attempt starts. The kernel repeats an unanswered SYN after
+/// 1, 3, 7, 15 and 31 s: one attempt left to itself sends five SYNs in
+/// 30 s, and on a link that loses one packet in five the handshake then
+/// fails about once in a few hundred tries. Attempts of this length send
+/// one about every second instead.
+pub const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
+
+/// Connects to `host:port`, trying every address it resolves to. Refused
+/// connections are retried for up to `retry_for` (the server may not be
+/// listening yet); unanswered ones for up to `timeout` in all, each attempt
+/// bounded by [`CONNECT_ATTEMPT`] so that a lossy link does not spend the
+/// whole bound in the kernel's SYN backoff.
 ///
 /// # Errors
 /// The name does not resolve, or no address accepted in time.
@@ -39,25 +49,38 @@ pub fn connect(
     timeout: Duration,
 ) -> io::Result<TcpStream> {
     let start = Instant::now();
+    let deadline = start + timeout;
     loop {
         let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
         for addr in (host, port).to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, timeout) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = left.min(CONNECT_ATTEMPT).max(Duration::from_millis(1));
+            match TcpStream::connect_timeout(&addr, attempt) {
                 Ok(s) => return Ok(s),
                 Err(e) => last = e,
             }
         }
-        let retryable = matches!(
-            last.kind(),
-            io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
-        );
-        if !retryable || start.elapsed() >= retry_for {
+        let retry = match last.kind() {
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset => {
+                start.elapsed() < retry_for
+            }
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Instant::now() < deadline,
+            _ => false,
+        };
+        if !retry {
+            let why = if is_timeout(&last) {
+                format!("no answer within {} s", timeout.as_secs_f64())
+            } else {
+                last.to_string()
+            };
             return Err(io::Error::new(
                 last.kind(),
-                format!("couldn't connect to {host}:{port}: {last}"),
+                format!("couldn't connect to {host}:{port}: {why}"),
             ));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        if !is_timeout(&last) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -364,6 +387,69 @@ mod tests {
         let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
         let (s, _) = l.accept().unwrap();
         (Link::new(s, timeout).unwrap(), c)
+    }
+
+    /// A listener on the loopback whose accept queue is already full: the
+    /// kernel drops every further SYN, so connecting gets no answer.
+    fn full_listener() -> (TcpListener, TcpStream) {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket calls on a descriptor this function owns;
+        // `sockaddr_in` is plain data, valid when zeroed.
+        let fd = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
+            let mut a: libc::sockaddr_in = std::mem::zeroed();
+            a.sin_family = libc::AF_INET as libc::sa_family_t;
+            a.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
+            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            let rc = libc::bind(fd, (&a as *const libc::sockaddr_in).cast(), len);
+            assert_eq!(rc, 0, "bind: {}", io::Error::last_os_error());
+            assert_eq!(
+                libc::listen(fd, 0),
+                0,
+                "listen: {}",
+                io::Error::last_os_error()
+            );
+            fd
+        };
+        // SAFETY: `fd` is a listening socket nothing else owns.
+        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        let first = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (l, first)
+    }
+
+    #[test]
+    fn unanswered_connect_ends_at_its_bound_with_a_clear_error() {
+        let (l, _first) = full_listener();
+        let port = l.local_addr().unwrap().port();
+        let bound = CONNECT_ATTEMPT + Duration::from_millis(1500);
+        let start = Instant::now();
+        let e = connect("127.0.0.1", port, Duration::ZERO, bound).unwrap_err();
+        let took = start.elapsed();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains("no answer within 3.5 s"), "{e}");
+        // Several attempts, but the bound holds for all of them together;
+        // the upper limit only detects a hang.
+        assert!(took >= bound, "gave up after {took:?}");
+        assert!(took < bound + Duration::from_secs(20), "{took:?}");
+    }
+
+    #[test]
+    fn refused_connect_is_retried_until_its_own_bound() {
+        let port = {
+            let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let start = Instant::now();
+        let retry = Duration::from_millis(500);
+        let e = connect("127.0.0.1", port, retry, Duration::from_secs(30)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert!(start.elapsed() >= retry, "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
