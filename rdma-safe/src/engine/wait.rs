@@ -71,7 +71,8 @@ impl WorkQueue {
     }
 
     /// Removes from `ids` ids no longer outstanding or unclaimed (one
-    /// lock), keeping every id that is (see [`SlotRing::forget_untracked`]).
+    /// lock), keeping every id that is (see
+    /// [`SlotRing::forget_untracked`](super::slots::SlotRing::forget_untracked)).
     pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
         self.lock().slots.forget_untracked(ids);
     }

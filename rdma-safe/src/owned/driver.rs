@@ -1,4 +1,4 @@
-//! The completion driver: one task per [`SharedChannel`] reactor that
+//! The completion driver: one task per [`SharedChannel`](crate::SharedChannel) reactor that
 //! sleeps on the completion channel's descriptor, reaps the completion
 //! queue when it becomes readable, and so wakes exactly the operations
 //! whose completions arrived.

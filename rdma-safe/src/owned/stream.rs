@@ -117,7 +117,7 @@ impl RecvStream {
     /// channel is shut down, and the remaining receives come out as flushed
     /// errors), or when posting a receive fails. No message (no completion
     /// at all) for the channel's timeout shuts the channel down too: the
-    /// receives then come out as [`Error::Timeout`](crate::Error::Timeout) (see
+    /// receives then come out as [`Error::Timeout`] (see
     /// [`SharedChannel::with_timeout`]).
     pub fn poll_next(
         &mut self,
