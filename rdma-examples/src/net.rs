@@ -64,7 +64,7 @@ pub fn connect(
             io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset => {
                 start.elapsed() < retry_for
             }
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Instant::now() < deadline,
+            _ if is_timeout(&last) => Instant::now() < deadline,
             _ => false,
         };
         if !retry {

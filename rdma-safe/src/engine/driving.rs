@@ -113,6 +113,9 @@ impl WorkQueue {
         waker: Option<&Waker>,
         spin: Duration,
     ) -> Option<Returned> {
+        // `take_owned`'s look, written out here: calling it (and spinning
+        // if it finds nothing) cost 50 instructions a message more on the
+        // async latency client, the outcome moved through one more frame.
         let mut st = self.lock();
         let pos = st.slots.position(id);
         if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {

@@ -295,9 +295,8 @@ impl WorkQueue {
     /// Ends the request tracked at `pos` (a position from
     /// [`SlotRing::position`](super::slots::SlotRing::position), with no
     /// insertion since) with the `k`th completion of the last reap, which
-    /// its owner claimed ([`Tracker::reap_claim`]), counting it as a
-    /// delivered one is; gives back its outcome and memory, removing the
-    /// slot. The owner's shortcut past delivery and
+    /// its owner claimed ([`Tracker::reap_claim`]), counted as delivery
+    /// counts it; gives back its outcome and memory, removing the slot. The owner's shortcut past delivery and
     /// [`returned`](Self::returned): the completion is read where it was
     /// polled, not written into the slot to be read back out of it (under
     /// emulation each copy of a 48-byte completion is six vector loads

@@ -1,7 +1,8 @@
-//! The completion driver: one task per [`SharedChannel`](crate::SharedChannel) reactor that
-//! sleeps on the completion channel's descriptor, reaps the completion
-//! queue when it becomes readable, and so wakes exactly the operations
-//! whose completions arrived.
+//! The completion driver: one task per
+//! [`SharedChannel`](crate::SharedChannel) reactor that sleeps on the
+//! completion channel's descriptor, reaps the completion queue when it
+//! becomes readable, and so wakes exactly the operations whose
+//! completions arrived.
 //!
 //! Futures never touch the reactor: they register their waker with their
 //! slot (or the send-queue room list), arm the completion queue (so that
