@@ -81,6 +81,13 @@ where
     } else {
         queue.drain_ids(&scope.posted, timeout)
     };
+    // The scope's promise: nothing it posted is still tracked (so none of
+    // the memory it lent is in the NIC's hands) once it returns.
+    debug_assert_eq!(
+        queue.count_tracked(&scope.posted),
+        0,
+        "a scope returns with requests still tracked"
+    );
     let ids = scope.posted;
     match outcome {
         Ok(result) => {
@@ -99,15 +106,39 @@ where
 const MAX_KEPT_IDS: usize = 4096;
 
 impl<'scope, 'env> PollingScope<'scope, 'env> {
+    /// Records `id`, just posted, among the requests the scope waits for,
+    /// and makes its handle.
     #[inline]
     fn handle(&mut self, id: u64) -> ScopedPendingWork<'scope> {
+        self.make_room();
+        self.posted.push(id);
+        self.handle_of(id)
+    }
+
+    /// Records `ids`, just posted, among the requests the scope waits for.
+    /// Always before any code of the caller's runs (an `Extend` that the
+    /// handles go to): an id not recorded would not be waited for, and its
+    /// memory would be given back while the NIC may still write it.
+    #[inline]
+    fn record(&mut self, ids: std::ops::Range<u64>) {
+        self.make_room();
+        self.posted.extend(ids);
+    }
+
+    /// Compacts the id list when it has grown past its mark.
+    #[inline]
+    fn make_room(&mut self) {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a
             // benchmark loop, a server) does not grow without bound.
             self.queue.retain_tracked(&mut self.posted);
             self.compact_at = (self.posted.len() * 2).max(256);
         }
-        self.posted.push(id);
+    }
+
+    /// The handle of `id`, already recorded.
+    #[inline]
+    fn handle_of(&self, id: u64) -> ScopedPendingWork<'scope> {
         ScopedPendingWork {
             queue: self.queue,
             id,
@@ -309,7 +340,12 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     ) -> Result<usize> {
         let (ids, outcome) = self.queue.post_recv_batch(wrs);
         let posted = (ids.end - ids.start) as usize;
-        handles.extend(ids.map(|id| self.handle(id)));
+        // Every id is recorded before `handles` (the caller's code) sees
+        // any: an `Extend` that takes none of them, or panics, still leaves
+        // them all to be waited for when the scope ends.
+        self.record(ids.clone());
+        let this = &*self;
+        handles.extend(ids.map(|id| this.handle_of(id)));
         outcome.map(|()| posted)
     }
 

@@ -1,6 +1,7 @@
 //! What an owning operation's slot keeps while the NIC may use its memory:
 //! the buffer itself and who to tell when the completion is seen.
 
+use super::later::Later;
 use crate::error::Result;
 use crate::owned::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
@@ -54,6 +55,24 @@ impl Attached {
     #[inline]
     pub(crate) fn owns_nothing(&self) -> bool {
         matches!(self.held, Held::None) && matches!(self.notify, Notify::Claim | Notify::Abandoned)
+    }
+}
+
+impl Notify {
+    /// Leaves `waker` to be woken at the completion, unless the waker here
+    /// already wakes the same task. A replaced waker goes to `later`, to be
+    /// dropped once the lock is released: dropping a task's last waker may
+    /// drop the task, and with it a future that locks the engine.
+    #[inline]
+    pub(crate) fn set_waker(&mut self, waker: &Waker, later: &mut Later) {
+        match self {
+            Notify::Waker(old) if old.will_wake(waker) => {}
+            n => {
+                if let Notify::Waker(old) = std::mem::replace(n, Notify::Waker(waker.clone())) {
+                    later.release(old);
+                }
+            }
+        }
     }
 }
 

@@ -62,19 +62,22 @@ impl WorkQueue {
         match &outcome {
             Err(Refused::Full(_)) => {
                 if let Some(waker) = room_waker {
-                    st.room_waiters.register(room, waker);
+                    let t = &mut *st;
+                    t.room_waiters.register(room, waker, &mut t.later);
                 }
             }
             Ok(_) => {
-                if let Some(t) = room.take() {
+                if let Some(ticket) = room.take() {
                     // It used its turn.
-                    st.room_waiters.cancel(t);
+                    let t = &mut *st;
+                    t.room_waiters.cancel(ticket, &mut t.later);
                 }
             }
             Err(Refused::Error(..)) => {
-                if let Some(t) = room.take() {
-                    if st.room_waiters.cancel(t) {
-                        st.room_waiters.wake(1);
+                if let Some(ticket) = room.take() {
+                    let t = &mut *st;
+                    if t.room_waiters.cancel(ticket, &mut t.later) {
+                        t.room_waiters.wake(1, &mut t.later);
                     }
                 }
             }
@@ -89,14 +92,17 @@ impl WorkQueue {
             Abandon::Posted(id) => match st.slots.get_mut(id) {
                 Some(slot) if slot.posted() => slot.att.notify = Notify::Abandoned,
                 Some(_) => {
-                    st.slots.remove(id);
+                    if let Some(slot) = st.slots.remove(id) {
+                        st.later.release_held(slot.att.held);
+                    }
                     st.abandoned_total += 1;
                 }
                 None => {}
             },
             Abandon::Waiting(ticket) => {
-                if ticket.map_or(true, |t| st.room_waiters.cancel(t)) {
-                    st.room_waiters.wake(1);
+                let t = &mut *st;
+                if ticket.map_or(true, |k| t.room_waiters.cancel(k, &mut t.later)) {
+                    t.room_waiters.wake(1, &mut t.later);
                 }
             }
         }
@@ -121,7 +127,7 @@ impl WorkQueue {
         if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {
             match st.reap_claim(&self.cq, id) {
                 // Its own completion: taken at the reap, not delivered.
-                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k),
+                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k, waker),
                 Ok(None) => {}
                 Err(e) => {
                     drop(st);
@@ -130,13 +136,11 @@ impl WorkQueue {
                 }
             }
         }
-        match st.slots.get_mut(id) {
+        let t = &mut *st;
+        match t.slots.get_mut(id) {
             Some(slot) if slot.posted() => {
                 if let Some(waker) = waker {
-                    match &mut slot.att.notify {
-                        Notify::Waker(old) if old.will_wake(waker) => {}
-                        n => *n = Notify::Waker(waker.clone()),
-                    }
+                    slot.att.notify.set_waker(waker, &mut t.later);
                 }
                 drop(st);
                 if spin.is_zero() {

@@ -22,6 +22,7 @@ mod completions;
 mod datagram;
 mod driving;
 mod gate;
+mod later;
 mod list;
 mod owned;
 mod owned_batch;
@@ -51,7 +52,8 @@ use attached::Attached;
 use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use later::Locked;
+use std::sync::{Arc, Mutex};
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
@@ -220,10 +222,15 @@ impl WorkQueue {
         &self.limits
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tracker> {
-        // A panic while holding the lock leaves consistent state (every
-        // update is a single insert/remove), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// The tracker, locked; the wakers it collects meanwhile run once the
+    /// lock is released (see `later`).
+    #[inline]
+    fn lock(&self) -> Locked<'_> {
+        // No user code runs under the lock, and every update is a single
+        // insert/remove: a panic while holding it (an allocation failure
+        // aside, none is known) leaves consistent state, so poisoning is
+        // ignored.
+        Locked::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Posts work through `post`, which receives the id to use: one request,

@@ -133,8 +133,16 @@ impl WorkQueue {
         held: Held,
         notify: Notify,
     ) -> Result<u64, Refused> {
-        self.post_owned_locked(&mut self.lock(), kind, held, || notify, false)
-            .map(|(id, _)| id)
+        // `notify` may be a callback, whose captures are the user's: if the
+        // post is refused it is dropped here, after the lock is released.
+        let mut notify = Some(notify);
+        let posted = {
+            let mut st = self.lock();
+            let take = || notify.take().unwrap_or_default();
+            self.post_owned_locked(&mut st, kind, held, take, false)
+        };
+        drop(notify);
+        posted.map(|(id, _)| id)
     }
 
     pub(super) fn post_owned_locked(
@@ -241,7 +249,7 @@ impl WorkQueue {
         if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {
             match st.reap_claim(&self.cq, id) {
                 // Its own completion: taken at the reap, not delivered.
-                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k),
+                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k, waker),
                 // Not there, and no waker to set: still in flight (the
                 // spinning waits' empty polls end here).
                 Ok(None) if waker.is_none() => return None,
@@ -253,13 +261,11 @@ impl WorkQueue {
                 }
             }
         }
-        match st.slots.get_mut(id) {
+        let t = &mut *st;
+        match t.slots.get_mut(id) {
             Some(slot) if slot.posted() => {
                 if let Some(w) = waker {
-                    match &mut slot.att.notify {
-                        Notify::Waker(old) if old.will_wake(w) => {}
-                        n => *n = Notify::Waker(w.clone()),
-                    }
+                    slot.att.notify.set_waker(w, &mut t.later);
                 }
                 None
             }
@@ -301,11 +307,16 @@ impl WorkQueue {
     /// polled, not written into the slot to be read back out of it (under
     /// emulation each copy of a 48-byte completion is six vector loads
     /// and stores, several times dearer than plain ones).
+    ///
+    /// `current` is the waker of the task claiming it, if any: the slot's
+    /// own waker, if it wakes another task, is dropped only once the lock
+    /// is released (that task may be gone, and this its last waker).
     pub(crate) fn settle_claimed(
         &self,
         st: &mut Tracker,
         pos: usize,
         k: usize,
+        current: Option<&Waker>,
     ) -> Option<Returned> {
         let (slot, polled) = st.slot_and_polled(pos, k)?;
         // A batch reports its first failed member's completion.
@@ -318,9 +329,19 @@ impl WorkQueue {
         let failed = (!wc.is_success()).then(|| wc.status());
         let outcome = self.outcome(op, slot.len, wc);
         let held = std::mem::take(&mut slot.att.held);
-        // Its own waker (if any) is dropped with the slot.
+        // Its own waker (if any) is dropped with the slot when it wakes the
+        // claiming task, which is alive (it is being polled).
+        let foreign = match &slot.att.notify {
+            Notify::Waker(w) if !current.is_some_and(|c| w.will_wake(c)) => {
+                Some(std::mem::take(&mut slot.att.notify))
+            }
+            _ => None,
+        };
         let plain = slot.att.owns_nothing();
         st.slots.clear_at(pos, plain);
+        if let Some(Notify::Waker(w)) = foreign {
+            st.later.release(w);
+        }
         // What delivery counts (`Tracker::deliver`).
         st.in_flight -= 1;
         st.sq_in_flight -= sq as usize;

@@ -2,6 +2,7 @@
 //! completed and wait to be claimed, and what the completions say.
 
 use super::attached::{Attached, Notify};
+use super::later::Later;
 use super::room::RoomWaiters;
 use super::slots::SlotRing;
 use super::Completions;
@@ -87,6 +88,8 @@ pub(crate) struct Tracker {
     pub(crate) progress_mark: Option<(u64, std::time::Instant)>,
     /// Tasks waiting for room in the send queue.
     pub(crate) room_waiters: RoomWaiters,
+    /// Wakers to wake or drop once the lock is released (see `later`).
+    pub(crate) later: Later,
 }
 
 impl Tracker {
@@ -107,6 +110,7 @@ impl Tracker {
             abandoned_total: 0,
             progress_mark: None,
             room_waiters: RoomWaiters::default(),
+            later: Later::default(),
         }
     }
 
@@ -250,7 +254,7 @@ impl Tracker {
         // posters (not all of them: thousands may wait). One that is woken
         // but dropped passes its turn on (`WorkQueue::pass_room`).
         if !self.room_waiters.is_empty() {
-            self.room_waiters.wake(n);
+            self.room_waiters.wake(n, &mut self.later);
         }
         for k in 0..n {
             if Some(self.wcs[k].wr_id()) == claim {
@@ -263,7 +267,9 @@ impl Tracker {
     }
 
     /// Records the completion `wc` in its request's slot and tells whoever
-    /// waits for it.
+    /// waits for it: a waker is moved to [`Later`], woken once the lock is
+    /// released, so every completion of the poll is recorded before any
+    /// user code runs.
     #[inline]
     fn deliver(&mut self, wc: &WorkCompletion) {
         // Counts requests: a batch's last completion completes all of its
@@ -319,12 +325,14 @@ impl Tracker {
                     // Nobody will claim it: release what it kept (the
                     // NIC is done with it now) and forget it.
                     Notify::Abandoned => {
-                        self.slots.remove(raw_id);
+                        if let Some(slot) = self.slots.remove(raw_id) {
+                            self.later.release_held(slot.att.held);
+                        }
                         self.abandoned_total += 1;
                     }
                     Notify::Waker(_) => {
                         if let Notify::Waker(w) = std::mem::take(&mut slot.att.notify) {
-                            w.wake();
+                            self.later.wake(w);
                         }
                     }
                     Notify::Callback(_) => self.ready_callbacks.push_back(raw_id),
@@ -356,7 +364,7 @@ impl Tracker {
         for &id in &ids {
             self.deliver(&WorkCompletion::synthetic(id, WcStatus::WrFlushError));
         }
-        self.room_waiters.wake_all();
+        self.room_waiters.wake_all(&mut self.later);
         ids.len()
     }
 
@@ -489,6 +497,9 @@ mod tests {
         for id in 1..=3 {
             t.deliver(&success(id));
         }
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "not woken under the lock");
+        assert_eq!(t.later.len(), 1, "the waker waits for the lock's release");
+        t.later.run_now();
         assert_eq!(
             count.0.load(Ordering::SeqCst),
             1,
@@ -519,9 +530,11 @@ mod tests {
         }
         t.deliver(&success(5));
         let mut room = None;
+        let t = &mut t;
         t.room_waiters
-            .register(&mut room, &Waker::from(count.clone()));
+            .register(&mut room, &Waker::from(count.clone()), &mut t.later);
         assert_eq!(t.discard_in_flight(), 39);
+        t.later.run_now();
         assert_eq!((t.in_flight, t.sq_in_flight, t.rq_in_flight), (0, 0, 0));
         for id in t.slots.ids() {
             let slot = t.slots.get(id).expect("tracked");

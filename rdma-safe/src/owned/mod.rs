@@ -88,7 +88,7 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
+    Abandon, Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
@@ -391,7 +391,9 @@ impl SharedChannel {
             n += 1;
         }
         let (ids, outcome) = self.queue.post_owned_receives(&mut chunk[..n]);
-        ops.extend(ids.map(|id| Op::posted(self, OwnedKind::Receive, id)));
+        // The caller's `Extend` gets the futures; those it does not take
+        // are abandoned (see `PostedReceives`).
+        ops.extend(PostedReceives { chan: self, ids });
         let mut reason = outcome.err();
         for buf in chunk[..n].iter_mut().filter_map(Option::take) {
             let e = reason.take().unwrap_or_else(|| Error::Post {
@@ -432,6 +434,41 @@ impl SharedChannel {
 
     pub(crate) fn queue(&self) -> &WorkQueue {
         &self.queue
+    }
+}
+
+/// The futures of receives just posted, in order, for the caller's
+/// `Extend`. The ones it does not take — an `Extend` that takes none, stops
+/// early or panics — are abandoned when this is dropped: their buffers go
+/// back to the pool once their completions are seen, as a dropped future's
+/// do, instead of staying in the engine until the channel is dropped.
+struct PostedReceives<'a> {
+    chan: &'a SharedChannel,
+    ids: std::ops::Range<u64>,
+}
+
+impl<'a> Iterator for PostedReceives<'a> {
+    type Item = Op<'a, PoolBuf>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Op<'a, PoolBuf>> {
+        let id = self.ids.next()?;
+        Some(Op::posted(self.chan, OwnedKind::Receive, id))
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.ids.size_hint()
+    }
+}
+
+impl ExactSizeIterator for PostedReceives<'_> {}
+
+impl Drop for PostedReceives<'_> {
+    fn drop(&mut self) {
+        for id in self.ids.by_ref() {
+            self.chan.queue.abandon(Abandon::Posted(id));
+        }
     }
 }
 
