@@ -69,6 +69,23 @@
 //!   outstanding work; the flush completions are drained before the call
 //!   returns. A timed-out call therefore never returns while the NIC may
 //!   still touch borrowed memory, and never waits forever.
+//! * **User code inside the library.** No code of the user's — an
+//!   `Extend` that handles go to, a `Waker` (its `wake` or its `Drop`), a
+//!   completion callback, a pool waiter's waker woken by a returned buffer
+//!   — runs while the library's bookkeeping is incomplete, while it holds
+//!   the engine's lock, or inside a wait that must not unwind. Every posted
+//!   id is recorded before user code sees a handle (a scope waits for the
+//!   receives of an `Extend` that took none of their handles; the futures
+//!   of [`SharedChannel::start_receives`] that an `Extend` drops are
+//!   abandoned, their buffers returned once their completions are seen).
+//!   Completions are recorded under the lock, and the wakers they wake, the
+//!   wakers replaced by newer ones and the memory of abandoned requests are
+//!   woken or dropped once it is released, each with its panic contained
+//!   and reported through `log`: a panicking waker loses no completion and
+//!   aborts nothing. A callback's panic unwinds to the caller of
+//!   [`SharedChannel::run_callbacks`], every other completion delivered and
+//!   the other callbacks still queued. (A waker is still *cloned* under the
+//!   lock: a clone only makes a reference.)
 //!
 //! # Where things are
 //!

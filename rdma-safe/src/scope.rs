@@ -329,6 +329,10 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// is appended and the channel is shut down first (see
     /// [`post_receive_batch`](Self::post_receive_batch)).
     ///
+    /// The scope records every receive posted before `handles` sees its
+    /// handle: a collection that drops handles, or panics, leaves them to
+    /// be waited for when the scope ends, as forgotten handles are.
+    ///
     /// # Errors
     /// An empty batch, a receive with more scatter elements than the
     /// channel allows, a channel whose receives go to a shared receive

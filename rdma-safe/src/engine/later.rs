@@ -15,7 +15,7 @@
 //! when it is dropped, *after* releasing the lock, each with its panic
 //! contained: the panic is reported through `log` and goes no further, so
 //! every other waker is still woken and no wait that must not unwind is
-//! unwound. (Waker clones are still made under the lock: a clone creates a
+//! unwound. Messages for the logger, also the user's code, wait there too. (Waker clones are still made under the lock: a clone creates a
 //! reference and, by the `RawWaker` contract, neither runs nor drops the
 //! task.)
 
@@ -37,10 +37,16 @@ pub(crate) struct Later {
     /// Memory of abandoned requests, released once the lock is: giving a
     /// pool buffer back wakes the tasks waiting for one.
     held: Vec<Held>,
+    /// Messages for the logger (the user's code too), emitted once the lock
+    /// is released.
+    logs: Vec<(log::Level, String)>,
 }
 
 /// How many wakers a release moves to its stack; more leave with the list.
 const ON_STACK: usize = 8;
+
+/// Log messages kept for one release of the lock.
+const MAX_LOGS: usize = 64;
 
 impl Later {
     /// `w`'s task is to be woken.
@@ -63,10 +69,19 @@ impl Later {
         }
     }
 
+    /// `msg` is to be logged at `level`. At most [`MAX_LOGS`] wait: a
+    /// drain that fails to poll for its whole patience keeps only the first.
+    #[cold]
+    pub(crate) fn log(&mut self, level: log::Level, msg: String) {
+        if self.logs.len() < MAX_LOGS {
+            self.logs.push((level, msg));
+        }
+    }
+
     /// Nothing to do.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.held.is_empty()
+        self.items.is_empty() && self.held.is_empty() && self.logs.is_empty()
     }
 
     /// How many wakers wait (for tests).
@@ -82,6 +97,7 @@ impl Later {
             run_one(w, wake);
         }
         release_all(std::mem::take(&mut self.held));
+        emit(std::mem::take(&mut self.logs));
     }
 }
 
@@ -138,6 +154,7 @@ impl Locked<'_> {
         let mut guard = unsafe { ManuallyDrop::take(&mut self.guard) };
         // Rare (dropped futures): the list leaves with its allocation.
         let held = std::mem::take(&mut guard.later.held);
+        let logs = std::mem::take(&mut guard.later.logs);
         let items = &mut guard.later.items;
         if items.len() <= ON_STACK {
             let mut batch: [Option<(Waker, bool)>; ON_STACK] = Default::default();
@@ -149,6 +166,7 @@ impl Locked<'_> {
                 run_one(w, wake);
             }
             release_all(held);
+            emit(logs);
         } else {
             // Many at once (a shutdown's flush): the list leaves with its
             // allocation, and the next push makes a new one.
@@ -158,6 +176,16 @@ impl Locked<'_> {
                 run_one(w, wake);
             }
             release_all(held);
+            emit(logs);
+        }
+    }
+}
+
+/// Hands `logs` to the logger, containing a panic.
+fn emit(logs: Vec<(log::Level, String)>) {
+    for (level, msg) in logs {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| log::log!(level, "{msg}"))) {
+            std::mem::forget(payload);
         }
     }
 }

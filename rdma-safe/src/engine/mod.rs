@@ -49,10 +49,10 @@ pub(crate) use owned_receives::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
 use attached::Attached;
+use later::Locked;
 use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use later::Locked;
 use std::sync::{Arc, Mutex};
 use tracker::Tracker;
 

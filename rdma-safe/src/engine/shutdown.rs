@@ -78,14 +78,18 @@ impl WorkQueue {
             st.unusable = Some(why.to_owned());
         }
         if let Err(e) = self.qp.to_error() {
-            log::error!("moving QP {} to ERR failed: {e}", self.qp.qp_num());
+            let msg = format!("moving QP {} to ERR failed: {e}", self.qp.qp_num());
+            st.later.log(log::Level::Error, msg);
         }
         let start = Instant::now();
         let mut progress = (st.completed_total, start);
         let mut polls: u32 = 0;
         while st.in_flight > 0 {
             if let Err(e) = st.reap(&self.cq) {
-                log::error!("polling while draining failed: {e}");
+                st.later.log(
+                    log::Level::Error,
+                    format!("polling while draining failed: {e}"),
+                );
             }
             polls = polls.wrapping_add(1);
             if polls % 64 != 0 {
@@ -118,15 +122,19 @@ impl WorkQueue {
         }
         // Completions the device made before the reset are still on the CQ.
         if let Err(e) = st.reap(&self.cq) {
-            log::error!("polling after the reset failed: {e}");
+            st.later.log(
+                log::Level::Error,
+                format!("polling after the reset failed: {e}"),
+            );
         }
         let n = st.discard_in_flight();
         if n > 0 {
-            log::warn!(
+            let msg = format!(
                 "QP {}: {n} work requests never completed after the move to the error state; \
                  the queue pair was reset, which discarded them",
                 self.qp.qp_num()
             );
+            st.later.log(log::Level::Warn, msg);
         }
     }
 
@@ -180,10 +188,11 @@ impl WorkQueue {
         ids: std::ops::Range<u64>,
         e: &PostError,
     ) {
-        log::error!(
+        let msg = format!(
             "{e}: the provider did not say whether the {op} (work requests {ids:?}) reached \
              the queue; shutting the channel down"
         );
+        st.later.log(log::Level::Error, msg);
         self.shut_down_locked(
             st,
             &format!("posting a {op} failed ({e}) without saying what reached the queue"),

@@ -291,10 +291,11 @@ impl Tracker {
                 }
             } else {
                 self.completed_total += 1;
-                log::error!(
+                let msg = format!(
                     "unexpected batch completion {wc:?} (posted {})",
                     self.posted_total
                 );
+                self.later.log(log::Level::Error, msg);
             }
             return;
         }
@@ -342,10 +343,11 @@ impl Tracker {
             // never expected; counted so tests can assert on it.
             _ => {
                 self.completed_total += 1;
-                log::error!(
+                let msg = format!(
                     "unexpected completion {wc:?} (posted {})",
                     self.posted_total
                 );
+                self.later.log(log::Level::Error, msg);
             }
         }
     }
@@ -497,7 +499,11 @@ mod tests {
         for id in 1..=3 {
             t.deliver(&success(id));
         }
-        assert_eq!(count.0.load(Ordering::SeqCst), 0, "not woken under the lock");
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            0,
+            "not woken under the lock"
+        );
         assert_eq!(t.later.len(), 1, "the waker waits for the lock's release");
         t.later.run_now();
         assert_eq!(

@@ -88,7 +88,8 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Abandon, Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
+    Abandon, Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL,
+    SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
@@ -295,6 +296,11 @@ impl SharedChannel {
     /// operations, on this thread, outside the engine's lock (a callback may
     /// post again). Returns how many ran. Never blocks.
     ///
+    /// # Panics
+    /// A callback's panic unwinds out of this call, after the reap: every
+    /// completion is recorded, and the callbacks not yet run stay queued
+    /// for the next call.
+    ///
     /// # Errors
     /// If polling the completion queue fails.
     pub fn run_callbacks(&self) -> Result<usize> {
@@ -357,6 +363,10 @@ impl SharedChannel {
     /// buffer that could not be posted — the receive queue is full, the
     /// channel unusable — gets a future that resolves at once to the
     /// reason and the buffer. Allocates nothing.
+    ///
+    /// A future that `ops` does not keep (a collection that drops items, or
+    /// panics) is dropped, as any dropped future: its buffer returns to the
+    /// pool once its completion is seen.
     pub fn start_receives<'a>(
         &'a self,
         bufs: impl IntoIterator<Item = PoolBuf>,
