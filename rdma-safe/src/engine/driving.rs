@@ -90,7 +90,15 @@ impl WorkQueue {
         let mut st = self.lock();
         match what {
             Abandon::Posted(id) => match st.slots.get_mut(id) {
-                Some(slot) if slot.posted() => slot.att.notify = Notify::Abandoned,
+                Some(slot) if slot.posted() => {
+                    // The future's waker is dropped once the lock is
+                    // released: it may be its task's last.
+                    if let Notify::Waker(w) =
+                        std::mem::replace(&mut slot.att.notify, Notify::Abandoned)
+                    {
+                        st.later.release(w);
+                    }
+                }
                 Some(_) => {
                     if let Some(slot) = st.slots.remove(id) {
                         st.later.release_held(slot.att.held);
