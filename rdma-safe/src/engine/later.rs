@@ -31,6 +31,9 @@ use std::task::Waker;
 /// Wakers to wake or to drop once the lock is released.
 #[derive(Debug, Default)]
 pub(crate) struct Later {
+    /// Something waits below: the one thing each release of the lock
+    /// looks at.
+    pending: bool,
     /// Each waker, with whether to wake it (or only drop it). Its capacity
     /// stays with the tracker: the common release moves a few out by value.
     items: Vec<(Waker, bool)>,
@@ -53,12 +56,14 @@ impl Later {
     #[inline]
     pub(crate) fn wake(&mut self, w: Waker) {
         self.items.push((w, true));
+        self.pending = true;
     }
 
     /// `w` is no longer needed; it is dropped (not woken).
     #[inline]
     pub(crate) fn release(&mut self, w: Waker) {
         self.items.push((w, false));
+        self.pending = true;
     }
 
     /// `held`, whose request's completion was seen, is released.
@@ -66,6 +71,7 @@ impl Later {
     pub(crate) fn release_held(&mut self, held: Held) {
         if !matches!(held, Held::None) {
             self.held.push(held);
+            self.pending = true;
         }
     }
 
@@ -75,13 +81,14 @@ impl Later {
     pub(crate) fn log(&mut self, level: log::Level, msg: String) {
         if self.logs.len() < MAX_LOGS {
             self.logs.push((level, msg));
+            self.pending = true;
         }
     }
 
     /// Nothing to do.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.items.is_empty() && self.held.is_empty() && self.logs.is_empty()
+        !self.pending
     }
 
     /// How many wakers wait (for tests).
@@ -93,6 +100,7 @@ impl Later {
     /// Wakes and drops them all now (for tests of the tracker alone).
     #[cfg(test)]
     pub(crate) fn run_now(&mut self) {
+        self.pending = false;
         for (w, wake) in std::mem::take(&mut self.items) {
             run_one(w, wake);
         }
@@ -152,10 +160,20 @@ impl Locked<'_> {
     fn release_then_run(&mut self) {
         // SAFETY: called only from `drop`, which uses `guard` no more.
         let mut guard = unsafe { ManuallyDrop::take(&mut self.guard) };
+        let later = &mut guard.later;
+        later.pending = false;
+        if later.items.len() == 1 && later.held.is_empty() && later.logs.is_empty() {
+            // The common case: one completion's task to wake.
+            if let Some((w, wake)) = later.items.pop() {
+                drop(guard);
+                run_one(w, wake);
+            }
+            return;
+        }
         // Rare (dropped futures): the list leaves with its allocation.
-        let held = std::mem::take(&mut guard.later.held);
-        let logs = std::mem::take(&mut guard.later.logs);
-        let items = &mut guard.later.items;
+        let held = std::mem::take(&mut later.held);
+        let logs = std::mem::take(&mut later.logs);
+        let items = &mut later.items;
         if items.len() <= ON_STACK {
             let mut batch: [Option<(Waker, bool)>; ON_STACK] = Default::default();
             for (entry, item) in batch.iter_mut().zip(items.drain(..)) {
