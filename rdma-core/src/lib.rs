@@ -86,3 +86,8 @@ pub use wrapper::{Deleter, Wrapper};
 
 /// The raw bindings this crate is built on.
 pub use ibverbs_sys as sys;
+
+/// The crate README's program compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeProgram;

@@ -67,3 +67,10 @@ pub fn page_size() -> usize {
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
+
+/// The workspace README's first program compiles (`cargo test --doc`;
+/// here, in the crate that is never published, as the README is not part
+/// of any package).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;

@@ -254,7 +254,7 @@ pub use work::{
     WriteWorkRequest,
 };
 
-/// The README's program compiles (`cargo test --doc`).
+/// The crate README's program compiles (`cargo test --doc`).
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeProgram;

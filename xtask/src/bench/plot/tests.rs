@@ -256,7 +256,7 @@ fn plots_are_written_beside_the_report() {
 
 #[test]
 fn the_committed_report_draws_every_run() {
-    // The README's plots come from this report (`cargo xtask bench
+    // The benchmark document's plots come from this report (`cargo xtask bench
     // --plot-only xtask/doc/bench.json`): every run of it is a marker.
     let text = include_str!("../../../doc/bench.json");
     let report: Report = serde_json::from_str(text).expect("a report");
