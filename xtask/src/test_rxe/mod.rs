@@ -15,6 +15,7 @@
 mod failures;
 mod faults;
 mod faults_handshake;
+mod packages;
 mod pairs;
 mod pairs_library;
 mod pairs_perf;
@@ -224,6 +225,14 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         failed_tests.extend(failures::libtest(&c.output));
         ok &= c.success();
         host_lines.push(format!("doctests: {}", verdict(c.success())));
+        heading("test-rxe: the library crates built from their package tarballs");
+        let c = packages::verify(&ws)?;
+        ok &= c.success();
+        host_lines.push(format!(
+            "cargo package ({}): {}",
+            packages::PACKAGES.join(", "),
+            verdict(c.success())
+        ));
         for a in &host_only {
             heading(&format!(
                 "test-rxe: {} on the host (uses trybuild)",
