@@ -133,6 +133,17 @@ struct Reentrant {
 }
 
 impl Reentrant {
+    /// A waker of this kind on `ch`, and the count of its calls into it.
+    fn waker(ch: &SharedChannel, on_drop: bool) -> (Waker, Arc<AtomicUsize>) {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let w = Waker::from(Arc::new(Reentrant {
+            ch: ch.clone(),
+            hits: hits.clone(),
+            on_drop,
+        }));
+        (w, hits)
+    }
+
     fn reenter(&self) {
         // Takes the engine's lock.
         let _ = self.ch.counters();
@@ -271,12 +282,7 @@ fn a_waker_that_calls_into_the_channel_from_wake_does_not_deadlock() {
     let (mut a, b) = channels(&pd);
     let sb = inert(&b);
     let pool = BufferPool::new(&pd, LEN, 4).expect("pool");
-    let hits = Arc::new(AtomicUsize::new(0));
-    let waker = Waker::from(Arc::new(Reentrant {
-        ch: sb.clone(),
-        hits: hits.clone(),
-        on_drop: false,
-    }));
+    let (waker, hits) = Reentrant::waker(&sb, false);
     let mut op = sb.start(Request::receive(pool.try_alloc().expect("buffer")));
     assert!(poll_with(&mut op, &waker).is_pending(), "no message yet");
     drop(waker);
@@ -299,12 +305,7 @@ fn a_waker_whose_drop_calls_into_the_channel_does_not_deadlock() {
     let (mut a, b) = channels(&pd);
     let sb = inert(&b);
     let pool = BufferPool::new(&pd, LEN, 4).expect("pool");
-    let hits = Arc::new(AtomicUsize::new(0));
-    let first = Waker::from(Arc::new(Reentrant {
-        ch: sb.clone(),
-        hits: hits.clone(),
-        on_drop: true,
-    }));
+    let (first, hits) = Reentrant::waker(&sb, true);
     let mut op = sb.start(Request::receive(pool.try_alloc().expect("buffer")));
     assert!(poll_with(&mut op, &first).is_pending());
     // The slot now holds the only other reference: a poll with another
@@ -344,12 +345,7 @@ fn a_pool_waiter_woken_by_an_abandoned_receive_may_call_into_the_channel() {
     // The only buffer goes to a receive whose future is dropped: the engine
     // keeps it until the message arrives.
     drop(sb.start(Request::receive(pool.try_alloc().expect("buffer"))));
-    let hits = Arc::new(AtomicUsize::new(0));
-    let waker = Waker::from(Arc::new(Reentrant {
-        ch: sb.clone(),
-        hits: hits.clone(),
-        on_drop: false,
-    }));
+    let (waker, hits) = Reentrant::waker(&sb, false);
     assert!(pool
         .poll_alloc(&mut Context::from_waker(&waker))
         .is_pending());
