@@ -348,8 +348,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         // any: an `Extend` that takes none of them, or panics, still leaves
         // them all to be waited for when the scope ends.
         self.record(ids.clone());
-        let this = &*self;
-        handles.extend(ids.map(|id| this.handle_of(id)));
+        handles.extend(ids.map(|id| self.handle_of(id)));
         outcome.map(|()| posted)
     }
 

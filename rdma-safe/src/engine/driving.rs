@@ -62,23 +62,18 @@ impl WorkQueue {
         match &outcome {
             Err(Refused::Full(_)) => {
                 if let Some(waker) = room_waker {
-                    let t = &mut *st;
-                    t.room_waiters.register(room, waker, &mut t.later);
+                    st.wait_for_room(room, waker);
                 }
             }
             Ok(_) => {
                 if let Some(ticket) = room.take() {
                     // It used its turn.
-                    let t = &mut *st;
-                    t.room_waiters.cancel(ticket, &mut t.later);
+                    st.leave_room_list(ticket);
                 }
             }
             Err(Refused::Error(..)) => {
                 if let Some(ticket) = room.take() {
-                    let t = &mut *st;
-                    if t.room_waiters.cancel(ticket, &mut t.later) {
-                        t.room_waiters.wake(1, &mut t.later);
-                    }
+                    st.pass_room_turn(Some(ticket));
                 }
             }
         }
@@ -107,12 +102,7 @@ impl WorkQueue {
                 }
                 None => {}
             },
-            Abandon::Waiting(ticket) => {
-                let t = &mut *st;
-                if ticket.map_or(true, |k| t.room_waiters.cancel(k, &mut t.later)) {
-                    t.room_waiters.wake(1, &mut t.later);
-                }
-            }
+            Abandon::Waiting(ticket) => st.pass_room_turn(ticket),
         }
     }
 

@@ -77,10 +77,11 @@ impl Later {
 
     /// `msg` is to be logged at `level`. At most [`MAX_LOGS`] wait: a
     /// drain that fails to poll for its whole patience keeps only the first.
+    /// The message is formatted only if it is kept.
     #[cold]
-    pub(crate) fn log(&mut self, level: log::Level, msg: String) {
+    pub(crate) fn log(&mut self, level: log::Level, msg: std::fmt::Arguments<'_>) {
         if self.logs.len() < MAX_LOGS {
-            self.logs.push((level, msg));
+            self.logs.push((level, msg.to_string()));
             self.pending = true;
         }
     }
@@ -162,40 +163,44 @@ impl Locked<'_> {
         let mut guard = unsafe { ManuallyDrop::take(&mut self.guard) };
         let later = &mut guard.later;
         later.pending = false;
-        if later.items.len() == 1 && later.held.is_empty() && later.logs.is_empty() {
-            // The common case: one completion's task to wake.
-            if let Some((w, wake)) = later.items.pop() {
-                drop(guard);
-                run_one(w, wake);
-            }
-            return;
-        }
-        // Rare (dropped futures): the list leaves with its allocation.
+        // Rare (abandoned requests, failures): these leave with their
+        // allocations; taking an empty list allocates nothing.
         let held = std::mem::take(&mut later.held);
         let logs = std::mem::take(&mut later.logs);
         let items = &mut later.items;
-        if items.len() <= ON_STACK {
-            let mut batch: [Option<(Waker, bool)>; ON_STACK] = Default::default();
-            for (entry, item) in batch.iter_mut().zip(items.drain(..)) {
-                *entry = Some(item);
+        match items.len() {
+            // Only memory to release or messages to log.
+            0 => drop(guard),
+            // The common case: one completion's task to wake.
+            1 => {
+                if let Some((w, wake)) = items.pop() {
+                    drop(guard);
+                    run_one(w, wake);
+                }
             }
-            drop(guard);
-            for (w, wake) in batch.into_iter().flatten() {
-                run_one(w, wake);
+            // A few: moved to the stack, the list keeping its allocation.
+            n if n <= ON_STACK => {
+                let mut batch: [Option<(Waker, bool)>; ON_STACK] = Default::default();
+                for (entry, item) in batch.iter_mut().zip(items.drain(..)) {
+                    *entry = Some(item);
+                }
+                drop(guard);
+                for (w, wake) in batch.into_iter().flatten() {
+                    run_one(w, wake);
+                }
             }
-            release_all(held);
-            emit(logs);
-        } else {
-            // Many at once (a shutdown's flush): the list leaves with its
+            // Many (a shutdown's flush): the list leaves with its
             // allocation, and the next push makes a new one.
-            let all = std::mem::take(items);
-            drop(guard);
-            for (w, wake) in all {
-                run_one(w, wake);
+            _ => {
+                let all = std::mem::take(items);
+                drop(guard);
+                for (w, wake) in all {
+                    run_one(w, wake);
+                }
             }
-            release_all(held);
-            emit(logs);
         }
+        release_all(held);
+        emit(logs);
     }
 }
 
@@ -220,7 +225,6 @@ fn release_all(held: Vec<Held>) {
 
 /// Wakes (or drops) `w`, containing a panic.
 fn run_one(w: Waker, wake: bool) {
-    let what = if wake { "woken" } else { "dropped" };
     let outcome = catch_unwind(AssertUnwindSafe(move || {
         if wake {
             w.wake();
@@ -229,7 +233,7 @@ fn run_one(w: Waker, wake: bool) {
         }
     }));
     if let Err(payload) = outcome {
-        report(what, payload);
+        report(if wake { "woken" } else { "dropped" }, payload);
     }
 }
 

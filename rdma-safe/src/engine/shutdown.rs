@@ -78,8 +78,10 @@ impl WorkQueue {
             st.unusable = Some(why.to_owned());
         }
         if let Err(e) = self.qp.to_error() {
-            let msg = format!("moving QP {} to ERR failed: {e}", self.qp.qp_num());
-            st.later.log(log::Level::Error, msg);
+            st.later.log(
+                log::Level::Error,
+                format_args!("moving QP {} to ERR failed: {e}", self.qp.qp_num()),
+            );
         }
         let start = Instant::now();
         let mut progress = (st.completed_total, start);
@@ -88,7 +90,7 @@ impl WorkQueue {
             if let Err(e) = st.reap(&self.cq) {
                 st.later.log(
                     log::Level::Error,
-                    format!("polling while draining failed: {e}"),
+                    format_args!("polling while draining failed: {e}"),
                 );
             }
             polls = polls.wrapping_add(1);
@@ -124,17 +126,19 @@ impl WorkQueue {
         if let Err(e) = st.reap(&self.cq) {
             st.later.log(
                 log::Level::Error,
-                format!("polling after the reset failed: {e}"),
+                format_args!("polling after the reset failed: {e}"),
             );
         }
         let n = st.discard_in_flight();
         if n > 0 {
-            let msg = format!(
-                "QP {}: {n} work requests never completed after the move to the error state; \
+            st.later.log(
+                log::Level::Warn,
+                format_args!(
+                    "QP {}: {n} work requests never completed after the move to the error state; \
                  the queue pair was reset, which discarded them",
-                self.qp.qp_num()
+                    self.qp.qp_num()
+                ),
             );
-            st.later.log(log::Level::Warn, msg);
         }
     }
 
@@ -188,11 +192,13 @@ impl WorkQueue {
         ids: std::ops::Range<u64>,
         e: &PostError,
     ) {
-        let msg = format!(
-            "{e}: the provider did not say whether the {op} (work requests {ids:?}) reached \
+        st.later.log(
+            log::Level::Error,
+            format_args!(
+                "{e}: the provider did not say whether the {op} (work requests {ids:?}) reached \
              the queue; shutting the channel down"
+            ),
         );
-        st.later.log(log::Level::Error, msg);
         self.shut_down_locked(
             st,
             &format!("posting a {op} failed ({e}) without saying what reached the queue"),

@@ -10,6 +10,7 @@ use crate::error::{Error, Operation, Result};
 use crate::work::WorkSuccess;
 use rdma_core::{WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
+use std::task::Waker;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
@@ -123,6 +124,26 @@ impl Tracker {
             self.sq_in_flight + n <= self.sq_capacity
         } else {
             self.rq_in_flight + n <= self.rq_capacity
+        }
+    }
+
+    /// The task of `waker` waits for send-queue room (see
+    /// [`RoomWaiters::register`]).
+    pub(crate) fn wait_for_room(&mut self, ticket: &mut Option<u64>, waker: &Waker) {
+        self.room_waiters.register(ticket, waker, &mut self.later);
+    }
+
+    /// The task of `ticket` leaves the room list, having used its turn.
+    pub(crate) fn leave_room_list(&mut self, ticket: u64) {
+        self.room_waiters.cancel(ticket, &mut self.later);
+    }
+
+    /// The task of `ticket` (if it registered) gives up waiting for room:
+    /// if it was woken already, or never registered, its turn goes to the
+    /// next task.
+    pub(crate) fn pass_room_turn(&mut self, ticket: Option<u64>) {
+        if ticket.map_or(true, |t| self.room_waiters.cancel(t, &mut self.later)) {
+            self.room_waiters.wake(1, &mut self.later);
         }
     }
 
@@ -291,11 +312,13 @@ impl Tracker {
                 }
             } else {
                 self.completed_total += 1;
-                let msg = format!(
-                    "unexpected batch completion {wc:?} (posted {})",
-                    self.posted_total
+                self.later.log(
+                    log::Level::Error,
+                    format_args!(
+                        "unexpected batch completion {wc:?} (posted {})",
+                        self.posted_total
+                    ),
                 );
-                self.later.log(log::Level::Error, msg);
             }
             return;
         }
@@ -343,11 +366,13 @@ impl Tracker {
             // never expected; counted so tests can assert on it.
             _ => {
                 self.completed_total += 1;
-                let msg = format!(
-                    "unexpected completion {wc:?} (posted {})",
-                    self.posted_total
+                self.later.log(
+                    log::Level::Error,
+                    format_args!(
+                        "unexpected completion {wc:?} (posted {})",
+                        self.posted_total
+                    ),
                 );
-                self.later.log(log::Level::Error, msg);
             }
         }
     }
