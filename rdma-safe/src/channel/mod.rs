@@ -134,15 +134,15 @@ impl Channel {
     /// Work requests posted and not yet completed and claimed. Always 0
     /// outside a scope, except for leaked [`PendingWork`](crate::work::PendingWork).
     pub fn outstanding(&self) -> usize {
-        self.queue.counters().3
+        self.queue.counters().tracked
     }
 
     /// Totals since creation: (work requests posted, work requests seen
     /// complete). A batch counts as its number of requests on both sides.
     /// Completions never outnumber posts.
     pub fn totals(&self) -> (u64, u64) {
-        let (p, c, _, _) = self.queue.counters();
-        (p, c)
+        let c = self.queue.counters();
+        (c.posted, c.completed)
     }
 
     /// For tests of the failure paths only: see

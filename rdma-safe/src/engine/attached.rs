@@ -22,6 +22,28 @@ pub(crate) enum Held {
     Shared(PoolBytes),
     /// The requests of an owning batch, each with its memory.
     Batch(Vec<OwnedRequest>),
+    /// For the tracker's tests: memory whose release they can see.
+    #[cfg(test)]
+    Probe(probe::Probe),
+}
+
+/// Test memory that records when it is released.
+#[cfg(test)]
+pub(crate) mod probe {
+    use std::sync::{Arc, Mutex};
+
+    /// Pushes its id onto the shared log when dropped.
+    #[derive(Debug)]
+    pub(crate) struct Probe {
+        pub(crate) id: u64,
+        pub(crate) log: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.log.lock().unwrap().push(self.id);
+        }
+    }
 }
 
 /// A completion callback: the outcome and the memory, given back.

@@ -9,7 +9,6 @@
 
 use super::attached::{Held, Notify};
 use super::owned::{OwnedKind, Refused, Returned};
-use super::tracker::Slot;
 use super::WorkQueue;
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -54,7 +53,7 @@ impl WorkQueue {
         let mut outcome = self.post_owned_locked(&mut st, kind, held, notify, true);
         if let Err(Refused::Full(held)) = outcome {
             // Completions may be waiting to free entries.
-            outcome = match st.reap(&self.cq) {
+            outcome = match st.reap(|wcs| self.cq.poll(wcs)) {
                 Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify, true),
                 _ => Err(Refused::Full(held)),
             };
@@ -84,24 +83,7 @@ impl WorkQueue {
     pub(crate) fn abandon(&self, what: Abandon) {
         let mut st = self.lock();
         match what {
-            Abandon::Posted(id) => match st.slots.get_mut(id) {
-                Some(slot) if slot.posted() => {
-                    // The future's waker is dropped once the lock is
-                    // released: it may be its task's last.
-                    if let Notify::Waker(w) =
-                        std::mem::replace(&mut slot.att.notify, Notify::Abandoned)
-                    {
-                        st.later.release(w);
-                    }
-                }
-                Some(_) => {
-                    if let Some(slot) = st.slots.remove(id) {
-                        st.later.release_held(slot.att.held);
-                    }
-                    st.abandoned_total += 1;
-                }
-                None => {}
-            },
+            Abandon::Posted(id) => st.abandon(id),
             Abandon::Waiting(ticket) => st.pass_room_turn(ticket),
         }
     }
@@ -117,38 +99,9 @@ impl WorkQueue {
         waker: Option<&Waker>,
         spin: Duration,
     ) -> Option<Returned> {
-        // `take_owned`'s look, written out here: calling it (and spinning
-        // if it finds nothing) cost 50 instructions a message more on the
-        // async latency client, the outcome moved through one more frame.
-        let mut st = self.lock();
-        let pos = st.slots.position(id);
-        if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {
-            match st.reap_claim(&self.cq, id) {
-                // Its own completion: taken at the reap, not delivered.
-                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k, waker),
-                Ok(None) => {}
-                Err(e) => {
-                    drop(st);
-                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                    return self.take_owned(id, None);
-                }
-            }
-        }
-        let t = &mut *st;
-        match t.slots.get_mut(id) {
-            Some(slot) if slot.posted() => {
-                if let Some(waker) = waker {
-                    slot.att.notify.set_waker(waker, &mut t.later);
-                }
-                drop(st);
-                if spin.is_zero() {
-                    None
-                } else {
-                    self.spin_for(id, spin)
-                }
-            }
-            Some(_) => self.returned(&mut st, id),
-            None => self.take_owned(id, None),
+        match self.take_owned(id, waker) {
+            None if !spin.is_zero() => self.spin_for(id, spin),
+            taken => taken,
         }
     }
 

@@ -27,7 +27,7 @@ impl WorkQueue {
     /// receive queue.
     #[inline(always)]
     pub(super) fn admit(&self, st: &Tracker, op: Operation, send: bool) -> Result<()> {
-        if let Some(why) = &st.unusable {
+        if let Some(why) = st.unusable() {
             return Err(unusable(why));
         }
         let need = if send { SQ_READY } else { RQ_READY };

@@ -144,7 +144,7 @@ impl DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.guard.later.is_empty() {
+        if self.guard.later_is_empty() {
             // SAFETY: `guard` is dropped once, here, and not used after.
             unsafe { ManuallyDrop::drop(&mut self.guard) };
         } else {
@@ -161,7 +161,7 @@ impl Locked<'_> {
     fn release_then_run(&mut self) {
         // SAFETY: called only from `drop`, which uses `guard` no more.
         let mut guard = unsafe { ManuallyDrop::take(&mut self.guard) };
-        let later = &mut guard.later;
+        let later = guard.later();
         later.pending = false;
         // Rare (abandoned requests, failures): these leave with their
         // allocations; taking an empty list allocates nothing.
@@ -297,17 +297,17 @@ mod tests {
             {
                 let mut st = Locked::new(mutex.lock().unwrap());
                 for p in &probes {
-                    st.later.wake(Waker::from(p.clone()));
+                    st.later().wake(Waker::from(p.clone()));
                 }
-                st.later.release(Waker::from(probe(false)));
-                assert_eq!(st.later.len(), n + 1);
+                st.later().release(Waker::from(probe(false)));
+                assert_eq!(st.later().len(), n + 1);
             }
             for p in &probes {
                 assert_eq!(p.woken.load(Ordering::SeqCst), 1, "each woken once");
                 assert_eq!(Arc::strong_count(p), 1, "each waker dropped");
             }
             // The lock is free again, and the list empty.
-            assert!(mutex.try_lock().unwrap().later.is_empty());
+            assert!(mutex.try_lock().unwrap().later_is_empty());
         }
     }
 
@@ -326,7 +326,7 @@ mod tests {
         let relock = Arc::new(Relock(mutex.clone(), AtomicUsize::new(0)));
         {
             let mut st = Locked::new(mutex.lock().unwrap());
-            st.later.wake(Waker::from(relock.clone()));
+            st.later().wake(Waker::from(relock.clone()));
         }
         assert_eq!(relock.1.load(Ordering::SeqCst), 1);
     }

@@ -54,6 +54,7 @@ use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+pub(crate) use tracker::Counters;
 use tracker::Tracker;
 
 /// What a request may carry, fixed when the queue pair was created.
@@ -264,12 +265,8 @@ impl WorkQueue {
         if !st.room_for(sq > 0, (sq as usize).max(1)) {
             return Err(queue_too_full(op, sq.max(1), st));
         }
-        let id = st.next_wr_id;
-        match post(id) {
-            Ok(()) => {
-                st.track(op, len, sq);
-                Ok(id)
-            }
+        match post(st.next_id()) {
+            Ok(()) => Ok(st.track(op, len, sq, Attached::default())),
             Err(e) => Err(self.post_failed(st, op, len, sq, Held::None, e).0),
         }
     }
@@ -307,7 +304,7 @@ impl WorkQueue {
         if reqs.is_empty() {
             return (0..0, Err(full.expect("a refused receive")));
         }
-        let first = st.next_wr_id;
+        let first = st.next_id();
         for (id, req) in (first..).zip(reqs.iter_mut()) {
             req.set_wr_id(id);
         }
@@ -319,11 +316,10 @@ impl WorkQueue {
                     // Not said: track them all, settle, forget them (giving
                     // owned buffers back).
                     track_receives(&mut st, reqs, owned);
-                    let ids = first..st.next_wr_id;
+                    let ids = first..st.next_id();
                     self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
                     for (k, id) in ids.enumerate() {
-                        let held = st.slots.remove(id).map(|slot| slot.att.held);
-                        if let (Some(Held::Unique(b)), Some(entry)) = (held, owned.get_mut(k)) {
+                        if let (Held::Unique(b), Some(entry)) = (st.forget(id), owned.get_mut(k)) {
                             *entry = Some(b);
                         }
                     }
@@ -337,7 +333,7 @@ impl WorkQueue {
             },
         };
         track_receives(&mut st, &reqs[..posted], owned);
-        let end = st.next_wr_id;
+        let end = st.next_id();
         let rc = match (rc, full) {
             (Err(e), _) => Err(Error::Post {
                 operation: Operation::Receive,
@@ -349,15 +345,9 @@ impl WorkQueue {
         (first..end, rc)
     }
 
-    /// Counters: (posted, completed, in flight, tracked slots).
-    pub(crate) fn counters(&self) -> (u64, u64, usize, usize) {
-        let st = self.lock();
-        (
-            st.posted_total,
-            st.completed_total,
-            st.in_flight,
-            st.slots.len(),
-        )
+    /// The tracker's counters.
+    pub(crate) fn counters(&self) -> Counters {
+        self.lock().counters()
     }
 
     /// Moves what the CQ holds now into the slots (for their claimers) and
@@ -366,12 +356,12 @@ impl WorkQueue {
     /// again and handle it.
     pub(crate) fn any_completed(&self) -> bool {
         let mut st = self.lock();
-        let _ = st.reap(&self.cq);
-        st.completed_total > 0
+        let _ = st.reap(|wcs| self.cq.poll(wcs));
+        st.completed() > 0
     }
 
     pub(crate) fn unusable(&self) -> Option<String> {
-        self.lock().unusable.clone()
+        self.lock().unusable().map(str::to_owned)
     }
 }
 
@@ -388,7 +378,7 @@ fn track_receives(st: &mut Tracker, reqs: &[RecvRequest<'_>], owned: &mut [Optio
             held,
             notify: Notify::Claim,
         };
-        st.track_attached(Operation::Receive, receive_len(req), 0, att);
+        st.track(Operation::Receive, receive_len(req), 0, att);
     }
 }
 
@@ -403,10 +393,9 @@ fn receive_len(req: &RecvRequest<'_>) -> usize {
 /// when refusing).
 #[cold]
 pub(super) fn queue_too_full(op: Operation, n: u32, st: &Tracker) -> Error {
-    let (queue, used, size) = match op {
-        Operation::Receive => ("receive", st.rq_in_flight, st.rq_capacity),
-        _ => ("send", st.sq_in_flight, st.sq_capacity),
-    };
+    let send = op != Operation::Receive;
+    let queue = if send { "send" } else { "receive" };
+    let (used, size) = st.queue_use(send);
     Error::Post {
         operation: op,
         source: rdma_core::Error::InvalidArgument(format!(

@@ -9,11 +9,12 @@
 //! dropped future marks its slot [`Notify::Abandoned`]; the reaper releases
 //! the memory when the completion arrives.
 
-use super::attached::{Attached, Callback, Held, Notify};
+use super::attached::{Attached, Held, Notify};
 use super::clock::WaitClock;
 use super::post::check_remote_len;
 use super::post::invalid;
-use super::tracker::{Slot, Tracker};
+use super::tracker::{Take, Tracker};
+use super::wait::not_outstanding;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
 use crate::memory::remote::RemoteMemoryRegion;
@@ -183,7 +184,7 @@ impl WorkQueue {
                 Refused::Error(super::queue_too_full(op, 1, st), held)
             });
         }
-        let id = st.next_wr_id;
+        let id = st.next_id();
         let rc = match kind {
             OwnedKind::Receive => {
                 let mut req = [RecvRequest::new(id, sges)];
@@ -224,11 +225,12 @@ impl WorkQueue {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
             // with it.
-            if let Some(wc) = st.reap_for_untracked(&self.cq, op) {
-                return Ok((id, Some((self.outcome(op, len as usize, &wc), held))));
+            let outcome = |wc: &_| self.outcome(op, len as usize, wc);
+            if let Some(outcome) = st.reap_untracked(|wcs| self.cq.poll(wcs), op, outcome) {
+                return Ok((id, Some((outcome, held))));
             }
         }
-        st.track_attached(
+        st.track(
             op,
             len as usize,
             sq,
@@ -243,153 +245,49 @@ impl WorkQueue {
     /// Takes the outcome and memory of `id` if its completion was seen
     /// (reaping the CQ once if not), or, still in flight, sets `waker` (if
     /// any) to be woken when it is. `None` while in flight.
+    #[inline]
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
-        let mut st = self.lock();
-        let pos = st.slots.position(id);
-        if let Some(pos) = pos.filter(|&p| st.slots.at(p).is_some_and(Slot::posted)) {
-            match st.reap_claim(&self.cq, id) {
-                // Its own completion: taken at the reap, not delivered.
-                Ok(Some(k)) => return self.settle_claimed(&mut st, pos, k, waker),
-                // Not there, and no waker to set: still in flight (the
-                // spinning waits' empty polls end here).
-                Ok(None) if waker.is_none() => return None,
-                Ok(None) => {}
-                Err(e) => {
-                    drop(st);
-                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                    st = self.lock();
+        let taken = self.lock().poll_take(
+            id,
+            |wcs| self.cq.poll(wcs),
+            waker,
+            |op, len, wc, held| (self.outcome(op, len, wc), held),
+        );
+        match taken {
+            Ok(Take::Done(r)) => Some(r),
+            Ok(Take::Pending) => None,
+            Ok(Take::Unknown) => Some((Err(not_outstanding(id)), Held::None)),
+            Err(e) => {
+                // As in `try_take`: drained, `id` has its completion.
+                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                let taken = self
+                    .lock()
+                    .take(id, |op, len, wc, held| (self.outcome(op, len, wc), held));
+                match taken {
+                    Take::Done(r) => Some(r),
+                    _ => Some((Err(e), Held::None)),
                 }
             }
         }
-        let t = &mut *st;
-        match t.slots.get_mut(id) {
-            Some(slot) if slot.posted() => {
-                if let Some(w) = waker {
-                    slot.att.notify.set_waker(w, &mut t.later);
-                }
-                None
-            }
-            Some(_) => self.returned(&mut st, id),
-            None => Some((
-                Err(Error::Unusable(format!(
-                    "work request {id} is not outstanding"
-                ))),
-                Held::None,
-            )),
-        }
-    }
-
-    /// Removes the slot of `id`, whose completion was seen, giving back its
-    /// outcome and memory (`None` if `id` is not tracked).
-    ///
-    /// With its memory taken out, the slot of a completed request owns
-    /// nothing (its waker was consumed when the completion was seen), so
-    /// it is forgotten in place rather than dropped: the drop glue of a
-    /// slot and its attachment cost about 55 instructions per owned
-    /// operation under callgrind.
-    pub(super) fn returned(&self, st: &mut Tracker, id: u64) -> Option<Returned> {
-        let pos = st.slots.position(id)?;
-        st.slots.remove_plain_at(pos, |slot| {
-            let held = std::mem::take(&mut slot.att.held);
-            (
-                (self.outcome(slot.op, slot.len, &slot.wc), held),
-                slot.att.owns_nothing(),
-            )
-        })
-    }
-
-    /// Ends the request tracked at `pos` (a position from
-    /// [`SlotRing::position`](super::slots::SlotRing::position), with no
-    /// insertion since) with the `k`th completion of the last reap, which
-    /// its owner claimed ([`Tracker::reap_claim`]), counted as delivery
-    /// counts it; gives back its outcome and memory, removing the slot. The owner's shortcut past delivery and
-    /// [`returned`](Self::returned): the completion is read where it was
-    /// polled, not written into the slot to be read back out of it (under
-    /// emulation each copy of a 48-byte completion is six vector loads
-    /// and stores, several times dearer than plain ones).
-    ///
-    /// `current` is the waker of the task claiming it, if any: the slot's
-    /// own waker, if it wakes another task, is dropped only once the lock
-    /// is released (that task may be gone, and this its last waker).
-    pub(crate) fn settle_claimed(
-        &self,
-        st: &mut Tracker,
-        pos: usize,
-        k: usize,
-        current: Option<&Waker>,
-    ) -> Option<Returned> {
-        let (slot, polled) = st.slot_and_polled(pos, k)?;
-        // A batch reports its first failed member's completion.
-        let wc = if slot.member_failed() {
-            &slot.wc
-        } else {
-            polled
-        };
-        let (op, sq) = (slot.op, slot.sq());
-        let failed = (!wc.is_success()).then(|| wc.status());
-        let outcome = self.outcome(op, slot.len, wc);
-        let held = std::mem::take(&mut slot.att.held);
-        // Its own waker (if any) is dropped with the slot when it wakes the
-        // claiming task, which is alive (it is being polled).
-        let foreign = match &slot.att.notify {
-            Notify::Waker(w) if !current.is_some_and(|c| w.will_wake(c)) => {
-                Some(std::mem::take(&mut slot.att.notify))
-            }
-            _ => None,
-        };
-        let plain = slot.att.owns_nothing();
-        st.slots.clear_at(pos, plain);
-        if let Some(Notify::Waker(w)) = foreign {
-            st.later.release(w);
-        }
-        // What delivery counts (`Tracker::deliver`).
-        st.in_flight -= 1;
-        st.sq_in_flight -= sq as usize;
-        st.rq_in_flight -= usize::from(sq == 0);
-        st.completed_total += u64::from(sq.max(1));
-        if let Some(status) = failed.filter(|_| st.unusable.is_none()) {
-            st.unusable = Some(format!("an earlier {op} failed with {status}"));
-        }
-        Some((outcome, held))
     }
 
     /// Entries in the list of tasks waiting for send-queue room.
     pub(crate) fn room_waiters(&self) -> usize {
-        self.lock().room_waiters.len()
+        self.lock().room_waiters()
     }
 
     /// Runs the callbacks of completed callback operations (reaping the CQ
     /// first), outside the engine's lock, so a callback may post again.
     /// Returns how many ran.
     pub(crate) fn run_callbacks(&self) -> Result<usize> {
-        {
-            let mut st = self.lock();
-            st.reap(&self.cq)?;
-        }
+        self.reap_now()?;
         let mut ran = 0;
         loop {
-            let (cb, outcome, held): (Callback, _, _) = {
-                let mut st = self.lock();
-                let Some(id) = st.ready_callbacks.pop_front() else {
-                    return Ok(ran);
-                };
-                match st.slots.remove(id) {
-                    Some(Slot {
-                        done: true,
-                        op,
-                        len,
-                        wc,
-                        att:
-                            Attached {
-                                held,
-                                notify: Notify::Callback(cb),
-                            },
-                        ..
-                    }) => (cb, self.outcome(op, len, &wc), held),
-                    _ => continue,
-                }
+            let Some(ready) = self.lock().next_callback() else {
+                return Ok(ran);
             };
-            cb(outcome, held);
+            let outcome = self.outcome(ready.op, ready.len, &ready.wc);
+            (ready.callback)(outcome, ready.held);
             ran += 1;
         }
     }
@@ -397,7 +295,7 @@ impl WorkQueue {
     /// Moves available completions into their slots (waking their
     /// futures); how many there were.
     pub(crate) fn reap_now(&self) -> Result<usize> {
-        self.lock().reap(&self.cq)
+        self.lock().reap(|wcs| self.cq.poll(wcs))
     }
 
     /// Arms the CQ: the next completion raises an event on its channel.
@@ -424,17 +322,6 @@ impl WorkQueue {
         self.cq.channel()
     }
 
-    /// Counters: (completed, in flight, abandoned, unclaimed slots).
-    pub(crate) fn owned_counters(&self) -> (u64, usize, u64, usize) {
-        let st = self.lock();
-        (
-            st.completed_total,
-            st.in_flight,
-            st.abandoned_total,
-            st.slots.len(),
-        )
-    }
-
     /// For busy-polling waits (no reactor): counts one poll that found
     /// nothing, and every [`STALL_CHECK_EVERY`]th time checks the stall
     /// deadline ([`stall_deadline`](Self::stall_deadline)), which reads the
@@ -454,24 +341,10 @@ impl WorkQueue {
     /// with a flush) and returns `None`; also `None` with nothing in flight.
     pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
         let now = Instant::now();
-        let mut st = self.lock();
-        if st.in_flight == 0 {
-            st.progress_mark = None;
-            return None;
-        }
-        let completed = st.completed_total;
-        let since = match st.progress_mark {
-            Some((mark, since)) if mark == completed => since,
-            _ => {
-                st.progress_mark = Some((completed, now));
-                now
-            }
-        };
-        let deadline = since + timeout;
+        let deadline = self.lock().progress_deadline(now, timeout)?;
         if now < deadline {
             return Some(deadline);
         }
-        drop(st);
         // Before the move to ERR: every request it flushes reports the
         // timeout.
         self.stalled(timeout);
@@ -501,11 +374,7 @@ impl WorkQueue {
                 continue;
             };
             if elapsed >= timeout {
-                let op = self
-                    .lock()
-                    .slots
-                    .get(id)
-                    .map_or(Operation::Send, Slot::operation);
+                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
                 self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                 let held = self.take_owned(id, None).map_or(Held::None, |(_, h)| h);
                 return (
@@ -541,7 +410,7 @@ impl Drop for WorkQueue {
     /// before the queue pair is destroyed, so that the memory their slots
     /// hold is released only once the NIC is done with it.
     fn drop(&mut self) {
-        let in_flight = self.lock().in_flight;
+        let in_flight = self.lock().in_flight();
         if in_flight > 0 {
             self.shutdown_and_drain("the channel was dropped with work in flight");
         }

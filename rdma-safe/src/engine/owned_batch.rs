@@ -15,7 +15,7 @@
 use super::attached::{Attached, Held, Notify};
 use super::owned::{OwnedKind, Refused, Returned};
 use super::post::invalid;
-use super::tracker::{Tracker, BATCH_MEMBER};
+use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, WorkQueue};
 use crate::error::Operation;
 use crate::owned::{OwnedRequest, OWNED_BATCH_MAX};
@@ -45,12 +45,13 @@ impl WorkQueue {
             return Err(Refused::Error(e, held));
         };
         let n = reqs.len();
-        if n == 0 || n > OWNED_BATCH_MAX || n > st.sq_capacity {
+        let sq_capacity = st.queue_use(true).1;
+        if n == 0 || n > OWNED_BATCH_MAX || n > sq_capacity {
             let e = invalid(
                 op,
                 format_args!(
                     "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
-                    OWNED_BATCH_MAX, st.sq_capacity
+                    OWNED_BATCH_MAX, sq_capacity
                 ),
             );
             return Err(Refused::Error(e, held));
@@ -64,7 +65,7 @@ impl WorkQueue {
         if !st.room_for(true, n) {
             return Err(Refused::Full(held));
         }
-        let id = st.next_wr_id;
+        let id = st.next_id();
         let mut sges = [Sge::default(); OWNED_BATCH_MAX];
         let mut total = 0usize;
         // Indexed, not zipped: as a `Zip` the loop was left out of line
@@ -123,7 +124,7 @@ impl WorkQueue {
             let (e, held) = self.post_failed(st, op, total, n as u32, held, e);
             return Err(Refused::Error(e, held));
         }
-        st.track_attached(
+        st.track(
             op,
             total,
             n as u32,
@@ -132,12 +133,18 @@ impl WorkQueue {
                 notify: Notify::Claim,
             },
         );
-        if look && st.reap(&self.cq).is_ok() && st.slots.get(id).is_some_and(|s| !s.posted()) {
-            return Ok((id, self.returned(st, id)));
+        if look {
+            let taken = st.poll_take(
+                id,
+                |wcs| self.cq.poll(wcs),
+                None,
+                |op, len, wc, held| (self.outcome(op, len, wc), held),
+            );
+            if let Ok(Take::Done(r)) = taken {
+                return Ok((id, Some(r)));
+            }
         }
-        if let Some(slot) = st.slots.get_mut(id) {
-            slot.att.notify = notify();
-        }
+        st.set_notify(id, notify());
         Ok((id, None))
     }
 }

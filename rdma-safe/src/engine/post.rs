@@ -1,8 +1,8 @@
 //! Posting: validating typed work requests and handing them to the NIC,
 //! one request or a batch per verb call.
 
-use super::attached::Held;
-use super::tracker::{Tracker, BATCH_MEMBER};
+use super::attached::{Attached, Held};
+use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
@@ -223,7 +223,7 @@ impl WorkQueue {
         timeout: Duration,
     ) -> Result<WorkSuccess> {
         let mut st = self.lock();
-        let id = st.next_wr_id;
+        let id = st.next_id();
         if reqs.len() == 1 {
             // One request: posted untracked, then one look at the completion
             // queue under the same lock; tracked only if its completion is
@@ -241,21 +241,22 @@ impl WorkQueue {
         // From here on the request is posted: as in `wait`, this returns
         // only once its completion was seen, and never unwinds.
         let guard = AbortOnUnwind("waiting for a completion");
+        let poll = |wcs: &mut [_]| self.cq.poll(wcs);
         if reqs.len() == 1 {
-            if let Some(wc) = st.reap_for_untracked(&self.cq, op) {
-                drop(st);
-                guard.disarm();
-                return self.outcome(op, len, &wc);
-            }
-            // Not there yet (or the poll failed, which `wait` sees again
-            // and handles): track it before unlocking.
-            st.track(op, len, 1);
-        } else if st.reap(&self.cq).is_ok() {
-            if let Some(outcome) = self.take_done(&mut st, id) {
+            if let Some(outcome) = st.reap_untracked(poll, op, |wc| self.outcome(op, len, wc)) {
                 drop(st);
                 guard.disarm();
                 return outcome;
             }
+            // Not there yet (or the poll failed, which `wait` sees again
+            // and handles): track it before unlocking.
+            st.track(op, len, 1, Attached::default());
+        } else if let Ok(Take::Done(outcome)) =
+            st.poll_take(id, poll, None, |op, len, wc, _| self.outcome(op, len, wc))
+        {
+            drop(st);
+            guard.disarm();
+            return outcome;
         }
         drop(st);
         let outcome = self.wait_unguarded(id, timeout);

@@ -74,21 +74,19 @@ impl WorkQueue {
 
     /// [`shutdown_and_drain`](Self::shutdown_and_drain) with the lock held.
     pub(super) fn shut_down_locked(&self, st: &mut Tracker, why: &str) {
-        if st.unusable.is_none() {
-            st.unusable = Some(why.to_owned());
-        }
+        st.mark_unusable(why);
         if let Err(e) = self.qp.to_error() {
-            st.later.log(
+            st.later().log(
                 log::Level::Error,
                 format_args!("moving QP {} to ERR failed: {e}", self.qp.qp_num()),
             );
         }
         let start = Instant::now();
-        let mut progress = (st.completed_total, start);
+        let mut progress = (st.completed(), start);
         let mut polls: u32 = 0;
-        while st.in_flight > 0 {
-            if let Err(e) = st.reap(&self.cq) {
-                st.later.log(
+        while st.in_flight() > 0 {
+            if let Err(e) = st.reap(|wcs| self.cq.poll(wcs)) {
+                st.later().log(
                     log::Level::Error,
                     format_args!("polling while draining failed: {e}"),
                 );
@@ -99,8 +97,8 @@ impl WorkQueue {
                 continue;
             }
             let now = Instant::now();
-            if st.completed_total != progress.0 {
-                progress = (st.completed_total, now);
+            if st.completed() != progress.0 {
+                progress = (st.completed(), now);
             } else if now - progress.1 > FLUSH_PATIENCE || now - start > DRAIN_LIMIT {
                 self.discard_by_reset(st);
                 return;
@@ -119,19 +117,19 @@ impl WorkQueue {
                  state, and moving it to RESET failed ({e}); returning could let the NIC access \
                  released memory",
                 self.qp.qp_num(),
-                st.in_flight,
+                st.in_flight(),
             ));
         }
         // Completions the device made before the reset are still on the CQ.
-        if let Err(e) = st.reap(&self.cq) {
-            st.later.log(
+        if let Err(e) = st.reap(|wcs| self.cq.poll(wcs)) {
+            st.later().log(
                 log::Level::Error,
                 format_args!("polling after the reset failed: {e}"),
             );
         }
         let n = st.discard_in_flight();
         if n > 0 {
-            st.later.log(
+            st.later().log(
                 log::Level::Warn,
                 format_args!(
                     "QP {}: {n} work requests never completed after the move to the error state; \
@@ -173,11 +171,10 @@ impl WorkQueue {
         held: Held,
         e: PostError,
     ) -> (Error, Held) {
-        let id = st.next_wr_id;
         let notify = Notify::Claim;
-        st.track_attached(op, len, sq, Attached { held, notify });
+        let id = st.track(op, len, sq, Attached { held, notify });
         self.settle_tracked(st, op, id..id + 1, &e);
-        let held = st.slots.remove(id).map_or(Held::None, |s| s.att.held);
+        let held = st.forget(id);
         (post_error(op, e), held)
     }
 
@@ -192,7 +189,7 @@ impl WorkQueue {
         ids: std::ops::Range<u64>,
         e: &PostError,
     ) {
-        st.later.log(
+        st.later().log(
             log::Level::Error,
             format_args!(
                 "{e}: the provider did not say whether the {op} (work requests {ids:?}) reached \

@@ -2,7 +2,7 @@
 //! shutdown that drains a queue pair when a wait expires.
 
 use super::clock::WaitClock;
-use super::tracker::{Slot, Tracker};
+use super::tracker::Take;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
 use crate::fatal::AbortOnUnwind;
@@ -18,68 +18,47 @@ const STATE_QUERY_EVERY: Duration = Duration::from_millis(10);
 
 impl WorkQueue {
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
-    /// not). `None` while still in flight. Errors if `id` is unknown.
+    /// not). `None` while still in flight; an error if `id` is unknown.
     ///
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
+    #[inline]
     pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
-        let mut st = self.lock();
-        if st.slots.get(id).is_some_and(Slot::posted) {
-            match st.reap(&self.cq) {
-                // Nothing new on the CQ: `id` is still in flight.
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(e) => {
-                    // The CQ cannot be read, so completion of `id` cannot be
-                    // observed: shut the QP down and drain before reporting,
-                    // so that no outcome is ever returned while `id` is in
-                    // flight.
-                    drop(st);
-                    self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                    self.lock().slots.remove(id);
-                    return Some(Err(e));
-                }
+        let taken = self.lock().poll_take(
+            id,
+            |wcs| self.cq.poll(wcs),
+            None,
+            |op, len, wc, _| self.outcome(op, len, wc),
+        );
+        match taken {
+            Ok(Take::Done(outcome)) => Some(outcome),
+            Ok(Take::Pending) => None,
+            Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
+            Err(e) => {
+                // The CQ cannot be read, so completion of `id` cannot be
+                // observed: shut the QP down and drain before reporting, so
+                // that no outcome is ever returned while `id` is in flight.
+                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+                self.lock().forget(id);
+                Some(Err(e))
             }
         }
-        self.take_done(&mut st, id)
-    }
-
-    /// The outcome of `id` if its completion was seen (removing its slot);
-    /// `None` while in flight; an error if `id` is not tracked.
-    #[inline]
-    pub(super) fn take_done(&self, st: &mut Tracker, id: u64) -> Option<Result<WorkSuccess>> {
-        // One lookup for the look and the removal.
-        let Some(pos) = st.slots.position(id) else {
-            return Some(Err(Error::Unusable(format!(
-                "work request {id} is not outstanding"
-            ))));
-        };
-        if st.slots.at(pos).is_some_and(Slot::posted) {
-            return None;
-        }
-        st.slots.remove_plain_at(pos, |slot| {
-            (
-                self.outcome(slot.op, slot.len, &slot.wc),
-                slot.att.owns_nothing(),
-            )
-        })
     }
 
     /// How many of `ids` are still outstanding or unclaimed (one lock).
     pub(crate) fn count_tracked(&self, ids: &[u64]) -> usize {
         let st = self.lock();
-        ids.iter().filter(|&&id| st.slots.contains_key(id)).count()
+        ids.iter().filter(|&&id| st.contains(id)).count()
     }
 
     /// Removes from `ids` ids no longer outstanding or unclaimed (one
-    /// lock), keeping every id that is (see
-    /// [`SlotRing::forget_untracked`](super::slots::SlotRing::forget_untracked)).
+    /// lock), keeping every id that is.
     pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
-        self.lock().slots.forget_untracked(ids);
+        self.lock().retain_tracked(ids);
     }
 
     /// Whether `id` is still outstanding or unclaimed.
     pub(crate) fn is_tracked(&self, id: u64) -> bool {
-        self.lock().slots.contains_key(id)
+        self.lock().contains(id)
     }
 
     /// Blocks until `id` completes and returns its outcome. If `timeout`
@@ -136,14 +115,10 @@ impl WorkQueue {
                 return self.try_take(id).unwrap_or(Err(Error::Unusable(why)));
             }
             if elapsed >= timeout {
-                let op = self
-                    .lock()
-                    .slots
-                    .get(id)
-                    .map_or(Operation::Send, Slot::operation);
+                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
                 self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                 // The request is now complete (flushed); forget it.
-                self.lock().slots.remove(id);
+                self.lock().forget(id);
                 return Err(Error::Timeout {
                     operation: op,
                     timeout,
@@ -194,4 +169,10 @@ impl WorkQueue {
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
     }
+}
+
+/// The error of a claim of an id that is not tracked.
+#[cold]
+pub(super) fn not_outstanding(id: u64) -> Error {
+    Error::Unusable(format!("work request {id} is not outstanding"))
 }

@@ -227,7 +227,8 @@ impl SharedChannel {
     /// abandoned requests, tracked slots). Completions never outnumber
     /// posts; with nothing in flight and nothing unclaimed, the last is 0.
     pub fn counters(&self) -> (u64, usize, u64, usize) {
-        self.queue.owned_counters()
+        let c = self.queue.counters();
+        (c.completed, c.in_flight, c.abandoned, c.tracked)
     }
 
     /// Entries in the list of tasks waiting for send-queue room: at most
