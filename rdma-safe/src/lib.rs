@@ -100,7 +100,7 @@
 //! | [`channel`] | connecting: [`ConnectOptions`](channel::ConnectOptions), [`Endpoint`](channel::Endpoint), the verbs-layer parameter types; [`SharedCompletionQueue`](channel::SharedCompletionQueue), one completion queue polled for many channels |
 //! | [`cm`] | the connection manager: options, [`Connector`](cm::Connector), [`Incoming`](cm::Incoming) |
 //! | [`memory`] | why registration is sound; [`AccessFlags`](memory::AccessFlags), [`AlignedBuffer`](memory::AlignedBuffer), [`StableBuffer`](memory::StableBuffer) |
-//! | [`work`] | atomics' operands, [`PendingWork`](work::PendingWork), completion opcodes and statuses |
+//! | [`work`] | atomics' operands, [`PendingWork`], completion opcodes and statuses |
 //! | [`scope`] | how scopes keep borrowed memory sound |
 //! | [`owned`] | owned operations: requests, futures, streams, reactors |
 //! | [`pool`] | pool buffers |
@@ -191,7 +191,7 @@
 //!    tracking, the bounded wait, and the settling of a failed post for
 //!    free — never call the verb directly.
 //! 5. **Its one path** (`verb.rs`): implement the sealed
-//!    [`SendQueueRequest`](work::SendQueueRequest) for the request type —
+//!    [`SendQueueRequest`] for the request type —
 //!    how one is posted and how a batch is (and, if the engine has a
 //!    cheaper blocking path, how one is posted and waited for). That is
 //!    all the blocking ([`Channel::run`], [`Channel::run_batch`]) and
@@ -245,10 +245,12 @@ pub use memory::{
 };
 pub use owned::SharedChannel;
 pub use pd::ProtectionDomain;
+pub use pending::PendingWork;
 pub use pool::BufferPool;
 pub use prepared::PreparedBatch;
 pub use scope::PollingScope;
 pub use srq::SharedReceiveQueue;
+pub use verb::SendQueueRequest;
 pub use work::{
     AtomicWorkRequest, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess,
     WriteWorkRequest,

@@ -38,7 +38,7 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::AtomicWorkRequest<'static, 'static>>();
     send_sync::<rdma_safe::GatherElement<'static>>();
     send_sync::<rdma_safe::ScatterElement<'static>>();
-    send_sync::<rdma_safe::work::PendingWork<'static>>();
+    send_sync::<rdma_safe::PendingWork<'static>>();
     send_sync::<rdma_safe::scope::ScopedPendingWork<'static>>();
     send_sync::<rdma_safe::PreparedBatch<'static, 'static>>();
     send_sync::<rdma_safe::Error>();

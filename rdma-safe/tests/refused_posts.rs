@@ -73,14 +73,8 @@ fn owned_posts_on_an_unconnected_channel_are_refused_and_never_run_later() {
     let (r, rx) = sa.run(Request::read(filled(&pool, 0x11), remote));
     assert_not_ready(r, "owned read in INIT");
     let batch = vec![
-        OwnedRequest::Read {
-            buf: filled(&pool, 0x11),
-            remote,
-        },
-        OwnedRequest::Read {
-            buf: filled(&pool, 0x11),
-            remote,
-        },
+        OwnedRequest::read(filled(&pool, 0x11), remote),
+        OwnedRequest::read(filled(&pool, 0x11), remote),
     ];
     let (r, batch) = sa.run(Request::batch(batch));
     assert_not_ready(r, "owned read batch in INIT");
@@ -96,12 +90,10 @@ fn owned_posts_on_an_unconnected_channel_are_refused_and_never_run_later() {
     rx.fill(0x22);
     let mut batch_bufs: Vec<PoolBuf> = batch
         .into_iter()
-        .map(|r| match r {
-            OwnedRequest::Read { mut buf, .. } => {
-                buf.fill(0x22);
-                buf
-            }
-            other => panic!("a read came back as {other:?}"),
+        .map(|r| {
+            let mut buf = r.into_buf().expect("a read comes back as a read");
+            buf.fill(0x22);
+            buf
         })
         .collect();
 
@@ -181,22 +173,17 @@ fn a_post_that_fails_after_queueing_returns_only_once_nothing_can_run() {
     c.skip_readiness_check();
     let sc = c.shared();
     let batch = (0..3)
-        .map(|_| OwnedRequest::Read {
-            buf: filled(&pool, 0x33),
-            remote,
-        })
+        .map(|_| OwnedRequest::read(filled(&pool, 0x33), remote))
         .collect();
     let (r, batch) = sc.run(Request::batch(batch));
     eprintln!("owned batch on INIT, check skipped: {r:?}");
     assert!(r.is_err());
     assert_eq!(batch.len(), 3, "every request comes back");
-    for req in &batch {
-        if let OwnedRequest::Read { buf, .. } = req {
-            assert_all(buf, 0x33, "a batch member's buffer");
-        }
-    }
     assert_idle(&sc, "owned batch");
-    drop(batch);
+    for req in batch {
+        let buf = req.into_buf().expect("a read comes back as a read");
+        assert_all(&buf, 0x33, "a batch member's buffer");
+    }
 
     // Borrowed blocking read.
     let mut d = pd.create_channel().expect("channel");

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use rdma_safe::{
-    work::PendingWork, work::WcOpcode, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest,
-    WorkSuccess, WriteWorkRequest,
+    work::WcOpcode, PendingWork, ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess,
+    WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 

@@ -132,7 +132,7 @@ impl Channel {
     }
 
     /// Work requests posted and not yet completed and claimed. Always 0
-    /// outside a scope, except for leaked [`PendingWork`](crate::work::PendingWork).
+    /// outside a scope, except for leaked [`PendingWork`](crate::PendingWork).
     pub fn outstanding(&self) -> usize {
         self.queue.counters().tracked
     }

@@ -3,48 +3,9 @@
 
 use super::later::Later;
 use crate::error::Result;
-use crate::owned::OwnedRequest;
-use crate::pool::{PoolBuf, PoolBytes};
-use crate::work::WorkSuccess;
+use crate::work::{Held, WorkSuccess};
 use std::fmt;
 use std::task::Waker;
-
-/// The memory of an owning operation, kept in its slot from the post until
-/// its completion (or flush) has been seen on the CQ.
-#[derive(Debug, Default)]
-pub(crate) enum Held {
-    /// A borrowed-memory operation (scopes, blocking calls): nothing kept.
-    #[default]
-    None,
-    /// The NIC writes it (receive, RDMA read target).
-    Unique(PoolBuf),
-    /// The NIC reads it (send, RDMA write source).
-    Shared(PoolBytes),
-    /// The requests of an owning batch, each with its memory.
-    Batch(Vec<OwnedRequest>),
-    /// For the tracker's tests: memory whose release they can see.
-    #[cfg(test)]
-    Probe(probe::Probe),
-}
-
-/// Test memory that records when it is released.
-#[cfg(test)]
-pub(crate) mod probe {
-    use std::sync::{Arc, Mutex};
-
-    /// Pushes its id onto the shared log when dropped.
-    #[derive(Debug)]
-    pub(crate) struct Probe {
-        pub(crate) id: u64,
-        pub(crate) log: Arc<Mutex<Vec<u64>>>,
-    }
-
-    impl Drop for Probe {
-        fn drop(&mut self) {
-            self.log.lock().unwrap().push(self.id);
-        }
-    }
-}
 
 /// A completion callback: the outcome and the memory, given back.
 pub(crate) type Callback = Box<dyn FnOnce(Result<WorkSuccess>, Held) + Send>;

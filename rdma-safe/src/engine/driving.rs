@@ -7,9 +7,10 @@
 //! task only: one completion wakes one task. Nothing reaps inside a waker;
 //! the driver reaps on its own task when the reactor wakes it.
 
-use super::attached::{Held, Notify};
-use super::owned::{OwnedKind, Refused, Returned};
+use super::attached::Notify;
+use super::owned::{Refused, Returned};
 use super::WorkQueue;
+use crate::work::{Held, OwnedKind};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 

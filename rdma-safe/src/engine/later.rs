@@ -19,8 +19,8 @@
 //! reference and, by the `RawWaker` contract, neither runs nor drops the
 //! task.)
 
-use super::attached::Held;
 use super::tracker::Tracker;
+use crate::work::Held;
 use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};

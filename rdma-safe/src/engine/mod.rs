@@ -13,7 +13,7 @@
 //! drained (or reset).
 //!
 //! [`Channel`]: crate::Channel
-//! [`PendingWork`]: crate::work::PendingWork
+//! [`PendingWork`]: crate::PendingWork
 
 mod atomic;
 mod attached;
@@ -39,15 +39,16 @@ mod window;
 
 pub(crate) use watch::DeviceWatch;
 
-pub(crate) use attached::{Held, Notify};
+pub(crate) use attached::Notify;
 pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use driving::Abandon;
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
-pub(crate) use owned::{OwnedKind, Refused, Returned};
+pub(crate) use owned::{Refused, Returned};
 pub(crate) use owned_receives::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
+use crate::work::Held;
 use attached::Attached;
 use later::Locked;
 use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};

@@ -9,16 +9,15 @@
 //! dropped future marks its slot [`Notify::Abandoned`]; the reaper releases
 //! the memory when the completion arrives.
 
-use super::attached::{Attached, Held, Notify};
+use super::attached::{Attached, Notify};
 use super::clock::WaitClock;
-use super::post::check_remote_len;
 use super::post::invalid;
 use super::tracker::{Take, Tracker};
 use super::wait::not_outstanding;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
-use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::WorkSuccess;
+use crate::work::{Held, OwnedKind};
 use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};
 use std::sync::atomic::Ordering;
 use std::task::Waker;
@@ -28,52 +27,6 @@ use std::time::{Duration, Instant};
 /// stall watchdog (a few milliseconds of polling: nothing next to a
 /// timeout of seconds).
 const STALL_CHECK_EVERY: u32 = 256;
-
-/// What an owning request does.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum OwnedKind {
-    Send {
-        imm: Option<u32>,
-    },
-    Write {
-        remote: RemoteMemoryRegion,
-        imm: Option<u32>,
-    },
-    Receive,
-    Read {
-        remote: RemoteMemoryRegion,
-    },
-    /// Send-queue requests posted together ([`Held::Batch`]); `op` is the
-    /// last one's.
-    Batch {
-        op: Operation,
-    },
-}
-
-impl OwnedKind {
-    pub(crate) fn operation(self) -> Operation {
-        match self {
-            OwnedKind::Batch { op } => op,
-            OwnedKind::Send { .. } => Operation::Send,
-            OwnedKind::Write { .. } => Operation::Write,
-            OwnedKind::Receive => Operation::Receive,
-            OwnedKind::Read { .. } => Operation::Read,
-        }
-    }
-}
-
-impl OwnedKind {
-    /// Why `len` bytes do not fit this kind's remote region, if they do not
-    /// (sends and receives have none).
-    pub(super) fn remote_misfit(self, len: usize) -> Option<Error> {
-        match self {
-            OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } => {
-                check_remote_len(self.operation(), len, &remote).err()
-            }
-            _ => None,
-        }
-    }
-}
 
 impl WorkQueue {
     /// The unsignaled send-queue request of `kind` (not a receive or a

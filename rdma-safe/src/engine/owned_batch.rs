@@ -12,13 +12,13 @@
 //! the batch's outcome; the queue pair then flushes the rest, the last
 //! included.
 
-use super::attached::{Attached, Held, Notify};
-use super::owned::{OwnedKind, Refused, Returned};
+use super::attached::{Attached, Notify};
+use super::owned::{Refused, Returned};
 use super::post::invalid;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, WorkQueue};
 use crate::error::Operation;
-use crate::owned::{OwnedRequest, OWNED_BATCH_MAX};
+use crate::work::{Held, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, Sge};
 use std::convert::Infallible;
 
@@ -56,7 +56,7 @@ impl WorkQueue {
             );
             return Err(Refused::Error(e, held));
         }
-        if let Some(e) = reqs.iter().find_map(|r| kind_of(r).remote_misfit(r.len())) {
+        if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
             return Err(Refused::Error(e, held));
         }
         if let Err(e) = self.admit(st, op, true) {
@@ -71,7 +71,7 @@ impl WorkQueue {
         // Indexed, not zipped: as a `Zip` the loop was left out of line
         // (a call per request, about 30 instructions per operation).
         for k in 0..n {
-            let (addr, len, lkey) = reqs[k].sge();
+            let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
             sges[k] = Sge::new(addr, len, lkey);
             total += len as usize;
         }
@@ -92,7 +92,7 @@ impl WorkQueue {
                 } else {
                     &sges[k..=k]
                 };
-                slot.write(self.owned_send_request(kind_of(req), id | BATCH_MEMBER, sges));
+                slot.write(self.owned_send_request(req.kind, id | BATCH_MEMBER, sges));
                 Ok::<(), Infallible>(())
             },
             |wrs| {
@@ -146,14 +146,5 @@ impl WorkQueue {
         }
         st.set_notify(id, notify());
         Ok((id, None))
-    }
-}
-
-/// The kind of a single owning request doing what `req` does.
-fn kind_of(req: &OwnedRequest) -> OwnedKind {
-    match *req {
-        OwnedRequest::Send { imm, .. } => OwnedKind::Send { imm },
-        OwnedRequest::Write { remote, imm, .. } => OwnedKind::Write { remote, imm },
-        OwnedRequest::Read { remote, .. } => OwnedKind::Read { remote },
     }
 }

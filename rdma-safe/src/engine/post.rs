@@ -1,13 +1,14 @@
 //! Posting: validating typed work requests and handing them to the NIC,
 //! one request or a batch per verb call.
 
-use super::attached::{Attached, Held};
+use super::attached::Attached;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
 use crate::memory::element::{gather_sges, scatter_sges};
 use crate::memory::remote::RemoteMemoryRegion;
+use crate::work::Held;
 use crate::work::WorkSuccess;
 use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};

@@ -39,11 +39,12 @@
 //! [`post_failed`]: WorkQueue::post_failed
 //! [`PostError::posted`]: rdma_core::PostError::posted
 
-use super::attached::{Attached, Held, Notify};
+use super::attached::{Attached, Notify};
 use super::tracker::Tracker;
 use super::WorkQueue;
 use crate::error::{Error, Operation};
 use crate::fatal::AbortOnUnwind;
+use crate::work::Held;
 use rdma_core::PostError;
 use std::time::{Duration, Instant};
 

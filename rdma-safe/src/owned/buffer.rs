@@ -1,8 +1,8 @@
 //! [`OwnedBuffer`]: the buffers owning operations take and give back.
 
-use crate::engine::Held;
 use crate::owned::OwnedRequest;
 use crate::pool::{PoolBuf, PoolBytes};
+use crate::work::Held;
 
 /// What an owning operation can take: a [`PoolBuf`] (the NIC may write
 /// it), [`PoolBytes`] (the NIC only reads it), or a batch of

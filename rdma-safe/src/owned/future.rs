@@ -3,8 +3,9 @@
 
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
-use crate::engine::{Abandon, OwnedKind, Refused};
+use crate::engine::{Abandon, Refused};
 use crate::error::Error;
+use crate::work::OwnedKind;
 use crate::work::WorkSuccess;
 use std::fmt;
 use std::future::Future;

@@ -69,7 +69,6 @@
 //! [`PoolBytes`]: crate::pool::PoolBytes
 #![doc = concat!("```no_run\n", include_str!("../../examples/owned_transfer.rs"), "```")]
 
-mod batch;
 mod buffer;
 mod driver;
 mod future;
@@ -77,7 +76,7 @@ mod reactor;
 mod request;
 mod stream;
 
-pub use batch::{OwnedRequest, OWNED_BATCH_MAX};
+pub use crate::work::owned::{OwnedRequest, OWNED_BATCH_MAX};
 pub use buffer::OwnedBuffer;
 pub use future::Op;
 pub use reactor::CompletionReactor;
@@ -88,12 +87,11 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Abandon, Held, Notify, OwnedKind, Refused, Returned, WorkQueue, RECEIVES_PER_CALL,
-    SHORT_RECEIVES,
+    Abandon, Notify, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
-use crate::work::WorkSuccess;
+use crate::work::{Held, OwnedKind, WorkSuccess};
 use buffer::{from_held, into_held};
 use driver::DriverHandle;
 use std::fmt;

@@ -4,10 +4,10 @@
 //! [`submit`](super::SharedChannel::submit).
 
 use super::OwnedRequest;
-use crate::engine::OwnedKind;
 use crate::error::Operation;
 use crate::memory::RemoteMemoryRegion;
 use crate::pool::{PoolBuf, PoolBytes};
+use crate::work::OwnedKind;
 
 /// An owning operation: its kind and the buffer it takes, which comes back
 /// with its outcome. The buffer's type says what the NIC may do with it:

@@ -3,10 +3,11 @@
 
 use super::future::wait;
 use super::{finish, SharedChannel};
-use crate::engine::{Abandon, Held, Notify, OwnedKind, Refused};
+use crate::engine::{Abandon, Notify, Refused};
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
+use crate::work::{Held, OwnedKind};
 use std::collections::VecDeque;
 use std::fmt;
 use std::task::{Context, Poll};

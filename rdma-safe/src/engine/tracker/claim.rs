@@ -4,8 +4,9 @@
 //! waker.
 
 use super::{Slot, Tracker, POLL_BATCH};
-use crate::engine::attached::{Callback, Held, Notify};
+use crate::engine::attached::{Callback, Notify};
 use crate::error::{Operation, Result};
+use crate::work::Held;
 use rdma_core::WorkCompletion;
 use std::task::Waker;
 

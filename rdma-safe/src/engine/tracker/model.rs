@@ -10,8 +10,8 @@
 //! - the counts balance: in flight, queue room, posted against completed.
 
 use super::*;
-use crate::engine::attached::probe::Probe;
-use crate::engine::attached::Held;
+use crate::work::owned::probe::Probe;
+use crate::work::Held;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

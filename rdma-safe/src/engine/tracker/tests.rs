@@ -2,8 +2,8 @@
 //! are synthetic and the "poll" is a closure that hands them over.
 
 use super::*;
-use crate::engine::attached::probe::Probe;
-use crate::engine::attached::Held;
+use crate::work::owned::probe::Probe;
+use crate::work::Held;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Wake, Waker};

@@ -1,10 +1,16 @@
 //! Work requests and their successful outcome.
+//!
+//! The typed requests, borrowed and owning, sit below the engine: this
+//! module and its owning half import nothing that imports the engine
+//! (the engine imports them).
+
+pub(crate) mod owned;
+
+pub(crate) use owned::{Held, OwnedKind, OWNED_BATCH_MAX};
 
 pub use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::memory::element::{GatherElement, ScatterElement};
 use crate::memory::remote::RemoteMemoryRegion;
-pub use crate::pending::PendingWork;
-pub use crate::verb::SendQueueRequest;
 /// The verbs layer's completion opcode and status.
 pub use rdma_core::{WcOpcode, WcStatus};
 
