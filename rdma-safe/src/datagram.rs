@@ -20,11 +20,12 @@
 
 use crate::channel::DEFAULT_TIMEOUT;
 pub use crate::datagram_options::DatagramOptions;
-use crate::engine::{DeviceWatch, Limits, WorkQueue};
+use crate::engine::{DeviceWatch, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::GatherElement;
 use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
+use crate::work::build::{DatagramSend, Limits};
 use crate::work::{ReceiveWorkRequest, WorkSuccess};
 use rdma_core::{
     AccessFlags, AddressHandle, AddressVector, CompQueue, Gid, Mtu, QpCapabilities, QpType,
@@ -312,13 +313,14 @@ impl DatagramEndpoint {
             .send_slot
             .gather(..data.len())
             .expect("checked against the slot's size");
-        let id = self.queue.post_datagram(
-            &[element],
-            &peer.ah,
-            peer.address.qp_num,
-            peer.address.qkey,
-        )?;
-        self.queue.wait(id, self.timeout)
+        let send = DatagramSend {
+            gather: &[element],
+            ah: &peer.ah,
+            qpn: peer.address.qp_num,
+            qkey: peer.address.qkey,
+        };
+        self.queue
+            .post_sends_and_wait(std::iter::once(send), self.timeout)
     }
 
     /// Sends the concatenation of `gather` (registered memory, borrowed for
@@ -337,10 +339,14 @@ impl DatagramEndpoint {
         gather: &[GatherElement<'_>],
     ) -> Result<WorkSuccess> {
         self.check_size(gather.iter().map(GatherElement::len).sum())?;
-        let id =
-            self.queue
-                .post_datagram(gather, &peer.ah, peer.address.qp_num, peer.address.qkey)?;
-        self.queue.wait(id, self.timeout)
+        let send = DatagramSend {
+            gather,
+            ah: &peer.ah,
+            qpn: peer.address.qp_num,
+            qkey: peer.address.qkey,
+        };
+        self.queue
+            .post_sends_and_wait(std::iter::once(send), self.timeout)
     }
 
     /// Takes the next datagram if one has arrived: copies its payload (GRH

@@ -192,7 +192,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         &self,
         wrs: &[SendWorkRequest<'wr, 'd>],
     ) -> Result<PreparedBatch<'wr, 'd>> {
-        let built = self.queue.prepare_sends(wrs)?;
+        let built = self.queue.prepare(wrs.iter().copied())?;
         PreparedBatch::new(self.queue, Operation::Send, built)
     }
 
@@ -206,7 +206,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         &self,
         wrs: &[WriteWorkRequest<'wr, 'd>],
     ) -> Result<PreparedBatch<'wr, 'd>> {
-        let built = self.queue.prepare_writes(wrs)?;
+        let built = self.queue.prepare(wrs.iter().copied())?;
         PreparedBatch::new(self.queue, Operation::Write, built)
     }
 
@@ -219,7 +219,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         &self,
         wrs: &'p mut [ReadWorkRequest<'_, 'd>],
     ) -> Result<PreparedBatch<'p, 'd>> {
-        let built = self.queue.prepare_reads(wrs)?;
+        let built = self.queue.prepare(wrs.iter_mut())?;
         PreparedBatch::new(self.queue, Operation::Read, built)
     }
 
@@ -238,7 +238,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         let (op, len) = (batch.op, batch.len);
         let id = self
             .queue
-            .post_sends(op, len, batch.list_for(self.queue)?)?;
+            .post_built(op, len, batch.list_for(self.queue)?)?;
         Ok(self.handle(id))
     }
 

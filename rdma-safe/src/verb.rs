@@ -38,7 +38,9 @@ pub(crate) mod sealed {
         }
     }
 
-    /// How one kind of request goes to the engine.
+    /// How one kind of request goes to the engine: as its
+    /// `SendQueueWork`, alone or as a batch, posted or posted and waited
+    /// for, all through the engine's one send-queue path.
     pub trait Post: Sized {
         /// Validates and posts one request; its completion's id.
         #[doc(hidden)]
@@ -51,10 +53,7 @@ pub(crate) mod sealed {
 
         /// Posts one request and waits for it.
         #[doc(hidden)]
-        fn post_and_wait(&mut self, queue: Queue<'_>, timeout: Duration) -> Result<WorkSuccess> {
-            let id = self.post(queue)?;
-            queue.0.wait(id, timeout)
-        }
+        fn post_and_wait(&mut self, queue: Queue<'_>, timeout: Duration) -> Result<WorkSuccess>;
 
         /// Posts a batch and waits for it.
         #[doc(hidden)]
@@ -62,57 +61,46 @@ pub(crate) mod sealed {
             wrs: &mut [Self],
             queue: Queue<'_>,
             timeout: Duration,
-        ) -> Result<WorkSuccess> {
-            let id = Self::post_batch(wrs, queue)?;
-            queue.0.wait(id, timeout)
-        }
+        ) -> Result<WorkSuccess>;
     }
 
-    impl Post for SendWorkRequest<'_, '_> {
-        fn post(&mut self, queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_send(self)
-        }
-        fn post_batch(wrs: &mut [Self], queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_send_batch(wrs)
-        }
+    /// The [`Post`] of a request type whose work is `$work` of `$wr` (a
+    /// `&mut` request, or a copy of one that is `Copy`).
+    macro_rules! post_as_work {
+        ($ty:ty, |$wr:ident| $work:expr) => {
+            impl Post for $ty {
+                #[inline]
+                fn post(&mut self, queue: Queue<'_>) -> Result<u64> {
+                    let $wr = self;
+                    queue.0.post_sends(std::iter::once($work))
+                }
+                #[inline]
+                fn post_batch(wrs: &mut [Self], queue: Queue<'_>) -> Result<u64> {
+                    queue.0.post_sends(wrs.iter_mut().map(|$wr| $work))
+                }
+                #[inline]
+                fn post_and_wait(
+                    &mut self,
+                    queue: Queue<'_>,
+                    timeout: Duration,
+                ) -> Result<WorkSuccess> {
+                    let $wr = self;
+                    queue.0.post_sends_and_wait(std::iter::once($work), timeout)
+                }
+                fn post_batch_and_wait(
+                    wrs: &mut [Self],
+                    queue: Queue<'_>,
+                    timeout: Duration,
+                ) -> Result<WorkSuccess> {
+                    let work = wrs.iter_mut().map(|$wr| $work);
+                    queue.0.post_sends_and_wait(work, timeout)
+                }
+            }
+        };
     }
 
-    impl Post for WriteWorkRequest<'_, '_> {
-        fn post(&mut self, queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_write(self)
-        }
-        fn post_batch(wrs: &mut [Self], queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_write_batch(wrs)
-        }
-    }
-
-    impl Post for ReadWorkRequest<'_, '_> {
-        fn post(&mut self, queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_read(self)
-        }
-        fn post_batch(wrs: &mut [Self], queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_read_batch(wrs)
-        }
-    }
-
-    /// Atomics post and look at the completion queue under one lock when
-    /// blocking (the engine's `post_sends_and_wait`).
-    impl Post for AtomicWorkRequest<'_, '_> {
-        fn post(&mut self, queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_atomic(self)
-        }
-        fn post_batch(wrs: &mut [Self], queue: Queue<'_>) -> Result<u64> {
-            queue.0.post_atomic_batch(wrs)
-        }
-        fn post_and_wait(&mut self, queue: Queue<'_>, timeout: Duration) -> Result<WorkSuccess> {
-            queue.0.post_atomic_and_wait(self, timeout)
-        }
-        fn post_batch_and_wait(
-            wrs: &mut [Self],
-            queue: Queue<'_>,
-            timeout: Duration,
-        ) -> Result<WorkSuccess> {
-            queue.0.post_atomic_batch_and_wait(wrs, timeout)
-        }
-    }
+    post_as_work!(SendWorkRequest<'_, '_>, |wr| *wr);
+    post_as_work!(WriteWorkRequest<'_, '_>, |wr| *wr);
+    post_as_work!(ReadWorkRequest<'_, '_>, |wr| wr);
+    post_as_work!(AtomicWorkRequest<'_, '_>, |wr| wr);
 }

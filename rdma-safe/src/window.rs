@@ -60,6 +60,7 @@ use crate::channel::Channel;
 use crate::error::VerbsError;
 use crate::fatal::{abort_with, AbortOnUnwind};
 use crate::memory::remote::RemoteMemoryRegion;
+use crate::work::build::{BindWindow, InvalidateKey};
 use rdma_core::{AccessFlags, MemoryRegion, MemoryWindow, MwType};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -147,7 +148,13 @@ impl Channel {
         let range = addr as u64..addr as u64 + len as u64;
         let bound = self
             .queue()
-            .post_bind_window(&mw, rkey, &mr, range.clone(), access)
+            .post_sends(std::iter::once(BindWindow {
+                mw: &mw,
+                rkey,
+                mr: &mr,
+                range: range.clone(),
+                access,
+            }))
             .and_then(|id| self.queue().wait(id, self.timeout()));
         if let Err(e) = bound {
             release(Some(mw), mr);
@@ -159,7 +166,7 @@ impl Channel {
         let guard = AbortOnUnwind("revoking a lent memory window");
         let invalidated = self
             .queue()
-            .post_invalidate(rkey)
+            .post_sends(std::iter::once(InvalidateKey(rkey)))
             .and_then(|id| self.queue().wait(id, self.timeout()));
         if let Err(e) = &invalidated {
             log::warn!("invalidating window key {rkey:#x} failed ({e}); deregistering its memory");

@@ -3,10 +3,11 @@
 use super::SharedCompletionQueue;
 use super::{Channel, ConnectOptions, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{Completions, DeviceWatch, Limits, WorkQueue};
+use crate::engine::{Completions, DeviceWatch, WorkQueue};
 use crate::error::{Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
+use crate::work::build::Limits;
 use rdma_core::{AccessFlags, Mtu, QpCapabilities, QpType, QueuePair};
 use std::sync::Arc;
 use std::time::Duration;

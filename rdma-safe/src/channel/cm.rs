@@ -4,9 +4,10 @@
 
 use super::{Channel, ConnectOptions};
 use crate::endpoint::Endpoint;
-use crate::engine::{DeviceWatch, Limits, WorkQueue};
+use crate::engine::{DeviceWatch, WorkQueue};
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
+use crate::work::build::Limits;
 use crate::work::WorkSuccess;
 use rdma_core::{CmEvent, CmId, CompQueue, Mtu, QpCapabilities, QueuePair};
 use std::fmt;

@@ -15,11 +15,9 @@
 //! [`Channel`]: crate::Channel
 //! [`PendingWork`]: crate::PendingWork
 
-mod atomic;
 mod attached;
 mod clock;
 mod completions;
-mod datagram;
 mod driving;
 mod gate;
 mod later;
@@ -28,14 +26,12 @@ mod owned;
 mod owned_batch;
 mod owned_receives;
 mod post;
-mod prepare;
 mod room;
 mod shutdown;
 mod slots;
 mod tracker;
 mod wait;
 mod watch;
-mod window;
 
 pub(crate) use watch::DeviceWatch;
 
@@ -48,43 +44,16 @@ pub(crate) use owned_receives::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
+use crate::work::build::Limits;
 use crate::work::Held;
 use attached::Attached;
 use later::Locked;
-use rdma_core::{PostError, QpCapabilities, QueuePair, RecvRequest};
+use rdma_core::{PostError, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 pub(crate) use tracker::Counters;
 use tracker::Tracker;
-
-/// What a request may carry, fixed when the queue pair was created.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    /// The capacities the device granted, the queue depths at most what
-    /// was asked for (the completion queue was sized for those).
-    pub(crate) caps: QpCapabilities,
-    /// Payloads up to this size go inline unless a request says otherwise
-    /// (what the user asked for, at most what the device granted).
-    pub(crate) inline_default: u32,
-}
-
-impl Limits {
-    /// The limits of a queue pair created with `asked` that was granted
-    /// `granted`. Providers may grant more than asked (rxe raises an inline
-    /// size of 0 to 16 and may round depths up); the engine keeps to the
-    /// depths asked for, which the completion queue was sized for, and
-    /// inlines by default only what the caller asked for.
-    pub(crate) fn granted(granted: QpCapabilities, asked: &QpCapabilities) -> Self {
-        let mut caps = granted;
-        caps.max_send_wr = caps.max_send_wr.min(asked.max_send_wr);
-        caps.max_recv_wr = caps.max_recv_wr.min(asked.max_recv_wr);
-        Limits {
-            caps,
-            inline_default: granted.max_inline_data.min(asked.max_inline_data),
-        }
-    }
-}
 
 /// A reliable-connected queue pair with its completion tracking. Shared by
 /// a channel, its pending work and its scopes (`Arc` or borrow): every

@@ -11,11 +11,11 @@
 
 use super::attached::{Attached, Notify};
 use super::clock::WaitClock;
-use super::post::invalid;
 use super::tracker::{Take, Tracker};
 use super::wait::not_outstanding;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
+use crate::work::build::invalid;
 use crate::work::WorkSuccess;
 use crate::work::{Held, OwnedKind};
 use rdma_core::{CompChannel, RecvRequest, SendFlags, SendRequest, Sge};

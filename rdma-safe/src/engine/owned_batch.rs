@@ -14,10 +14,10 @@
 
 use super::attached::{Attached, Notify};
 use super::owned::{Refused, Returned};
-use super::post::invalid;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, WorkQueue};
 use crate::error::Operation;
+use crate::work::build::invalid;
 use crate::work::{Held, OWNED_BATCH_MAX};
 use rdma_core::{SendFlags, Sge};
 use std::convert::Infallible;

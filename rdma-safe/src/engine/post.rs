@@ -1,208 +1,86 @@
-//! Posting: validating typed work requests and handing them to the NIC,
-//! one request or a batch per verb call.
+//! Posting: every send-queue request through one path — built by its
+//! [`SendQueueWork`] impl straight into a list on the stack, then posted
+//! with one verb call (one doorbell), one request or a batch — and the
+//! receives of borrowed memory.
 
 use super::attached::Attached;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
-use crate::memory::element::{gather_sges, scatter_sges};
-use crate::memory::remote::RemoteMemoryRegion;
-use crate::work::Held;
-use crate::work::WorkSuccess;
-use crate::work::{ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
+use crate::memory::element::scatter_sges;
+use crate::work::build::{Limits, SendQueueWork};
+use crate::work::{Held, ReceiveWorkRequest, WorkSuccess};
 use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
 use std::cell::Cell;
 use std::ops::Range;
 use std::time::Duration;
 
+/// Builds `wrs` into one list (on the stack, see [`fill_list`]), each
+/// request written straight into its place, and lends it to `post` with
+/// the batch's operation (its last request's) and total length. A request
+/// that cannot be built stops it: nothing is posted.
+#[inline(always)]
+fn build_list<'s, W: SendQueueWork<'s>, R>(
+    limits: &Limits,
+    wrs: impl ExactSizeIterator<Item = W>,
+    post: impl FnOnce(Operation, usize, &mut [SendRequest<'s>]) -> Result<R>,
+) -> Result<R> {
+    let (op, len) = (Cell::new(W::KIND), Cell::new(0));
+    fill_list(
+        wrs,
+        // Inlined into the list's loop: out of line, the call costs a
+        // frame per request.
+        #[inline(always)]
+        |wr, slot| {
+            let mut n = len.get();
+            let (o, req) = wr.build(limits, &mut n)?;
+            len.set(n);
+            op.set(o);
+            slot.write(req);
+            Ok(())
+        },
+        |reqs| post(op.get(), len.get(), reqs),
+    )
+}
+
 impl WorkQueue {
-    /// Whether a payload of `len` bytes goes inline. A payload forced inline
-    /// must fit the queue pair's inline space: checked here, before anything
-    /// is posted, so that no member of a batch can fail inside the provider
-    /// after earlier members were posted.
-    #[inline]
-    fn inline_for(&self, op: Operation, len: usize, forced: Option<bool>) -> Result<bool> {
-        match forced {
-            None => Ok(len > 0 && len <= self.limits.inline_default as usize),
-            Some(true) if len > self.limits.caps.max_inline_data as usize => Err(invalid(
-                op,
-                format_args!(
-                    "{len} bytes forced inline exceed the queue pair's inline limit of {} bytes",
-                    self.limits.caps.max_inline_data
-                ),
-            )),
-            Some(on) => Ok(on),
-        }
-    }
-
-    #[inline]
-    fn check_sges(&self, op: Operation, n: usize, max: u32) -> Result<()> {
-        if n > max as usize {
-            return Err(invalid(
-                op,
-                format_args!("{n} SGEs exceed the channel's limit of {max}"),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks a send (its SGE count; a payload forced inline fits): whether
-    /// it goes inline.
-    #[inline(always)]
-    pub(super) fn check_send(&self, wr: &SendWorkRequest<'_, '_>, len: usize) -> Result<bool> {
-        self.check_sges(
-            Operation::Send,
-            wr.gather.len(),
-            self.limits.caps.max_send_sge,
-        )?;
-        self.inline_for(Operation::Send, len, wr.inline)
-    }
-
-    /// Builds a checked send's request (id and signaling are set when it
-    /// is posted).
-    #[inline(always)]
-    pub(super) fn build_send<'a>(wr: &SendWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
-        let mut flags = SendFlags::empty();
-        flags.set(SendFlags::SOLICITED, wr.solicited);
-        flags.set(SendFlags::INLINE, inline);
-        SendRequest::send_or_write(0, gather_sges(wr.gather), None, wr.immediate, flags)
-    }
-
-    /// Checks an RDMA write (SGE count, the remote region's length, a
-    /// forced inline payload): whether it goes inline.
-    #[inline(always)]
-    pub(super) fn check_write(&self, wr: &WriteWorkRequest<'_, '_>, len: usize) -> Result<bool> {
-        self.check_sges(
-            Operation::Write,
-            wr.gather.len(),
-            self.limits.caps.max_send_sge,
-        )?;
-        check_remote_len(Operation::Write, len, &wr.remote)?;
-        self.inline_for(Operation::Write, len, wr.inline)
-    }
-
-    /// Builds a checked RDMA write's request.
-    #[inline(always)]
-    pub(super) fn build_write<'a>(wr: &WriteWorkRequest<'a, '_>, inline: bool) -> SendRequest<'a> {
-        let remote = Some((wr.remote.address(), wr.remote.rkey()));
-        let flags = if inline {
-            SendFlags::INLINE
-        } else {
-            SendFlags::empty()
-        };
-        SendRequest::send_or_write(0, gather_sges(wr.gather), remote, wr.immediate, flags)
-    }
-
-    /// Checks an RDMA read (SGE count, the remote region's length).
-    #[inline(always)]
-    pub(super) fn check_read(&self, wr: &ReadWorkRequest<'_, '_>, len: usize) -> Result<()> {
-        self.check_sges(
-            Operation::Read,
-            wr.scatter.len(),
-            self.limits.caps.max_send_sge,
-        )?;
-        check_remote_len(Operation::Read, len, &wr.remote)
-    }
-
-    /// Builds a checked RDMA read's request.
-    #[inline(always)]
-    pub(super) fn build_read<'a>(wr: &'a mut ReadWorkRequest<'_, '_>) -> SendRequest<'a> {
-        let (addr, rkey) = (wr.remote.address(), wr.remote.rkey());
-        SendRequest::rdma_read(0, scatter_sges(wr.scatter), addr, rkey)
-    }
-
-    #[inline]
-    pub(crate) fn post_send(&self, wr: &SendWorkRequest<'_, '_>) -> Result<u64> {
-        // The length once: summing even a one-element list is a loop.
-        let len = wr.len();
-        let inline = self.check_send(wr, len)?;
-        self.post_sends(Operation::Send, len, &mut [Self::build_send(wr, inline)])
-    }
-
-    #[inline]
-    pub(crate) fn post_write(&self, wr: &WriteWorkRequest<'_, '_>) -> Result<u64> {
-        let len = wr.len();
-        let inline = self.check_write(wr, len)?;
-        self.post_sends(Operation::Write, len, &mut [Self::build_write(wr, inline)])
-    }
-
-    #[inline]
-    pub(crate) fn post_read(&self, wr: &mut ReadWorkRequest<'_, '_>) -> Result<u64> {
-        let len = wr.len();
-        self.check_read(wr, len)?;
-        self.post_sends(Operation::Read, len, &mut [Self::build_read(wr)])
-    }
-
-    /// Checks and builds a batch of sends straight into one list, posted
-    /// with one call; the list is on the stack (see [`fill_list`]), so a
-    /// batch costs the allocator nothing. Each request's length is summed
-    /// once, while it is built (the batch's total is what it reports).
-    pub(crate) fn post_send_batch(&self, wrs: &[SendWorkRequest<'_, '_>]) -> Result<u64> {
-        let total = Cell::new(0);
-        fill_list(
-            wrs.iter(),
-            // Inlined into the list's loop: out of line, the call costs
-            // about 15 instructions per request.
-            #[inline(always)]
-            |wr, slot| {
-                let len = wr.len();
-                total.set(total.get() + len);
-                let inline = self.check_send(wr, len)?;
-                slot.write(Self::build_send(wr, inline));
-                Ok(())
-            },
-            |reqs| self.post_sends(Operation::Send, total.get(), reqs),
-        )
-    }
-
-    /// Checks and builds a batch of RDMA writes into one list (as
-    /// [`post_send_batch`](Self::post_send_batch)).
-    pub(crate) fn post_write_batch(&self, wrs: &[WriteWorkRequest<'_, '_>]) -> Result<u64> {
-        let total = Cell::new(0);
-        fill_list(
-            wrs.iter(),
-            // Inlined into the list's loop: out of line, the call costs
-            // about 15 instructions per request.
-            #[inline(always)]
-            |wr, slot| {
-                let len = wr.len();
-                total.set(total.get() + len);
-                let inline = self.check_write(wr, len)?;
-                slot.write(Self::build_write(wr, inline));
-                Ok(())
-            },
-            |reqs| self.post_sends(Operation::Write, total.get(), reqs),
-        )
-    }
-
-    /// Checks and builds a batch of RDMA reads into one list (as
-    /// [`post_send_batch`](Self::post_send_batch)).
-    pub(crate) fn post_read_batch(&self, wrs: &mut [ReadWorkRequest<'_, '_>]) -> Result<u64> {
-        let total = Cell::new(0);
-        fill_list(
-            wrs.iter_mut(),
-            #[inline(always)]
-            |wr, slot| {
-                let len = wr.len();
-                total.set(total.get() + len);
-                self.check_read(wr, len)?;
-                slot.write(Self::build_read(wr));
-                Ok(())
-            },
-            |reqs| self.post_sends(Operation::Read, total.get(), reqs),
-        )
-    }
-
-    /// Posts one request, or a batch as one list with one `ibv_post_send`
-    /// call (one doorbell) of which only the last request is signaled. On a
+    /// Posts `wrs` — one request, or a batch as one list with one
+    /// `ibv_post_send` call of which only the last request is signaled. On a
     /// reliable connection the send queue completes in order, so the last
     /// request's completion — success, error or flush — means every earlier
-    /// one is finished too. Every request was validated before (SGE counts,
-    /// inline sizes, and the send-queue room in [`post`](Self::post)), so a
-    /// provider has no reason to post part of the list.
+    /// one is finished too. Every request is checked before anything is
+    /// posted (SGE counts, inline sizes, remote lengths, and the send-queue
+    /// room), so a provider has no reason to post part of the list. The id
+    /// that the completion claims.
     #[inline]
-    pub(crate) fn post_sends(
+    pub(crate) fn post_sends<'s, W: SendQueueWork<'s>>(
+        &self,
+        wrs: impl ExactSizeIterator<Item = W>,
+    ) -> Result<u64> {
+        build_list(&self.limits, wrs, |op, len, reqs| {
+            self.post_built(op, len, reqs)
+        })
+    }
+
+    /// Checks and builds `wrs` once, to be posted many times
+    /// ([`post_built`](Self::post_built)), with their total length.
+    pub(crate) fn prepare<'s, W: SendQueueWork<'s>>(
+        &self,
+        wrs: impl ExactSizeIterator<Item = W>,
+    ) -> Result<(Vec<SendRequest<'s>>, usize)> {
+        let mut total = 0;
+        let mut reqs = Vec::with_capacity(wrs.len());
+        for wr in wrs {
+            reqs.push(wr.build(&self.limits, &mut total)?.1);
+        }
+        Ok((reqs, total))
+    }
+
+    /// Posts requests already built ([`prepare`](Self::prepare)) as
+    /// [`post_sends`](Self::post_sends) does.
+    #[inline]
+    pub(crate) fn post_built(
         &self,
         op: Operation,
         len: usize,
@@ -216,7 +94,17 @@ impl WorkQueue {
     /// completion queue is polled once before the lock taken for posting is
     /// released, so an operation that completes quickly costs one lock
     /// round trip, not three.
-    pub(super) fn post_sends_and_wait(
+    pub(crate) fn post_sends_and_wait<'s, W: SendQueueWork<'s>>(
+        &self,
+        wrs: impl ExactSizeIterator<Item = W>,
+        timeout: Duration,
+    ) -> Result<WorkSuccess> {
+        build_list(&self.limits, wrs, |op, len, reqs| {
+            self.post_built_and_wait(op, len, reqs, timeout)
+        })
+    }
+
+    fn post_built_and_wait(
         &self,
         op: Operation,
         len: usize,
@@ -308,7 +196,7 @@ impl WorkQueue {
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {
         self.receives_here()?;
-        self.check_sges(
+        Limits::check_sges(
             Operation::Receive,
             wr.scatter.len(),
             self.limits.caps.max_recv_sge,
@@ -346,7 +234,7 @@ impl WorkQueue {
             return refuse(e);
         }
         for wr in wrs.iter() {
-            if let Err(e) = self.check_sges(
+            if let Err(e) = Limits::check_sges(
                 Operation::Receive,
                 wr.scatter.len(),
                 self.limits.caps.max_recv_sge,
@@ -363,35 +251,5 @@ impl WorkQueue {
                 unsafe { self.qp.post_recv_list(reqs) }
             })
         })
-    }
-}
-
-pub(super) fn check_remote_len(
-    op: Operation,
-    len: usize,
-    remote: &RemoteMemoryRegion,
-) -> Result<()> {
-    if len as u64 > remote.length() {
-        return Err(invalid(
-            op,
-            format_args!(
-                "{len} bytes do not fit the remote region of {} bytes",
-                remote.length()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A request refused before posting, with why. Out of line and cold: the
-/// checks it serves run on every request, and with the message's
-/// formatting inlined a batch's request builder no longer fits the
-/// inliner's budget (a call per request, about 15 instructions).
-#[cold]
-#[inline(never)]
-pub(super) fn invalid(op: Operation, why: std::fmt::Arguments<'_>) -> Error {
-    Error::Post {
-        operation: op,
-        source: VerbsError::InvalidArgument(why.to_string()),
     }
 }

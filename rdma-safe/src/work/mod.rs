@@ -4,6 +4,7 @@
 //! module and its owning half import nothing that imports the engine
 //! (the engine imports them).
 
+pub(crate) mod build;
 pub(crate) mod owned;
 
 pub(crate) use owned::{Held, OwnedKind, OWNED_BATCH_MAX};

@@ -3,7 +3,8 @@
 //! [`OwnedRequest`] is one request of an owning batch: a kind with its
 //! memory.
 
-use crate::error::{Error, Operation, VerbsError};
+use super::build::check_remote_len;
+use crate::error::{Error, Operation};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::pool::{PoolBuf, PoolBytes};
 
@@ -48,13 +49,7 @@ impl OwnedKind {
     pub(crate) fn remote_misfit(self, len: usize) -> Option<Error> {
         match self {
             OwnedKind::Write { remote, .. } | OwnedKind::Read { remote } => {
-                (len as u64 > remote.length()).then(|| Error::Post {
-                    operation: self.operation(),
-                    source: VerbsError::InvalidArgument(format!(
-                        "{len} bytes do not fit the remote region of {} bytes",
-                        remote.length()
-                    )),
-                })
+                check_remote_len(self.operation(), len, &remote).err()
             }
             _ => None,
         }
