@@ -1,4 +1,7 @@
-//! The clock of a bounded wait: when a polling loop looks at the time.
+//! The engine's clock: when a polling loop looks at the time. Every wait
+//! of the engine — blocking waits, the no-reactor futures' spin, the
+//! stall watchdog, the shutdown drain — reads the time through here, each
+//! at the cadence this file sets.
 //!
 //! A clock read is dear where the clock source is not the TSC (a VM's HPET:
 //! a system call and an emulated device access, microseconds), and a wait
@@ -17,6 +20,11 @@ const SHORT: Duration = Duration::from_millis(100);
 const SHORT_EVERY: u32 = 64;
 /// Polls between clock reads of a long busy-polling wait.
 const LONG_EVERY: u32 = 4096;
+/// Polls between clock reads of a future's spin, and between two looks of
+/// the stall watchdog of busy-polling futures.
+pub(super) const SPIN_EVERY: u32 = 256;
+/// Polls between clock reads of a drain (which yields between reads).
+const DRAIN_EVERY: u32 = 64;
 
 /// The clock of one wait.
 #[derive(Debug)]
@@ -42,6 +50,26 @@ impl WaitClock {
         }
     }
 
+    /// The clock of a future's spin: first read after a run of polls (a
+    /// read at the start would put one on every awaited operation), so the
+    /// spin may run one run of polls long.
+    pub(super) fn spin() -> Self {
+        WaitClock {
+            start: None,
+            every: SPIN_EVERY,
+            polls: 0,
+        }
+    }
+
+    /// The clock of a shutdown's drain.
+    pub(super) fn drain() -> Self {
+        WaitClock {
+            start: Some(Instant::now()),
+            every: DRAIN_EVERY,
+            polls: 0,
+        }
+    }
+
     /// Counts one poll that found nothing; the time waited so far when the
     /// clock is due to be read, `None` between reads.
     #[inline]
@@ -52,6 +80,12 @@ impl WaitClock {
         }
         Some(self.start.get_or_insert_with(Instant::now).elapsed())
     }
+}
+
+/// Now, for the stall watchdog and the completion driver's deadlines
+/// (read once per driver round, or once per [`SPIN_EVERY`] idle polls).
+pub(super) fn now() -> Instant {
+    Instant::now()
 }
 
 #[cfg(test)]
@@ -78,5 +112,24 @@ mod tests {
             .filter(|_| sleeping.tick().is_some())
             .count();
         assert_eq!(reads, 3);
+    }
+
+    #[test]
+    fn a_spin_starts_its_clock_at_its_first_read() {
+        let mut clock = WaitClock::spin();
+        std::thread::sleep(Duration::from_millis(3));
+        let first = (0..SPIN_EVERY).find_map(|_| clock.tick()).expect("due");
+        assert!(
+            first < Duration::from_millis(3),
+            "the sleep before is not counted: {first:?}"
+        );
+    }
+
+    #[test]
+    fn a_drain_is_timed_from_its_start() {
+        let mut clock = WaitClock::drain();
+        std::thread::sleep(Duration::from_millis(2));
+        let elapsed = (0..DRAIN_EVERY).find_map(|_| clock.tick()).expect("due");
+        assert!(elapsed >= Duration::from_millis(2));
     }
 }

@@ -18,13 +18,9 @@
 mod attached;
 mod clock;
 mod completions;
-mod driving;
-mod gate;
 mod later;
 mod list;
 mod owned;
-mod owned_batch;
-mod owned_receives;
 mod post;
 mod room;
 mod shutdown;
@@ -37,10 +33,10 @@ pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::Notify;
 pub(crate) use completions::{Completions, SharedCq};
-pub(crate) use driving::Abandon;
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{Refused, Returned};
-pub(crate) use owned_receives::{RECEIVES_PER_CALL, SHORT_RECEIVES};
+pub(crate) use owned::{RECEIVES_PER_CALL, SHORT_RECEIVES};
+pub(crate) use wait::Abandon;
 
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
@@ -333,6 +329,23 @@ impl WorkQueue {
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable().map(str::to_owned)
     }
+
+    /// Entries in the list of tasks waiting for send-queue room.
+    pub(crate) fn room_waiters(&self) -> usize {
+        self.lock().room_waiters()
+    }
+
+    /// Whether the queue pair takes its completions from a CQ shared with
+    /// others.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn on_shared_cq(&self) -> bool {
+        self.cq.own().is_none()
+    }
+
+    /// The CQ's completion channel, if it was built with one.
+    pub(crate) fn comp_channel(&self) -> Option<&rdma_core::CompChannel> {
+        self.cq.channel()
+    }
 }
 
 /// Tracks the receives `reqs`, just posted with consecutive ids, each
@@ -371,5 +384,18 @@ pub(super) fn queue_too_full(op: Operation, n: u32, st: &Tracker) -> Error {
         source: rdma_core::Error::InvalidArgument(format!(
             "{n} more requests do not fit the {queue} queue ({used} of {size} entries in use)"
         )),
+    }
+}
+
+impl Drop for WorkQueue {
+    /// The last handle is gone while requests are still on the queue pair
+    /// (owning operations whose futures were forgotten, say): flush them
+    /// before the queue pair is destroyed, so that the memory their slots
+    /// hold is released only once the NIC is done with it.
+    fn drop(&mut self) {
+        let in_flight = self.lock().in_flight();
+        if in_flight > 0 {
+            self.shutdown_and_drain("the channel was dropped with work in flight");
+        }
     }
 }

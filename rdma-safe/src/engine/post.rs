@@ -1,7 +1,10 @@
 //! Posting: every send-queue request through one path — built by its
 //! [`SendQueueWork`] impl straight into a list on the stack, then posted
 //! with one verb call (one doorbell), one request or a batch — and the
-//! receives of borrowed memory.
+//! receives of borrowed memory; and admission, the check every post
+//! passes first: the cases a verb would refuse *after* writing the ring
+//! (rxe refuses the doorbell of a queue pair that is not ready to send, and
+//! the request stays queued) never reach the verb.
 
 use super::attached::Attached;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
@@ -11,9 +14,10 @@ use crate::fatal::AbortOnUnwind;
 use crate::memory::element::scatter_sges;
 use crate::work::build::{Limits, SendQueueWork};
 use crate::work::{Held, ReceiveWorkRequest, WorkSuccess};
-use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
+use rdma_core::{PostError, QpState, RecvRequest, SendFlags, SendRequest};
 use std::cell::Cell;
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Builds `wrs` into one list (on the stack, see [`fill_list`]), each
@@ -148,7 +152,8 @@ impl WorkQueue {
             return outcome;
         }
         drop(st);
-        let outcome = self.wait_unguarded(id, timeout);
+        // `wait` keeps the same promise (its own guard).
+        let outcome = self.wait(id, timeout);
         guard.disarm();
         outcome
     }
@@ -252,4 +257,96 @@ impl WorkQueue {
             })
         })
     }
+}
+
+// ---- admission ----
+
+/// The receive queue takes requests (INIT or later).
+pub(super) const RQ_READY: u8 = 1;
+/// The send queue takes requests (RTS or later).
+pub(super) const SQ_READY: u8 = 2;
+
+impl WorkQueue {
+    /// Admits a post to the send queue (`send`) or the receive queue: the
+    /// channel is usable and the queue pair is in a state whose queue takes
+    /// requests. Once a queue was seen ready, a load; before, one
+    /// `ibv_query_qp`.
+    ///
+    /// # Errors
+    /// [`Error::Unusable`] after a failure or shutdown,
+    /// [`Error::NotReady`] before the channel is connected, and a
+    /// refusal of receives on a channel whose receives come from a shared
+    /// receive queue.
+    #[inline(always)]
+    pub(super) fn admit(&self, st: &Tracker, op: Operation, send: bool) -> Result<()> {
+        if let Some(why) = st.unusable() {
+            return Err(unusable(why));
+        }
+        let need = if send { SQ_READY } else { RQ_READY };
+        if self.ready.load(Ordering::Relaxed) & need != 0 {
+            return Ok(());
+        }
+        self.admit_slow(op, send)
+    }
+
+    /// Refuses receives on a channel whose receives come from a shared
+    /// receive queue (checked before a receive's other checks, whose
+    /// errors would not say why).
+    ///
+    /// # Errors
+    /// The refusal, naming the shared receive queue.
+    #[inline]
+    pub(super) fn receives_here(&self) -> Result<()> {
+        if self.qp.srq().is_none() {
+            return Ok(());
+        }
+        Err(Error::Post {
+            operation: Operation::Receive,
+            source: VerbsError::InvalidArgument(
+                "this channel takes its receives from a shared receive queue; \
+                 receive through the SharedReceiveQueue"
+                    .into(),
+            ),
+        })
+    }
+
+    #[cold]
+    fn admit_slow(&self, op: Operation, send: bool) -> Result<()> {
+        if !send {
+            self.receives_here()?;
+        }
+        let state = self.qp.state().map_err(|source| Error::Post {
+            operation: op,
+            source,
+        })?;
+        let ready = match state {
+            QpState::Reset | QpState::Unknown(_) => 0,
+            QpState::Init | QpState::ReadyToReceive => RQ_READY,
+            // SQD, SQE and ERR take requests too (ERR flushes them).
+            _ => RQ_READY | SQ_READY,
+        };
+        self.ready.fetch_or(ready, Ordering::Relaxed);
+        let need = if send { SQ_READY } else { RQ_READY };
+        if ready & need != 0 {
+            Ok(())
+        } else {
+            Err(Error::NotReady {
+                operation: op,
+                state,
+            })
+        }
+    }
+
+    /// Treats the queue pair as ready to send and receive without asking
+    /// the device: posts go to the verb whatever its state. For tests of
+    /// what the engine does when a verb fails after queueing (the failure
+    /// is then settled soundly; see the `shutdown` module).
+    pub(crate) fn assume_ready(&self) {
+        self.ready.fetch_or(RQ_READY | SQ_READY, Ordering::Relaxed);
+    }
+}
+
+#[cold]
+fn unusable(why: &str) -> Error {
+    Error::Unusable(why.to_owned())
 }

@@ -40,13 +40,14 @@
 //! [`PostError::posted`]: rdma_core::PostError::posted
 
 use super::attached::{Attached, Notify};
+use super::clock::WaitClock;
 use super::tracker::Tracker;
 use super::WorkQueue;
 use crate::error::{Error, Operation};
 use crate::fatal::AbortOnUnwind;
 use crate::work::Held;
 use rdma_core::PostError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a drain waits with no completion arriving before it concludes
 /// that what is still in flight will never complete, and discards it.
@@ -82,9 +83,9 @@ impl WorkQueue {
                 format_args!("moving QP {} to ERR failed: {e}", self.qp.qp_num()),
             );
         }
-        let start = Instant::now();
-        let mut progress = (st.completed(), start);
-        let mut polls: u32 = 0;
+        let mut clock = WaitClock::drain();
+        // (completions seen, when): the last progress of the drain.
+        let mut progress = (st.completed(), Duration::ZERO);
         while st.in_flight() > 0 {
             if let Err(e) = st.reap(|wcs| self.cq.poll(wcs)) {
                 st.later().log(
@@ -92,15 +93,13 @@ impl WorkQueue {
                     format_args!("polling while draining failed: {e}"),
                 );
             }
-            polls = polls.wrapping_add(1);
-            if polls % 64 != 0 {
+            let Some(elapsed) = clock.tick() else {
                 std::hint::spin_loop();
                 continue;
-            }
-            let now = Instant::now();
+            };
             if st.completed() != progress.0 {
-                progress = (st.completed(), now);
-            } else if now - progress.1 > FLUSH_PATIENCE || now - start > DRAIN_LIMIT {
+                progress = (st.completed(), elapsed);
+            } else if elapsed - progress.1 > FLUSH_PATIENCE || elapsed > DRAIN_LIMIT {
                 self.discard_by_reset(st);
                 return;
             }

@@ -1,20 +1,54 @@
-//! Waiting for completions: claiming one, the bounded wait, and the
-//! shutdown that drains a queue pair when a wait expires.
+//! Completing: claiming a request's outcome (and memory), the one wait
+//! loop every blocking wait runs, the no-reactor futures' spin, and the
+//! completion driver's rounds with their stall watchdog.
+//!
+//! Reaping delivers each completion to its own slot and wakes that slot's
+//! task only: one completion wakes one task. Nothing reaps inside a waker;
+//! the driver reaps on its own task when the reactor wakes it.
 
-use super::clock::WaitClock;
+use super::clock::{self, WaitClock, SPIN_EVERY};
+use super::owned::Returned;
 use super::tracker::Take;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
 use crate::fatal::AbortOnUnwind;
-use crate::work::WorkSuccess;
+use crate::work::{Held, WorkSuccess};
 use rdma_core::QpState;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::task::Waker;
+use std::time::{Duration, Instant};
 
 /// How often a waiting loop asks the device whether the queue pair broke
 /// (its state). Async events that declare it broken are looked at on every
 /// clock read; a queue pair moved to the error state flushes its requests,
 /// whose completions end the wait anyway: the query is a backstop.
 const STATE_QUERY_EVERY: Duration = Duration::from_millis(10);
+
+/// The longest one sleep on completion events lasts before the wait looks
+/// at its clock again.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// What the owner of an operation gives up on (a dropped future).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Abandon {
+    /// A posted operation: its memory is released when its completion is
+    /// seen (now, if it was seen already). Never before.
+    Posted(u64),
+    /// A wait for send-queue room (the ticket of its registration, if it
+    /// has one): if the task was woken already, its turn goes to the next.
+    Waiting(Option<u64>),
+}
+
+/// Why a wait ended without its request's completion. When it is
+/// returned, the queue pair has been shut down and drained: the request
+/// has its (flush) completion.
+enum Expired {
+    /// The device declared the queue pair broken, or it is in the error
+    /// state.
+    Broken(String),
+    /// The wait's timeout passed (the request was this operation).
+    Timeout(Operation),
+}
 
 impl WorkQueue {
     /// Takes the outcome of `id` if it has completed (polling the CQ once if
@@ -23,25 +57,227 @@ impl WorkQueue {
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     #[inline]
     pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
-        let taken = self.lock().poll_take(
-            id,
-            |wcs| self.cq.poll(wcs),
-            None,
-            |op, len, wc, _| self.outcome(op, len, wc),
-        );
-        match taken {
-            Ok(Take::Done(outcome)) => Some(outcome),
+        self.claim(id, None, |op, len, wc, _| self.outcome(op, len, wc))
+            .map(|r| r.unwrap_or_else(Err))
+    }
+
+    /// Takes the outcome and memory of `id` if its completion was seen
+    /// (reaping the CQ once if not), or, still in flight, sets `waker` (if
+    /// any) to be woken when it is. `None` while in flight.
+    #[inline]
+    pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
+        self.claim(id, waker, |op, len, wc, held| {
+            (self.outcome(op, len, wc), held)
+        })
+        .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
+    }
+
+    /// The claim both takes are: `f`'s result once `id` completed (`Err`:
+    /// `id` is not tracked, or the CQ could not be read, after which the
+    /// queue pair was shut down and `id` has its completion, claimed
+    /// here).
+    #[inline(always)]
+    fn claim<R>(
+        &self,
+        id: u64,
+        waker: Option<&Waker>,
+        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, Held) -> R,
+    ) -> Option<Result<R, Error>> {
+        match self
+            .lock()
+            .poll_take(id, |wcs| self.cq.poll(wcs), waker, &f)
+        {
+            Ok(Take::Done(r)) => Some(Ok(r)),
             Ok(Take::Pending) => None,
             Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
-            Err(e) => {
-                // The CQ cannot be read, so completion of `id` cannot be
-                // observed: shut the QP down and drain before reporting, so
-                // that no outcome is ever returned while `id` is in flight.
-                self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
-                self.lock().forget(id);
-                Some(Err(e))
+            Err(e) => Some(self.claim_after_poll_failure(id, e, f)),
+        }
+    }
+
+    /// The CQ cannot be read, so completion of `id` cannot be observed:
+    /// shuts the QP down and drains before claiming, so that no outcome is
+    /// ever returned while `id` is in flight.
+    #[cold]
+    fn claim_after_poll_failure<R>(
+        &self,
+        id: u64,
+        e: Error,
+        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, Held) -> R,
+    ) -> Result<R, Error> {
+        self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+        match self.lock().take(id, f) {
+            Take::Done(r) => Ok(r),
+            _ => Err(e),
+        }
+    }
+
+    /// Blocks until `id` completes and returns its outcome. If `timeout`
+    /// passes first, shuts the QP down and drains every outstanding request
+    /// before returning [`Error::Timeout`].
+    ///
+    /// Never unwinds: its callers rely on it returning only once `id` is
+    /// complete, so a panic inside (e.g. from a logger) aborts the process.
+    #[inline]
+    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
+        let guard = AbortOnUnwind("waiting for a completion");
+        // Fast path: already complete (the common case when a bandwidth
+        // loop waits for its oldest request). No clock read: under
+        // virtualised clock sources `Instant::now` costs microseconds.
+        let outcome = match self.try_take(id) {
+            Some(outcome) => outcome,
+            None => match self.wait_loop(id, timeout, Duration::ZERO, self.events, || {
+                self.try_take(id)
+            }) {
+                Ok(outcome) => outcome,
+                Err(Expired::Broken(why)) => self.try_take(id).unwrap_or(Err(Error::Unusable(why))),
+                Err(Expired::Timeout(operation)) => {
+                    // The request is now complete (flushed); forget it.
+                    self.lock().forget(id);
+                    Err(Error::Timeout { operation, timeout })
+                }
+            },
+        };
+        guard.disarm();
+        outcome
+    }
+
+    /// Blocks until `id`'s completion is seen as [`wait`](Self::wait)
+    /// does, polling for `spin` before the first sleep on completion
+    /// events; the outcome comes back with the memory.
+    pub(crate) fn wait_owned(&self, id: u64, timeout: Duration, spin: Duration) -> Returned {
+        if let Some(r) = self.take_owned(id, None) {
+            return r;
+        }
+        let events = self.cq.channel().is_some();
+        match self.wait_loop(id, timeout, spin, events, || self.take_owned(id, None)) {
+            Ok(r) => r,
+            Err(expired) => {
+                let taken = self.take_owned(id, None);
+                match expired {
+                    Expired::Broken(why) => {
+                        taken.unwrap_or_else(|| (Err(Error::Unusable(why)), Held::None))
+                    }
+                    Expired::Timeout(operation) => (
+                        Err(Error::Timeout { operation, timeout }),
+                        taken.map_or(Held::None, |(_, held)| held),
+                    ),
+                }
             }
         }
+    }
+
+    /// The one wait loop: calls `take` (which polls and claims) until it
+    /// yields. The clock is read at [`WaitClock`]'s cadence; at each read
+    /// the loop looks for a broken queue pair and the timeout (either shuts
+    /// the queue pair down and drains it), and after `spin` it sleeps on
+    /// completion events (`events`, arming the CQ and taking once more
+    /// first: a completion that arrived before the arming raises none) or
+    /// yields the thread. No PAUSE between polls: polling the CQ is the
+    /// loop's delay, as in perftest and rdma-core's examples.
+    fn wait_loop<R>(
+        &self,
+        id: u64,
+        timeout: Duration,
+        spin: Duration,
+        events: bool,
+        mut take: impl FnMut() -> Option<R>,
+    ) -> Result<R, Expired> {
+        let mut clock = WaitClock::new(timeout, events);
+        // When next to ask the device for the queue pair's state: a system
+        // call (ibv_query_qp), so not at every clock read (on a slow link a
+        // busy wait reads the clock once or twice per operation).
+        let mut next_state_query = STATE_QUERY_EVERY;
+        loop {
+            if let Some(r) = take() {
+                return Ok(r);
+            }
+            let Some(elapsed) = clock.tick() else {
+                continue;
+            };
+            let broken = if elapsed >= next_state_query {
+                next_state_query = elapsed + STATE_QUERY_EVERY;
+                self.broken()
+            } else {
+                self.watch.broken(self.qp.qp_num())
+            };
+            if let Some(why) = broken {
+                // The device declared the QP broken or moved it to the
+                // error state (the peer's access error, a retry failure):
+                // flush and report now rather than wait out the timeout
+                // for work the QP will never do.
+                self.shutdown_and_drain(&why);
+                return Err(Expired::Broken(why));
+            }
+            if elapsed >= timeout {
+                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
+                self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
+                return Err(Expired::Timeout(op));
+            }
+            if elapsed < spin {
+                continue;
+            }
+            // (`events` is never set on a shared CQ: `own` is its CQ.)
+            match self
+                .cq
+                .own()
+                .filter(|cq| events && cq.req_notify(false).is_ok())
+            {
+                Some(cq) => {
+                    if let Some(r) = take() {
+                        return Ok(r);
+                    }
+                    let _ = cq.wait_event(Some((timeout - elapsed).min(SLEEP_SLICE)));
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// The outcome and memory of `id` if its completion was seen — reaping
+    /// the CQ, and for up to `spin` polling it again, if not — or, still in
+    /// flight, `None`, with `waker` (if any) registered to be woken by
+    /// whoever reaps the completion.
+    #[inline]
+    pub(crate) fn poll_owned(
+        &self,
+        id: u64,
+        waker: Option<&Waker>,
+        spin: Duration,
+    ) -> Option<Returned> {
+        match self.take_owned(id, waker) {
+            None if !spin.is_zero() => self.spin_for(id, spin),
+            taken => taken,
+        }
+    }
+
+    /// Polls the CQ for up to `spin` until `id` completes.
+    #[cold]
+    fn spin_for(&self, id: u64, spin: Duration) -> Option<Returned> {
+        let mut clock = WaitClock::spin();
+        loop {
+            if let Some(r) = self.take_owned(id, None) {
+                return Some(r);
+            }
+            if clock.tick().is_some_and(|elapsed| elapsed >= spin) {
+                return None;
+            }
+        }
+    }
+
+    /// Waits for each of `ids` that is still tracked and removes it. Returns
+    /// the failures. Never returns while any of them may still be in use by
+    /// the NIC.
+    pub(crate) fn drain_ids(&self, ids: &[u64], timeout: Duration) -> Vec<Error> {
+        let mut errors = Vec::new();
+        for &id in ids {
+            if !self.lock().contains(id) {
+                continue;
+            }
+            if let Err(e) = self.wait(id, timeout) {
+                errors.push(e);
+            }
+        }
+        errors
     }
 
     /// How many of `ids` are still outstanding or unclaimed (one lock).
@@ -56,106 +292,108 @@ impl WorkQueue {
         self.lock().retain_tracked(ids);
     }
 
-    /// Whether `id` is still outstanding or unclaimed.
-    pub(crate) fn is_tracked(&self, id: u64) -> bool {
-        self.lock().contains(id)
-    }
-
-    /// Blocks until `id` completes and returns its outcome. If `timeout`
-    /// passes first, shuts the QP down and drains every outstanding request
-    /// before returning [`Error::Timeout`].
-    ///
-    /// Never unwinds: its callers rely on it returning only once `id` is
-    /// complete, so a panic inside (e.g. from a logger) aborts the process.
-    #[inline]
-    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
-        let guard = AbortOnUnwind("waiting for a completion");
-        let outcome = self.wait_unguarded(id, timeout);
-        guard.disarm();
-        outcome
-    }
-
-    pub(super) fn wait_unguarded(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
-        // Fast path: already complete (the common case when a bandwidth loop
-        // waits for its oldest request). No clock read: under virtualised
-        // clock sources `Instant::now` costs microseconds.
-        if let Some(outcome) = self.try_take(id) {
-            return outcome;
+    /// The owner gives up on `what` (a dropped future, a dropped stream).
+    pub(crate) fn abandon(&self, what: Abandon) {
+        let mut st = self.lock();
+        match what {
+            Abandon::Posted(id) => st.abandon(id),
+            Abandon::Waiting(ticket) => st.pass_room_turn(ticket),
         }
-        // When to look at the clock: see `clock`.
-        let mut clock = WaitClock::new(timeout, self.events);
-        // When next to ask the device for the queue pair's state: a system
-        // call (ibv_query_qp), so not at every clock read. On a slow link
-        // (a 0.5 ms round trip between two emulated hosts) a busy wait
-        // reads the clock once or twice per operation, and querying each
-        // time put tens of microseconds on every round trip.
-        let mut next_state_query = STATE_QUERY_EVERY;
+    }
+
+    /// Runs the callbacks of completed callback operations (reaping the CQ
+    /// first), outside the engine's lock, so a callback may post again.
+    /// Returns how many ran.
+    pub(crate) fn run_callbacks(&self) -> Result<usize> {
+        self.reap_now()?;
+        let mut ran = 0;
         loop {
-            if let Some(outcome) = self.try_take(id) {
-                return outcome;
-            }
-            // No PAUSE (`spin_loop`) between polls: polling the CQ is the
-            // loop's delay, as in perftest and rdma-core's examples (under
-            // emulation PAUSE costs far more than a poll).
-            let Some(elapsed) = clock.tick() else {
-                continue;
+            let Some(ready) = self.lock().next_callback() else {
+                return Ok(ran);
             };
-            let broken = if elapsed >= next_state_query {
-                next_state_query = elapsed + STATE_QUERY_EVERY;
-                self.broken()
-            } else {
-                self.watch.broken(self.qp.qp_num())
-            };
-            if let Some(why) = broken {
-                // The device declared the QP broken or moved it to the error
-                // state (the peer's access error, a retry failure): flush and
-                // report now rather than wait out the timeout for work the
-                // QP will never do.
-                self.shutdown_and_drain(&why);
-                return self.try_take(id).unwrap_or(Err(Error::Unusable(why)));
-            }
-            if elapsed >= timeout {
-                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
-                self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
-                // The request is now complete (flushed); forget it.
-                self.lock().forget(id);
-                return Err(Error::Timeout {
-                    operation: op,
-                    timeout,
-                });
-            }
-            if self.events {
-                // Arm the CQ, then poll once more before sleeping: a
-                // completion that arrived between the last poll and arming
-                // raises no event and would otherwise cost a whole slice.
-                // (`events` is never set on a shared CQ: `own` is its CQ.)
-                if let Some(cq) = self.cq.own().filter(|cq| cq.req_notify(false).is_ok()) {
-                    if let Some(outcome) = self.try_take(id) {
-                        return outcome;
-                    }
-                    let slice = (timeout - elapsed).min(Duration::from_millis(50));
-                    let _ = cq.wait_event(Some(slice));
-                }
-            } else {
-                std::thread::yield_now();
-            }
+            let outcome = self.outcome(ready.op, ready.len, &ready.wc);
+            (ready.callback)(outcome, ready.held);
+            ran += 1;
         }
     }
 
-    /// Waits for each of `ids` that is still tracked and removes it. Returns
-    /// the failures. Never returns while any of them may still be in use by
-    /// the NIC.
-    pub(crate) fn drain_ids(&self, ids: &[u64], timeout: Duration) -> Vec<Error> {
-        let mut errors = Vec::new();
-        for &id in ids {
-            if !self.is_tracked(id) {
-                continue;
-            }
-            if let Err(e) = self.wait(id, timeout) {
-                errors.push(e);
-            }
+    /// Moves available completions into their slots (waking their
+    /// futures); how many there were.
+    pub(crate) fn reap_now(&self) -> Result<usize> {
+        self.lock().reap(|wcs| self.cq.poll(wcs))
+    }
+
+    /// Arms the CQ: the next completion raises an event on its channel.
+    /// Poll again after arming (and before sleeping): a completion that
+    /// arrived before the arming raises none.
+    pub(crate) fn arm(&self) -> Result<()> {
+        match self.cq.own() {
+            Some(cq) => cq.req_notify(false).map_err(Error::Poll),
+            None => Err(Error::Poll(rdma_core::Error::InvalidArgument(
+                "a shared completion queue carries no completion events".into(),
+            ))),
         }
-        errors
+    }
+
+    /// For busy-polling waits (no reactor): counts one poll that found
+    /// nothing, and every [`SPIN_EVERY`]th time runs the stall watchdog
+    /// ([`stall_deadline`](Self::stall_deadline)), which reads the clock.
+    /// `false` when nothing is in flight any more or the queue pair was
+    /// just shut down and drained (look again: every request has its
+    /// completion).
+    pub(crate) fn busy_poll_may_wait(&self, timeout: Duration) -> bool {
+        let n = self.idle_polls.fetch_add(1, Ordering::Relaxed);
+        n % SPIN_EVERY != 0 || self.stall_deadline(timeout).is_some()
+    }
+
+    /// The stall watchdog of waits without a per-request timer: the instant
+    /// at which the queue pair will have made no progress (no completion
+    /// seen) for `timeout` while work is in flight. When it has passed,
+    /// shuts the queue pair down and drains it (every outstanding request
+    /// completes with a flush, reporting the timeout) and returns `None`;
+    /// also `None` with nothing in flight.
+    pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
+        let now = clock::now();
+        let deadline = self.lock().progress_deadline(now, timeout)?;
+        if now < deadline {
+            return Some(deadline);
+        }
+        // Before the move to ERR: every request it flushes reports the
+        // timeout.
+        self.stalled(timeout);
+        self.shutdown_and_drain(&format!(
+            "no completion for {timeout:?} with work in flight"
+        ));
+        None
+    }
+
+    /// One round of the completion driver: reaps (waking the tasks whose
+    /// completions arrived, and as many waiting for send-queue room as
+    /// entries were freed), runs the stall watchdog, arms the CQ and reaps
+    /// once more — a completion that arrived before the arming raises no
+    /// event.
+    ///
+    /// `Some(deadline)`: sleep until the completion channel is readable or
+    /// `deadline` passes. `None`: something arrived after the arming; go
+    /// round again at once.
+    pub(crate) fn drive_round(&self, timeout: Duration) -> Option<Instant> {
+        if let Err(e) = self.reap_now() {
+            log::warn!("reaping in the completion driver failed: {e}");
+        }
+        // Nothing in flight: wake up after `timeout` anyway, to start the
+        // watchdog of work posted meanwhile (so a stalled operation is
+        // noticed within twice the timeout at most).
+        let deadline = self
+            .stall_deadline(timeout)
+            .unwrap_or_else(|| clock::now() + timeout);
+        if let Err(e) = self.arm() {
+            log::warn!("arming the CQ failed ({e}); polling again shortly");
+            return Some(clock::now() + Duration::from_millis(1));
+        }
+        match self.reap_now() {
+            Ok(n) if n > 0 => None,
+            _ => Some(deadline),
+        }
     }
 
     /// Why the device says the queue pair can no longer work, if it does:
