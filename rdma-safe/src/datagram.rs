@@ -235,6 +235,7 @@ impl DatagramEndpoint {
                 completion_events,
                 limits,
                 DeviceWatch::of(ctx),
+                None,
             ),
             receive_slots,
             send_slot,

@@ -3,7 +3,7 @@
 use super::SharedCompletionQueue;
 use super::{Channel, ConnectOptions, DEFAULT_TIMEOUT};
 use crate::endpoint::Endpoint;
-use crate::engine::{Completions, DeviceWatch, WorkQueue};
+use crate::engine::{Completions, DeviceWatch, KeepAlive, WorkQueue};
 use crate::error::{Result, VerbsError};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
@@ -225,20 +225,15 @@ impl<'f1> ChannelBuilder<'f1> {
         let limits = Limits::granted(qp.capabilities(), &self.caps);
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
-            queue: Arc::new({
-                let queue = WorkQueue::new(
-                    qp,
-                    completions,
-                    self.completion_events,
-                    limits,
-                    DeviceWatch::of(ctx),
-                );
-                match shared {
-                    // The slots the queue pair's receives land in outlive it.
-                    Some(s) => queue.keep_alive(s.clone()),
-                    None => queue,
-                }
-            }),
+            queue: Arc::new(WorkQueue::new(
+                qp,
+                completions,
+                self.completion_events,
+                limits,
+                DeviceWatch::of(ctx),
+                // The slots the queue pair's receives land in outlive it.
+                shared.map(|s| s.clone() as Arc<dyn KeepAlive>),
+            )),
             pd: pd.clone(),
             local,
             gid,

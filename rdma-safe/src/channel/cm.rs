@@ -114,16 +114,14 @@ impl Channel {
         // The engine keeps the connection: it lives as long as anything
         // that can post on it (this channel, its `SharedChannel`s, their
         // pending futures), and disconnects when the last of them goes.
-        let work = Arc::new(
-            WorkQueue::new(
-                queue.qp,
-                crate::engine::Completions::Own(queue.cq),
-                completion_events,
-                queue.limits,
-                DeviceWatch::of(ctx),
-            )
-            .keep_alive(link.clone()),
-        );
+        let work = Arc::new(WorkQueue::new(
+            queue.qp,
+            crate::engine::Completions::Own(queue.cq),
+            completion_events,
+            queue.limits,
+            DeviceWatch::of(ctx),
+            Some(link.clone()),
+        ));
         let channel = Channel {
             needs_grh: port_attr.needs_grh(),
             queue: work,
@@ -211,7 +209,11 @@ impl PendingCm {
     /// refused until then) has completed: the requester's message arrived,
     /// so its side is connected.
     pub(crate) fn any_completed(&self) -> bool {
-        self.queue.any_completed()
+        // What the CQ holds now moves into the slots first. A CQ that
+        // cannot be read counts as nothing new: the waits see that again
+        // and handle it.
+        let _ = self.queue.reap_now();
+        self.queue.counters().completed > 0
     }
 
     /// The connection will not be established: marks it disconnected and

@@ -189,6 +189,27 @@ impl Completions {
         }
     }
 
+    /// Arms the CQ: the next completion raises an event on its channel.
+    /// Poll again after arming (and before sleeping): a completion that
+    /// arrived before the arming raises none.
+    ///
+    /// # Errors
+    /// The verb's; a shared CQ carries no completion events.
+    pub(crate) fn arm(&self) -> crate::Result<()> {
+        match self.own() {
+            Some(cq) => cq.req_notify(false).map_err(crate::Error::Poll),
+            None => Err(crate::Error::Poll(rdma_core::Error::InvalidArgument(
+                "a shared completion queue carries no completion events".into(),
+            ))),
+        }
+    }
+
+    /// Whether the CQ is shared with other queue pairs.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Completions::Shared { .. })
+    }
+
     /// The CQ, for arming and waiting on events: only a CQ of its own
     /// carries events (a shared one is refused events at build).
     pub(crate) fn own(&self) -> Option<&CompQueue> {

@@ -18,6 +18,8 @@
 mod attached;
 mod clock;
 mod completions;
+mod ending;
+mod gate;
 mod later;
 mod list;
 mod owned;
@@ -43,10 +45,12 @@ use crate::pool::PoolBuf;
 use crate::work::build::Limits;
 use crate::work::Held;
 use attached::Attached;
+use ending::Ending;
+use gate::Gate;
 use later::Locked;
 use rdma_core::{PostError, QueuePair, RecvRequest};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 pub(crate) use tracker::Counters;
 use tracker::Tracker;
@@ -67,21 +71,9 @@ pub(crate) struct WorkQueue {
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
-    /// Set (before the queue pair is moved to ERR) when the peer of a
-    /// connection-manager channel disconnected: failed completions then
-    /// report [`Error::PeerDisconnected`].
-    peer_gone: AtomicBool,
-    /// Set (before the queue pair is moved to ERR) when the stall watchdog
-    /// shut the channel down after this many nanoseconds without a
-    /// completion (0: it did not): the requests it flushed then report
-    /// [`Error::Timeout`], not a bare flush — a future or a
-    /// [`RecvStream`](crate::owned::RecvStream) on a silent peer ends with the
-    /// same error a blocking wait would.
-    stalled_nanos: AtomicU64,
-    /// Which of the queue pair's queues were seen taking requests
-    /// ([`gate`]'s `RQ_READY`, `SQ_READY`): once set, admission skips the
-    /// state query.
-    ready: AtomicU8,
+    /// Why the queue pair was ended, for its failed requests' errors.
+    ending: Ending,
+    gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
     idle_polls: AtomicU32,
@@ -102,6 +94,7 @@ impl WorkQueue {
         events: bool,
         limits: Limits,
         watch: Arc<DeviceWatch>,
+        keep_alive: Option<Arc<dyn KeepAlive>>,
     ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         let rq_capacity = limits.caps.max_recv_wr as usize;
@@ -112,18 +105,11 @@ impl WorkQueue {
             limits,
             watch,
             state: Mutex::new(Tracker::new(sq_capacity, rq_capacity)),
-            peer_gone: AtomicBool::new(false),
-            stalled_nanos: AtomicU64::new(0),
-            ready: AtomicU8::new(0),
+            ending: Ending::default(),
+            gate: Gate::default(),
             idle_polls: AtomicU32::new(0),
-            _keep_alive: None,
+            _keep_alive: keep_alive,
         }
-    }
-
-    /// Keeps `owner` alive until after the queue pair is destroyed.
-    pub(crate) fn keep_alive(mut self, owner: Arc<dyn KeepAlive>) -> Self {
-        self._keep_alive = Some(owner);
-        self
     }
 
     /// The queue pair, for connecting it. Posting to it or moving it to a
@@ -140,49 +126,13 @@ impl WorkQueue {
     /// # Errors
     /// The error of moving the queue pair to ERR.
     pub(crate) fn peer_disconnected(&self) -> rdma_core::Result<()> {
-        self.peer_gone.store(true, Ordering::SeqCst);
+        self.ending.peer_gone();
         self.qp.to_error()
     }
 
-    /// The result of a completion of `op` on `len` bytes: a failure after
-    /// the peer disconnected is [`Error::PeerDisconnected`].
-    #[inline(always)]
-    fn outcome(
-        &self,
-        op: Operation,
-        len: usize,
-        wc: &rdma_core::WorkCompletion,
-    ) -> Result<crate::work::WorkSuccess> {
-        if wc.is_success() {
-            // Built in place: the data path's result is not moved through
-            // a match.
-            return Ok(Tracker::success(len, wc));
-        }
-        Err(self.failure(op, wc))
-    }
-
-    /// The error of a failed completion of `op`.
-    #[cold]
-    fn failure(&self, op: Operation, wc: &rdma_core::WorkCompletion) -> Error {
-        if self.peer_gone.load(Ordering::SeqCst) {
-            return Error::PeerDisconnected { operation: op };
-        }
-        let stalled = self.stalled_nanos.load(Ordering::SeqCst);
-        if stalled != 0 && wc.status() == rdma_core::WcStatus::WrFlushError {
-            // Flushed by the stall watchdog's shutdown: say so.
-            return Error::Timeout {
-                operation: op,
-                timeout: std::time::Duration::from_nanos(stalled),
-            };
-        }
-        Tracker::failure(op, wc)
-    }
-
-    /// Records that the stall watchdog is shutting the channel down after
-    /// `timeout` without a completion (see `failure`).
-    fn stalled(&self, timeout: std::time::Duration) {
-        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
-        self.stalled_nanos.store(nanos, Ordering::SeqCst);
+    /// See [`Gate::assume_ready`].
+    pub(crate) fn assume_ready(&self) {
+        self.gate.assume_ready();
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -206,18 +156,7 @@ impl WorkQueue {
     /// `sq` is 0 for a receive. A batch that would overflow the send queue is
     /// refused before anything is posted; a failure that does not prove
     /// nothing was queued is settled (see the `shutdown` module) before the
-    /// error is returned.
-    fn post(
-        &self,
-        op: Operation,
-        len: usize,
-        sq: u32,
-        post: impl FnOnce(u64) -> Result<(), PostError>,
-    ) -> Result<u64> {
-        self.post_locked(&mut self.lock(), op, len, sq, post)
-    }
-
-    /// [`post`](Self::post) with the lock already held.
+    /// error is returned. The lock is held by the caller.
     #[inline]
     fn post_locked(
         &self,
@@ -227,7 +166,7 @@ impl WorkQueue {
         sq: u32,
         post: impl FnOnce(u64) -> Result<(), PostError>,
     ) -> Result<u64> {
-        self.admit(st, op, sq > 0)?;
+        self.gate.admit(&self.qp, st, op, sq > 0)?;
         if !st.room_for(sq > 0, (sq as usize).max(1)) {
             return Err(queue_too_full(op, sq.max(1), st));
         }
@@ -260,7 +199,7 @@ impl WorkQueue {
         post: &mut dyn FnMut(&mut [RecvRequest<'_>]) -> Result<(), PostError>,
     ) -> (Range<u64>, Result<()>) {
         let mut st = self.lock();
-        if let Err(e) = self.admit(&st, Operation::Receive, false) {
+        if let Err(e) = self.gate.admit(&self.qp, &st, Operation::Receive, false) {
             return (0..0, Err(e));
         }
         let fits = reqs.len().min(st.receive_room());
@@ -316,35 +255,14 @@ impl WorkQueue {
         self.lock().counters()
     }
 
-    /// Moves what the CQ holds now into the slots (for their claimers) and
-    /// says whether any request has completed since the queue was made. A
-    /// CQ that cannot be read counts as nothing new: the waits see that
-    /// again and handle it.
-    pub(crate) fn any_completed(&self) -> bool {
-        let mut st = self.lock();
-        let _ = st.reap(|wcs| self.cq.poll(wcs));
-        st.completed() > 0
-    }
-
     pub(crate) fn unusable(&self) -> Option<String> {
         self.lock().unusable().map(str::to_owned)
     }
 
-    /// Entries in the list of tasks waiting for send-queue room.
-    pub(crate) fn room_waiters(&self) -> usize {
-        self.lock().room_waiters()
-    }
-
-    /// Whether the queue pair takes its completions from a CQ shared with
-    /// others.
-    #[cfg(feature = "tokio")]
-    pub(crate) fn on_shared_cq(&self) -> bool {
-        self.cq.own().is_none()
-    }
-
-    /// The CQ's completion channel, if it was built with one.
-    pub(crate) fn comp_channel(&self) -> Option<&rdma_core::CompChannel> {
-        self.cq.channel()
+    /// Where the queue pair's completions come from (for arming the CQ and
+    /// sleeping on its channel).
+    pub(crate) fn completions(&self) -> &Completions {
+        &self.cq
     }
 }
 

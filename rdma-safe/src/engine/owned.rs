@@ -18,6 +18,7 @@
 //! tracker records as the batch's outcome.
 
 use super::attached::{Attached, Notify};
+use super::gate::Gate;
 use super::list::{fill_list, with_list, STACK_LIST};
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::WorkQueue;
@@ -25,7 +26,7 @@ use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;
 use crate::work::build::invalid;
 use crate::work::{Held, OwnedKind, WorkSuccess, OWNED_BATCH_MAX};
-use rdma_core::{RecvRequest, SendFlags, SendRequest, Sge};
+use rdma_core::{RecvRequest, SendFlags, Sge};
 use std::convert::Infallible;
 use std::ops::Range;
 use std::task::Waker;
@@ -35,43 +36,6 @@ pub(crate) const RECEIVES_PER_CALL: usize = STACK_LIST;
 /// Receives a call posts from short arrays: its SGEs here, and the
 /// buffers `SharedChannel::start_receives` gathers for it.
 pub(crate) const SHORT_RECEIVES: usize = 8;
-
-impl WorkQueue {
-    /// The unsignaled send-queue request of `kind` (not a receive or a
-    /// batch) over `sges` (none for a zero-length payload), inline when its
-    /// payload fits the default inline size and the NIC reads it: single
-    /// owning requests and the members of owning batches are built here.
-    /// Inlined, so that a batch's requests are written straight into its
-    /// list (out of line: a call and a copy per request).
-    #[inline(always)]
-    pub(super) fn owned_send_request<'a>(
-        &self,
-        kind: OwnedKind,
-        id: u64,
-        sges: &'a [Sge],
-    ) -> SendRequest<'a> {
-        let len: u32 = sges.iter().map(Sge::length).sum();
-        let flags = if len > 0 && len <= self.limits.inline_default {
-            SendFlags::INLINE
-        } else {
-            SendFlags::empty()
-        };
-        // Built as one value (`send_or_write`), straight into a batch's list.
-        match kind {
-            OwnedKind::Send { imm } => SendRequest::send_or_write(id, sges, None, imm, flags),
-            OwnedKind::Write { remote, imm } => {
-                let remote = Some((remote.address(), remote.rkey()));
-                SendRequest::send_or_write(id, sges, remote, imm, flags)
-            }
-            OwnedKind::Read { remote } => {
-                SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
-            }
-            OwnedKind::Receive | OwnedKind::Batch { .. } => {
-                unreachable!("not a single send-queue request")
-            }
-        }
-    }
-}
 
 /// Why an owning request was not posted; the memory comes back with it.
 #[derive(Debug)]
@@ -135,7 +99,7 @@ impl WorkQueue {
         // A zero-length payload is sent without an SGE.
         let sges = if len == 0 { &sge[..0] } else { &sge[..] };
         let sq = u32::from(!matches!(kind, OwnedKind::Receive));
-        if let Err(e) = self.admit(st, op, sq > 0) {
+        if let Err(e) = self.gate.admit(&self.qp, st, op, sq > 0) {
             return Err(Refused::Error(e, held));
         }
         if !st.room_for(sq > 0, 1) {
@@ -161,7 +125,7 @@ impl WorkQueue {
                 unsafe { self.qp.post_recv_list(&mut req) }
             }
             _ => {
-                let req = self.owned_send_request(kind, id, sges);
+                let req = kind.send_request(id, sges, self.limits.inline_default);
                 let mut req = [req.signaled()];
                 // As for the receive: `held` — a `PoolBytes` the NIC only
                 // reads, or for a read target the buffer's only handle —
@@ -186,7 +150,7 @@ impl WorkQueue {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
             // with it.
-            let outcome = |wc: &_| self.outcome(op, len as usize, wc);
+            let outcome = |wc: &_| self.ending.outcome(op, len as usize, wc);
             if let Some(outcome) = st.reap_untracked(|wcs| self.cq.poll(wcs), op, outcome) {
                 return Ok((id, Some((outcome, held))));
             }
@@ -293,7 +257,7 @@ impl WorkQueue {
         if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
             return Err(Refused::Error(e, held));
         }
-        if let Err(e) = self.admit(st, op, true) {
+        if let Err(e) = self.gate.admit(&self.qp, st, op, true) {
             return Err(Refused::Error(e, held));
         }
         if !st.room_for(true, n) {
@@ -326,7 +290,11 @@ impl WorkQueue {
                 } else {
                     &sges[k..=k]
                 };
-                slot.write(self.owned_send_request(req.kind, id | BATCH_MEMBER, sges));
+                slot.write(req.kind.send_request(
+                    id | BATCH_MEMBER,
+                    sges,
+                    self.limits.inline_default,
+                ));
                 Ok::<(), Infallible>(())
             },
             |wrs| {
@@ -372,7 +340,7 @@ impl WorkQueue {
                 id,
                 |wcs| self.cq.poll(wcs),
                 None,
-                |op, len, wc, held| (self.outcome(op, len, wc), held),
+                |op, len, wc, held| (self.ending.outcome(op, len, wc), held),
             );
             if let Ok(Take::Done(r)) = taken {
                 return Ok((id, Some(r)));
@@ -401,7 +369,7 @@ impl WorkQueue {
         debug_assert!(bufs.len() <= STACK_LIST && bufs.iter().all(Option::is_some));
         let n = bufs.len().min(STACK_LIST);
         let bufs = &mut bufs[..n];
-        if let Err(e) = self.receives_here() {
+        if let Err(e) = Gate::receives_here(&self.qp) {
             return (0..0, Err(e));
         }
         // A ring re-posted a few receives at a time zeroes a short SGE

@@ -1,12 +1,13 @@
 //! Posting: every send-queue request through one path — built by its
 //! [`SendQueueWork`] impl straight into a list on the stack, then posted
 //! with one verb call (one doorbell), one request or a batch — and the
-//! receives of borrowed memory; and admission, the check every post
-//! passes first: the cases a verb would refuse *after* writing the ring
-//! (rxe refuses the doorbell of a queue pair that is not ready to send, and
-//! the request stays queued) never reach the verb.
+//! receives of borrowed memory. Every post passes [`Gate`]'s admission
+//! first.
+//!
+//! [`Gate`]: super::gate::Gate
 
 use super::attached::Attached;
+use super::gate::Gate;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
@@ -14,10 +15,9 @@ use crate::fatal::AbortOnUnwind;
 use crate::memory::element::scatter_sges;
 use crate::work::build::{Limits, SendQueueWork};
 use crate::work::{Held, ReceiveWorkRequest, WorkSuccess};
-use rdma_core::{PostError, QpState, RecvRequest, SendFlags, SendRequest};
+use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
 use std::cell::Cell;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Builds `wrs` into one list (on the stack, see [`fill_list`]), each
@@ -104,58 +104,52 @@ impl WorkQueue {
         timeout: Duration,
     ) -> Result<WorkSuccess> {
         build_list(&self.limits, wrs, |op, len, reqs| {
-            self.post_built_and_wait(op, len, reqs, timeout)
-        })
-    }
-
-    fn post_built_and_wait(
-        &self,
-        op: Operation,
-        len: usize,
-        reqs: &mut [SendRequest<'_>],
-        timeout: Duration,
-    ) -> Result<WorkSuccess> {
-        let mut st = self.lock();
-        let id = st.next_id();
-        if reqs.len() == 1 {
-            // One request: posted untracked, then one look at the completion
-            // queue under the same lock; tracked only if its completion is
-            // not there yet.
-            self.admit(&st, op, true)?;
-            if !st.room_for(true, 1) {
-                return Err(super::queue_too_full(op, 1, &st));
+            let mut st = self.lock();
+            let id = st.next_id();
+            if reqs.len() == 1 {
+                // One request: posted untracked, then one look at the completion
+                // queue under the same lock; tracked only if its completion is
+                // not there yet.
+                self.gate.admit(&self.qp, &st, op, true)?;
+                if !st.room_for(true, 1) {
+                    return Err(super::queue_too_full(op, 1, &st));
+                }
+                if let Err(e) = self.post_list(reqs, id) {
+                    return Err(self.post_failed(&mut st, op, len, 1, Held::None, e).0);
+                }
+            } else {
+                self.post_sends_locked(&mut st, op, len, reqs)?;
             }
-            if let Err(e) = self.post_list(reqs, id) {
-                return Err(self.post_failed(&mut st, op, len, 1, Held::None, e).0);
-            }
-        } else {
-            self.post_sends_locked(&mut st, op, len, reqs)?;
-        }
-        // From here on the request is posted: as in `wait`, this returns
-        // only once its completion was seen, and never unwinds.
-        let guard = AbortOnUnwind("waiting for a completion");
-        let poll = |wcs: &mut [_]| self.cq.poll(wcs);
-        if reqs.len() == 1 {
-            if let Some(outcome) = st.reap_untracked(poll, op, |wc| self.outcome(op, len, wc)) {
+            // From here on the request is posted: as in `wait`, this returns
+            // only once its completion was seen, and never unwinds.
+            let guard = AbortOnUnwind("waiting for a completion");
+            let poll = |wcs: &mut [_]| self.cq.poll(wcs);
+            if reqs.len() == 1 {
+                if let Some(outcome) =
+                    st.reap_untracked(poll, op, |wc| self.ending.outcome(op, len, wc))
+                {
+                    drop(st);
+                    guard.disarm();
+                    return outcome;
+                }
+                // Not there yet (or the poll failed, which `wait` sees again
+                // and handles): track it before unlocking.
+                st.track(op, len, 1, Attached::default());
+            } else if let Ok(Take::Done(outcome)) =
+                st.poll_take(id, poll, None, |op, len, wc, _| {
+                    self.ending.outcome(op, len, wc)
+                })
+            {
                 drop(st);
                 guard.disarm();
                 return outcome;
             }
-            // Not there yet (or the poll failed, which `wait` sees again
-            // and handles): track it before unlocking.
-            st.track(op, len, 1, Attached::default());
-        } else if let Ok(Take::Done(outcome)) =
-            st.poll_take(id, poll, None, |op, len, wc, _| self.outcome(op, len, wc))
-        {
             drop(st);
+            // `wait` keeps the same promise (its own guard).
+            let outcome = self.wait(id, timeout);
             guard.disarm();
-            return outcome;
-        }
-        drop(st);
-        // `wait` keeps the same promise (its own guard).
-        let outcome = self.wait(id, timeout);
-        guard.disarm();
-        outcome
+            outcome
+        })
     }
 
     #[inline]
@@ -200,7 +194,7 @@ impl WorkQueue {
     }
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {
-        self.receives_here()?;
+        Gate::receives_here(&self.qp)?;
         Limits::check_sges(
             Operation::Receive,
             wr.scatter.len(),
@@ -208,7 +202,7 @@ impl WorkQueue {
         )?;
         let len = wr.len();
         let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
-        self.post(Operation::Receive, len, 0, |id| {
+        self.post_locked(&mut self.lock(), Operation::Receive, len, 0, |id| {
             req[0].set_wr_id(id);
             // Every SGE comes from a `ScatterElement`, a live `&mut [u8]`
             // exclusively borrowed until this request's completion is
@@ -235,7 +229,7 @@ impl WorkQueue {
                 source: VerbsError::InvalidArgument("empty batch".into()),
             });
         }
-        if let Err(e) = self.receives_here() {
+        if let Err(e) = Gate::receives_here(&self.qp) {
             return refuse(e);
         }
         for wr in wrs.iter() {
@@ -257,96 +251,4 @@ impl WorkQueue {
             })
         })
     }
-}
-
-// ---- admission ----
-
-/// The receive queue takes requests (INIT or later).
-pub(super) const RQ_READY: u8 = 1;
-/// The send queue takes requests (RTS or later).
-pub(super) const SQ_READY: u8 = 2;
-
-impl WorkQueue {
-    /// Admits a post to the send queue (`send`) or the receive queue: the
-    /// channel is usable and the queue pair is in a state whose queue takes
-    /// requests. Once a queue was seen ready, a load; before, one
-    /// `ibv_query_qp`.
-    ///
-    /// # Errors
-    /// [`Error::Unusable`] after a failure or shutdown,
-    /// [`Error::NotReady`] before the channel is connected, and a
-    /// refusal of receives on a channel whose receives come from a shared
-    /// receive queue.
-    #[inline(always)]
-    pub(super) fn admit(&self, st: &Tracker, op: Operation, send: bool) -> Result<()> {
-        if let Some(why) = st.unusable() {
-            return Err(unusable(why));
-        }
-        let need = if send { SQ_READY } else { RQ_READY };
-        if self.ready.load(Ordering::Relaxed) & need != 0 {
-            return Ok(());
-        }
-        self.admit_slow(op, send)
-    }
-
-    /// Refuses receives on a channel whose receives come from a shared
-    /// receive queue (checked before a receive's other checks, whose
-    /// errors would not say why).
-    ///
-    /// # Errors
-    /// The refusal, naming the shared receive queue.
-    #[inline]
-    pub(super) fn receives_here(&self) -> Result<()> {
-        if self.qp.srq().is_none() {
-            return Ok(());
-        }
-        Err(Error::Post {
-            operation: Operation::Receive,
-            source: VerbsError::InvalidArgument(
-                "this channel takes its receives from a shared receive queue; \
-                 receive through the SharedReceiveQueue"
-                    .into(),
-            ),
-        })
-    }
-
-    #[cold]
-    fn admit_slow(&self, op: Operation, send: bool) -> Result<()> {
-        if !send {
-            self.receives_here()?;
-        }
-        let state = self.qp.state().map_err(|source| Error::Post {
-            operation: op,
-            source,
-        })?;
-        let ready = match state {
-            QpState::Reset | QpState::Unknown(_) => 0,
-            QpState::Init | QpState::ReadyToReceive => RQ_READY,
-            // SQD, SQE and ERR take requests too (ERR flushes them).
-            _ => RQ_READY | SQ_READY,
-        };
-        self.ready.fetch_or(ready, Ordering::Relaxed);
-        let need = if send { SQ_READY } else { RQ_READY };
-        if ready & need != 0 {
-            Ok(())
-        } else {
-            Err(Error::NotReady {
-                operation: op,
-                state,
-            })
-        }
-    }
-
-    /// Treats the queue pair as ready to send and receive without asking
-    /// the device: posts go to the verb whatever its state. For tests of
-    /// what the engine does when a verb fails after queueing (the failure
-    /// is then settled soundly; see the `shutdown` module).
-    pub(crate) fn assume_ready(&self) {
-        self.ready.fetch_or(RQ_READY | SQ_READY, Ordering::Relaxed);
-    }
-}
-
-#[cold]
-fn unusable(why: &str) -> Error {
-    Error::Unusable(why.to_owned())
 }

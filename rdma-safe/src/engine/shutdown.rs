@@ -158,19 +158,6 @@ impl WorkQueue {
         if nothing_queued(&e) {
             return (post_error(op, e), held);
         }
-        self.settle_uncertain(st, op, len, sq, held, e)
-    }
-
-    #[cold]
-    fn settle_uncertain(
-        &self,
-        st: &mut Tracker,
-        op: Operation,
-        len: usize,
-        sq: u32,
-        held: Held,
-        e: PostError,
-    ) -> (Error, Held) {
         let notify = Notify::Claim;
         let id = st.track(op, len, sq, Attached { held, notify });
         self.settle_tracked(st, op, id..id + 1, &e);

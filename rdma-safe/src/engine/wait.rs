@@ -57,7 +57,7 @@ impl WorkQueue {
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     #[inline]
     pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
-        self.claim(id, None, |op, len, wc, _| self.outcome(op, len, wc))
+        self.claim(id, None, |op, len, wc, _| self.ending.outcome(op, len, wc))
             .map(|r| r.unwrap_or_else(Err))
     }
 
@@ -67,7 +67,7 @@ impl WorkQueue {
     #[inline]
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
         self.claim(id, waker, |op, len, wc, held| {
-            (self.outcome(op, len, wc), held)
+            (self.ending.outcome(op, len, wc), held)
         })
         .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
     }
@@ -311,7 +311,7 @@ impl WorkQueue {
             let Some(ready) = self.lock().next_callback() else {
                 return Ok(ran);
             };
-            let outcome = self.outcome(ready.op, ready.len, &ready.wc);
+            let outcome = self.ending.outcome(ready.op, ready.len, &ready.wc);
             (ready.callback)(outcome, ready.held);
             ran += 1;
         }
@@ -321,18 +321,6 @@ impl WorkQueue {
     /// futures); how many there were.
     pub(crate) fn reap_now(&self) -> Result<usize> {
         self.lock().reap(|wcs| self.cq.poll(wcs))
-    }
-
-    /// Arms the CQ: the next completion raises an event on its channel.
-    /// Poll again after arming (and before sleeping): a completion that
-    /// arrived before the arming raises none.
-    pub(crate) fn arm(&self) -> Result<()> {
-        match self.cq.own() {
-            Some(cq) => cq.req_notify(false).map_err(Error::Poll),
-            None => Err(Error::Poll(rdma_core::Error::InvalidArgument(
-                "a shared completion queue carries no completion events".into(),
-            ))),
-        }
     }
 
     /// For busy-polling waits (no reactor): counts one poll that found
@@ -360,7 +348,7 @@ impl WorkQueue {
         }
         // Before the move to ERR: every request it flushes reports the
         // timeout.
-        self.stalled(timeout);
+        self.ending.stalled(timeout);
         self.shutdown_and_drain(&format!(
             "no completion for {timeout:?} with work in flight"
         ));
@@ -386,7 +374,7 @@ impl WorkQueue {
         let deadline = self
             .stall_deadline(timeout)
             .unwrap_or_else(|| clock::now() + timeout);
-        if let Err(e) = self.arm() {
+        if let Err(e) = self.cq.arm() {
             log::warn!("arming the CQ failed ({e}); polling again shortly");
             return Some(clock::now() + Duration::from_millis(1));
         }

@@ -170,8 +170,8 @@ impl SharedChannel {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn with_tokio(self) -> crate::Result<Self> {
-        let channel = self.queue.comp_channel().cloned().ok_or_else(|| {
-            VerbsError::InvalidArgument(if self.queue.on_shared_cq() {
+        let channel = self.queue.completions().channel().cloned().ok_or_else(|| {
+            VerbsError::InvalidArgument(if self.queue.completions().is_shared() {
                 "a channel on a shared completion queue has no completion events: its futures \
                  poll the queue themselves (use the SharedChannel without with_tokio)"
                     .into()
@@ -232,7 +232,7 @@ impl SharedChannel {
     /// Entries in the list of tasks waiting for send-queue room: at most
     /// one per waiting future, however often it is polled.
     pub fn room_waiters(&self) -> usize {
-        self.queue.room_waiters()
+        self.queue.counters().room_waiters
     }
 
     /// For tests of the failure paths only: posts go to the verb without
@@ -438,7 +438,7 @@ impl SharedChannel {
     /// the channel was built without
     /// [`completion_events`](crate::ChannelBuilder::completion_events).
     pub fn completion_channel(&self) -> Option<&rdma_core::CompChannel> {
-        self.queue.comp_channel()
+        self.queue.completions().channel()
     }
 
     pub(crate) fn queue(&self) -> &WorkQueue {

@@ -7,6 +7,7 @@ use super::build::check_remote_len;
 use crate::error::{Error, Operation};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::pool::{PoolBuf, PoolBytes};
+use rdma_core::{SendFlags, SendRequest, Sge};
 
 /// The most requests one owning batch may hold. Their SGEs and work
 /// requests are built on the stack, so posting a batch allocates nothing.
@@ -41,6 +42,39 @@ impl OwnedKind {
             OwnedKind::Write { .. } => Operation::Write,
             OwnedKind::Receive => Operation::Receive,
             OwnedKind::Read { .. } => Operation::Read,
+        }
+    }
+
+    /// The unsignaled send-queue request of this kind (not a receive or a
+    /// batch) over `sges` (none for a zero-length payload), inline when its
+    /// payload is at most `inline_default` bytes (the NIC then reads it at
+    /// the post): single owning requests and the members of owning batches
+    /// are built here, straight into a batch's list.
+    #[inline(always)]
+    pub(crate) fn send_request<'a>(
+        self,
+        id: u64,
+        sges: &'a [Sge],
+        inline_default: u32,
+    ) -> SendRequest<'a> {
+        let len: u32 = sges.iter().map(Sge::length).sum();
+        let flags = if len > 0 && len <= inline_default {
+            SendFlags::INLINE
+        } else {
+            SendFlags::empty()
+        };
+        match self {
+            OwnedKind::Send { imm } => SendRequest::send_or_write(id, sges, None, imm, flags),
+            OwnedKind::Write { remote, imm } => {
+                let remote = Some((remote.address(), remote.rkey()));
+                SendRequest::send_or_write(id, sges, remote, imm, flags)
+            }
+            OwnedKind::Read { remote } => {
+                SendRequest::rdma_read(id, sges, remote.address(), remote.rkey())
+            }
+            OwnedKind::Receive | OwnedKind::Batch { .. } => {
+                unreachable!("not a single send-queue request")
+            }
         }
     }
 

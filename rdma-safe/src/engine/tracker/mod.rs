@@ -85,6 +85,8 @@ pub(crate) struct Counters {
     pub(crate) abandoned: u64,
     /// Requests tracked: in flight, or completed and not yet claimed.
     pub(crate) tracked: usize,
+    /// Entries in the list of tasks waiting for send-queue room.
+    pub(crate) room_waiters: usize,
 }
 
 /// The bookkeeping of one queue pair, behind the engine's lock.
@@ -427,6 +429,7 @@ impl Tracker {
             in_flight: self.in_flight,
             abandoned: self.abandoned_total,
             tracked: self.slots.len(),
+            room_waiters: self.room_waiters.len(),
         }
     }
 
@@ -448,11 +451,6 @@ impl Tracker {
         if ticket.map_or(true, |t| self.room_waiters.cancel(t, &mut self.later)) {
             self.room_waiters.wake(1, &mut self.later);
         }
-    }
-
-    /// Entries in the room list.
-    pub(crate) fn room_waiters(&self) -> usize {
-        self.room_waiters.len()
     }
 
     /// What waits for the lock's release.
