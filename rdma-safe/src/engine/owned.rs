@@ -340,7 +340,7 @@ impl WorkQueue {
                 id,
                 |wcs| self.cq.poll(wcs),
                 None,
-                |op, len, wc, held| (self.ending.outcome(op, len, wc), held),
+                |op, len, wc, held| (self.ending.outcome(op, len, wc), std::mem::take(held)),
             );
             if let Ok(Take::Done(r)) = taken {
                 return Ok((id, Some(r)));

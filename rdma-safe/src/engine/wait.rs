@@ -66,8 +66,8 @@ impl WorkQueue {
     /// any) to be woken when it is. `None` while in flight.
     #[inline]
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
-        self.claim(id, waker, |op, len, wc, held| {
-            (self.ending.outcome(op, len, wc), held)
+        self.claim(id, waker, |op, len, wc, held: &mut Held| {
+            (self.ending.outcome(op, len, wc), std::mem::take(held))
         })
         .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
     }
@@ -81,7 +81,7 @@ impl WorkQueue {
         &self,
         id: u64,
         waker: Option<&Waker>,
-        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, Held) -> R,
+        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
     ) -> Option<Result<R, Error>> {
         match self
             .lock()
@@ -102,7 +102,7 @@ impl WorkQueue {
         &self,
         id: u64,
         e: Error,
-        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, Held) -> R,
+        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
     ) -> Result<R, Error> {
         self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
         match self.lock().take(id, f) {

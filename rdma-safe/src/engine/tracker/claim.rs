@@ -32,13 +32,14 @@ pub(crate) struct ReadyCallback {
 
 impl Tracker {
     /// Takes `id` if its completion was seen: `f` makes what the claim
-    /// returns of its operation, length, completion and memory, and the
-    /// request is forgotten.
+    /// returns of its operation, length and completion, taking its memory
+    /// if it wants it, and the request is forgotten (memory `f` left is
+    /// dropped with it).
     #[inline]
     pub(crate) fn take<R>(
         &mut self,
         id: u64,
-        f: impl FnOnce(Operation, usize, &WorkCompletion, Held) -> R,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Take<R> {
         let Some(pos) = self.slots.position(id) else {
             return Take::Unknown;
@@ -46,15 +47,12 @@ impl Tracker {
         if self.slots.at(pos).is_some_and(|s| !s.done) {
             return Take::Pending;
         }
-        // With its memory taken out, a completed slot owns nothing (its
-        // waker was consumed when the completion was seen): it is then
-        // forgotten in place rather than dropped.
+        // With its memory taken out (or none), a completed slot owns
+        // nothing (its waker was consumed when the completion was seen):
+        // it is then forgotten in place rather than dropped.
         let r = self.slots.remove_plain_at(pos, |slot| {
-            let held = std::mem::take(&mut slot.att.held);
-            (
-                f(slot.op, slot.len, &slot.wc, held),
-                slot.att.owns_nothing(),
-            )
+            let r = f(slot.op, slot.len, &slot.wc, &mut slot.att.held);
+            (r, slot.att.owns_nothing())
         });
         r.map_or(Take::Unknown, Take::Done)
     }
@@ -74,7 +72,7 @@ impl Tracker {
         id: u64,
         poll: impl FnOnce(&mut [WorkCompletion]) -> rdma_core::Result<usize>,
         waker: Option<&Waker>,
-        f: impl FnOnce(Operation, usize, &WorkCompletion, Held) -> R,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Result<Take<R>> {
         let Some(pos) = self.slots.position(id) else {
             return Ok(Take::Unknown);
@@ -108,7 +106,7 @@ impl Tracker {
         pos: usize,
         k: usize,
         current: Option<&Waker>,
-        f: impl FnOnce(Operation, usize, &WorkCompletion, Held) -> R,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Take<R> {
         debug_assert!(k < POLL_BATCH);
         let Some(slot) = self.slots.at_mut(pos) else {
@@ -121,8 +119,7 @@ impl Tracker {
             &self.wcs[k]
         };
         let (op, sq, status) = (slot.op, slot.sq, wc.status());
-        let held = std::mem::take(&mut slot.att.held);
-        let r = f(op, slot.len, wc, held);
+        let r = f(op, slot.len, wc, &mut slot.att.held);
         let foreign = match &slot.att.notify {
             Notify::Waker(w) if !current.is_some_and(|c| w.will_wake(c)) => {
                 Some(std::mem::take(&mut slot.att.notify))

@@ -174,8 +174,9 @@ impl Model {
                 if self.requests[&id].abandoned {
                     return;
                 }
-                let outcome =
-                    |_: Operation, _: usize, wc: &WorkCompletion, held: Held| (wc.status(), held);
+                let outcome = |_: Operation, _: usize, wc: &WorkCompletion, held: &mut Held| {
+                    (wc.status(), std::mem::take(held))
+                };
                 let taken = if poll {
                     // Nothing new on the CQ: a claim of a request in flight
                     // stays pending.
@@ -264,7 +265,7 @@ impl Model {
         let ids: Vec<u64> = self.requests.keys().copied().collect();
         for id in ids {
             assert!(matches!(
-                self.t.take(id, |_, _, _, held| drop(held)),
+                self.t.take(id, |_, _, _, held| drop(std::mem::take(held))),
                 Take::Done(())
             ));
             self.claimed.push(id);

@@ -194,11 +194,14 @@ fn take_gives_the_outcome_and_memory_back_once() {
             notify: Notify::Claim,
         },
     );
-    assert!(matches!(t.take(id, |_, _, _, h| h), Take::Pending));
+    assert!(matches!(
+        t.take(id, |_, _, _, h| std::mem::take(h)),
+        Take::Pending
+    ));
     assert!(log.lock().unwrap().is_empty(), "in flight: kept");
     reap(&mut t, &[success(id)]);
     assert!(log.lock().unwrap().is_empty(), "completed, unclaimed: kept");
-    let Take::Done(held) = t.take(id, |_, _, _, h| h) else {
+    let Take::Done(held) = t.take(id, |_, _, _, h| std::mem::take(h)) else {
         panic!("completed");
     };
     assert!(matches!(held, Held::Probe(_)), "the memory comes back");
