@@ -56,8 +56,8 @@ use std::path::Path;
 
 use super::callgrind::{self, Profile};
 use super::instructions::CgRun;
-use super::options::Args;
 use super::plan::Tool;
+use super::settings::Settings;
 use super::suite::Test;
 
 /// The file of our `ibv_poll_cq` shim, as callgrind's paths end.
@@ -247,7 +247,7 @@ pub(super) struct Instructions {
 
 /// Reads every run's files under `raw` and computes the figures; `shim`
 /// is the line of the `ibv_poll_cq` shim's call in [`SHIM_FILE`].
-pub(super) fn collect(a: &Args, runs: &[CgRun], raw: &Path, shim: Option<u64>) -> Instructions {
+pub(super) fn collect(a: &Settings, runs: &[CgRun], raw: &Path, shim: Option<u64>) -> Instructions {
     let mut problems = Vec::new();
     // Every run's two profiles, parsed once.
     let profiles: Vec<[Option<Profile>; 2]> = runs
