@@ -1,7 +1,8 @@
 //! `cargo xtask` — the workspace's automation. It is what installs the
 //! system libraries the other crates need, so it and its few dependencies
-//! (serde, serde_json, and clap for the tasks' command lines) are pure Rust
-//! and build on a bare machine.
+//! (clap for the command line, serde and serde_json for cargo's messages
+//! and bench.json, plotters for bench's SVGs, libc and signal-hook for
+//! process groups and signals) are pure Rust and build on a bare machine.
 //!
 //! One module per task ([`setup`], [`test_rxe`], [`demo`], [`bench`](mod@bench),
 //! [`vm`]); [`rxe`] is the runner they share ("run these steps on a
