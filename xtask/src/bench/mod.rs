@@ -25,7 +25,8 @@
 //! `--instructions` runs both tools under valgrind's callgrind instead and
 //! reports user-space instructions per operation: [`instructions`] (the
 //! runs and their commands), [`callgrind`] (reading its files),
-//! [`instruction_counts`] (the figures) and [`instruction_report`] (the
+//! [`profile_counts`] (what one profile counts), [`instruction_counts`]
+//! (the figures per operation) and [`instruction_report`] (the
 //! table and bench.json's `instructions` member).
 
 mod callgrind;
@@ -37,6 +38,7 @@ mod judgement;
 mod options;
 mod plan;
 mod plot;
+mod profile_counts;
 mod results;
 mod settings;
 mod suite;
@@ -184,10 +186,10 @@ fn report_instructions(
     kernel: &str,
     failure: Option<String>,
 ) -> Result<ExitCode> {
-    let shim_path = ws.root.join(instruction_counts::SHIM_FILE);
+    let shim_path = ws.root.join(profile_counts::SHIM_FILE);
     let shim = fs::read_to_string(&shim_path)
         .ok()
-        .and_then(|t| instruction_counts::shim_line(&t));
+        .and_then(|t| profile_counts::shim_line(&t));
     if shim.is_none() {
         println!(
             "problem: no `ops.poll_cq` call in {}: polls cannot be counted",

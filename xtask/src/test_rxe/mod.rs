@@ -14,6 +14,7 @@
 
 mod failures;
 mod faults;
+mod faults_connections;
 mod faults_handshake;
 mod packages;
 mod pairs;
