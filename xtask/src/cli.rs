@@ -92,4 +92,37 @@ mod tests {
         let e = try_parse(&["bogus"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::InvalidSubcommand);
     }
+
+    /// The command lines README.md, ci/, .ci/run and the benchmark notes
+    /// give.
+    #[test]
+    fn the_documented_command_lines_parse() {
+        for line in [
+            "setup",
+            "test-rxe",
+            "test-rxe --no-two-hosts",
+            "test-rxe --two-hosts-only",
+            "demo",
+            "bench",
+            "bench --async",
+            "bench --cm",
+            "bench --hosts 2 --delay 5",
+            "bench --inline 0",
+            "bench --reps 7",
+            "bench --tests atomic_bw,atomic_lat",
+            "bench --instructions --reps 2 --tests send_lat,atomic_lat,send_lat_async",
+            "bench --instructions-from DIR",
+            "bench --no-setup --async --reps 5 --sizes 64,64K",
+            "bench --no-setup --tests write_bw_q4,write_bw_q16,write_bw_bidi,read_bw_q4,send_bw_bidi --sizes 64,64K --reps 3",
+            "bench --no-setup --tests write_bw_q4,write_bw_q4_t2,write_bw_q4_t4 --sizes 64,64K --reps 2",
+            "bench --plot-only xtask/doc/bench.json",
+            "vm -- ibv_devinfo -v",
+            "vm --hosts 2 -- ibv_rc_pingpong -- ibv_rc_pingpong $PEER_IPV4",
+        ] {
+            let words: Vec<&str> = line.split(' ').collect();
+            if let Err(e) = try_parse(&words) {
+                panic!("`cargo xtask {line}`: {e}");
+            }
+        }
+    }
 }
