@@ -13,16 +13,15 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cli;
 use crate::process;
-use crate::rxe::{self, Plan, RunArgs, RunOptions};
+use crate::rxe::{self, Plan, RunArgs, Want};
 use crate::setup;
 use crate::shell::shell_quote;
 use crate::workspace::{self, Workspace};
 use crate::{heading, Result};
 
 /// What the task does, printed by `--help` above the options.
-const ABOUT: &str = "\
+pub(crate) const ABOUT: &str = "\
 Builds the example programs (cargo build --release -p rdma-examples), brings
 up a soft-RoCE device (rxe0) - natively or in a qemu VM - and walks through
 it, explaining each step:
@@ -38,41 +37,15 @@ it, explaining each step:
      the RDMA CM from one protection domain and one buffer pool
 Exits non-zero if any step fails. Takes a few minutes under CPU emulation.";
 
-/// The command line as clap reads it.
-#[derive(Debug, clap::Parser)]
-#[command(
-    about = ABOUT,
-    after_help = rxe::ENV_HELP,
-    help_template = cli::TEMPLATE,
-    disable_help_flag = true,
-    args_override_self = true,
-)]
-struct Cli {
+/// The options of `cargo xtask demo`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = rxe::ENV_HELP)]
+pub(crate) struct Args {
     /// do not check/install prerequisites first
     #[arg(long)]
     no_setup: bool,
     #[command(flatten)]
     run: RunArgs,
-    #[command(flatten)]
-    help: cli::HelpFlag,
-}
-
-/// What `cargo xtask demo` was asked to do.
-#[derive(Debug)]
-struct Args {
-    run: RunOptions,
-    no_setup: bool,
-}
-
-/// Parses the command line; `None` when it asked for `--help` (printed).
-fn parse(args: &[String]) -> Result<Option<Args>> {
-    let Some(c) = cli::parse::<Cli>("demo", args)? else {
-        return Ok(None);
-    };
-    Ok(Some(Args {
-        run: c.run.options(RunOptions::default()),
-        no_setup: c.no_setup,
-    }))
 }
 
 /// Ping-pong round trips per rc_pingpong run (small: TCG is slow).
@@ -272,15 +245,9 @@ pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
 }
 
 /// `cargo xtask demo`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let Some(Args {
-        run: opts,
-        no_setup,
-    }) = parse(args)?
-    else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    if !no_setup {
+pub(crate) fn main(args: Args) -> Result<ExitCode> {
+    let opts = args.run.options(Want::Auto);
+    if !args.no_setup {
         setup::ensure()?;
     }
     let ws = Workspace::locate();
@@ -309,36 +276,49 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
 mod tests {
     use super::*;
 
-    use crate::cli::words as v;
+    use crate::cli::{self, Task};
+
+    fn parse(words: &[&str]) -> Result<Args, clap::Error> {
+        match cli::try_parse(&[&["demo"], words].concat())? {
+            Task::Demo(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn options() {
-        let a = parse(&[]).unwrap().unwrap();
+        let a = parse(&[]).unwrap();
         assert!(!a.no_setup);
-        assert_eq!(a.run.want, rxe::Want::Auto);
-        assert_eq!(a.run.timeout.as_secs(), 3600);
-        let a = parse(&v(&["--no-setup", "--native", "--step-timeout", "30"]))
-            .unwrap()
-            .unwrap();
+        let run = a.run.options(Want::Auto);
+        assert_eq!(run.want, Want::Auto);
+        assert_eq!(run.timeout.as_secs(), 3600);
+        let a = parse(&["--no-setup", "--native", "--step-timeout", "30"]).unwrap();
         assert!(a.no_setup);
-        assert_eq!(a.run.want, rxe::Want::Native);
-        assert_eq!(a.run.step_timeout.as_secs(), 30);
+        let run = a.run.options(Want::Auto);
+        assert_eq!(run.want, Want::Native);
+        assert_eq!(run.step_timeout.as_secs(), 30);
     }
 
     #[test]
     fn help_and_mistakes() {
-        assert!(parse(&v(&["--help"])).unwrap().is_none());
-        assert!(parse(&v(&["-h"])).unwrap().is_none());
-        let help = <Cli as clap::CommandFactory>::command()
-            .render_long_help()
-            .to_string();
-        for option in ["--no-setup", "--vm", "--step-timeout <SECS>", "async_echo"] {
+        let help = cli::long_help("demo");
+        for option in [
+            "--no-setup",
+            "--vm",
+            "--step-timeout <SECS>",
+            "[default: 600]",
+            "async_echo",
+            "XTASK_VM_KERNEL",
+        ] {
             assert!(help.contains(option), "{option} in {help}");
         }
-        let e = parse(&v(&["--bogus"])).unwrap_err().to_string();
-        assert!(e.starts_with("demo: ") && e.contains("--bogus"), "{e}");
-        let e = parse(&v(&["--timeout"])).unwrap_err().to_string();
+        let e = parse(&["--bogus"]).unwrap_err().to_string();
+        assert!(
+            e.contains("cargo xtask demo") && e.contains("--bogus"),
+            "{e}"
+        );
+        let e = parse(&["--timeout"]).unwrap_err().to_string();
         assert!(e.contains("--timeout"), "{e}");
-        assert!(parse(&v(&["extra"])).is_err());
+        assert!(parse(&["extra"]).is_err());
     }
 }

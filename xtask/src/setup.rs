@@ -105,26 +105,25 @@ pub(crate) fn ensure() -> Result<()> {
     }
 }
 
+/// What the task does, printed by `--help`.
+pub(crate) const ABOUT: &str = "\
+Installs the apt packages the workspace needs (only the missing ones:
+apt-get update + apt-get install --no-install-recommends) and vng from PyPI
+(python3 -m pip install virtme-ng). Needs root and apt-get; otherwise prints
+the commands to run and exits non-zero.";
+
+/// `cargo xtask setup` takes no options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {}
+
 /// `cargo xtask setup`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    if let Some(a) = args.first() {
-        if a == "-h" || a == "--help" {
-            println!("usage: cargo xtask setup\n\n{}", HELP);
-            return Ok(ExitCode::SUCCESS);
-        }
-        return Err(format!("setup takes no arguments (got `{a}`)").into());
-    }
+pub(crate) fn main(Args {}: Args) -> Result<ExitCode> {
     Ok(if setup()? {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
 }
-
-const HELP: &str = "Installs the apt packages the workspace needs (only the missing ones:
-apt-get update + apt-get install --no-install-recommends) and vng from PyPI
-(python3 -m pip install virtme-ng). Needs root and apt-get; otherwise prints
-the commands to run and exits non-zero.";
 
 /// Does the work; `Ok(false)` when the user has to run commands themselves.
 fn setup() -> Result<bool> {

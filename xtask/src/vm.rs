@@ -6,13 +6,12 @@
 
 use std::process::ExitCode;
 
-use crate::cli;
 use crate::rxe::{self, Outcome, Plan, RunArgs, RunOptions, Want};
 use crate::workspace::Workspace;
 use crate::Result;
 
 /// What the task does, printed by `--help` above the options.
-const ABOUT: &str = "\
+pub(crate) const ABOUT: &str = "\
 Boots the qemu VM (or, with --native, uses the host), brings up rxe0 and
 runs CMD through `bash -c` with RXE_DEVICE, RXE_NETDEV, RXE_GID_INDEX,
 RXE_IPV4 set and memlock unlimited. Exits with CMD's exit status.
@@ -28,28 +27,22 @@ both exit 0, else with the first non-zero status (125: a command did not run).
 Example: cargo xtask vm --hosts 2 -- 'ibv_rc_pingpong -g $RXE_GID_INDEX' \\
              -- 'sleep 5; ibv_rc_pingpong -g $RXE_GID_INDEX $PEER_IPV4'";
 
-/// The command line as clap reads it. The command is everything after the
+/// The options of `cargo xtask vm`. The command is everything after the
 /// first `--`, or from the first word that is not an option (a later `--`
 /// then belongs to it); with `--hosts 2` a `--` inside it separates the two
 /// hosts' commands.
-#[derive(Debug, clap::Parser)]
+#[derive(Debug, clap::Args)]
 #[command(
     override_usage = "cargo xtask vm [OPTIONS] -- CMD [ARG...]
        cargo xtask vm --hosts 2 [OPTIONS] -- CMD_A [ARG...] -- CMD_B [ARG...]",
-    about = ABOUT,
     after_help = rxe::ENV_HELP,
-    help_template = cli::TEMPLATE,
-    disable_help_flag = true,
-    args_override_self = true,
 )]
-struct Cli {
-    /// 1 (default) or 2
-    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = hosts)]
-    hosts: Option<usize>,
+pub(crate) struct Args {
+    /// how many hosts: 1 or 2
+    #[arg(long, allow_hyphen_values = true, value_name = "N", value_parser = hosts, default_value_t = 1)]
+    hosts: usize,
     #[command(flatten)]
     run: RunArgs,
-    #[command(flatten)]
-    help: cli::HelpFlag,
     /// the command (with --hosts 2: CMD_A [ARG...] -- CMD_B [ARG...])
     #[arg(value_name = "CMD", trailing_var_arg = true)]
     command: Vec<String>,
@@ -64,36 +57,24 @@ fn hosts(s: &str) -> Result<usize, String> {
     }
 }
 
-/// What `cargo xtask vm` was asked to do.
-#[derive(Debug)]
-struct Args {
-    run: RunOptions,
+impl Args {
     /// One command per host.
-    commands: Vec<String>,
-}
-
-fn parse(args: &[String]) -> Result<Option<Args>> {
-    let Some(c) = cli::parse::<Cli>("vm", args)? else {
-        return Ok(None);
-    };
-    let run = c.run.options(RunOptions {
-        want: Want::Vm,
-        ..RunOptions::default()
-    });
-    let rest = &c.command;
-    let commands: Vec<String> = if c.hosts.unwrap_or(1) == 1 {
-        vec![rest.join(" ")]
-    } else {
-        // CMD_A -- CMD_B: the first `--` separates them.
-        let Some(cut) = rest.iter().position(|a| a == "--") else {
-            return Err("vm --hosts 2: give two commands: -- CMD_A -- CMD_B".into());
+    fn commands(&self) -> Result<Vec<String>> {
+        let rest = &self.command;
+        let commands: Vec<String> = if self.hosts == 1 {
+            vec![rest.join(" ")]
+        } else {
+            // CMD_A -- CMD_B: the first `--` separates them.
+            let Some(cut) = rest.iter().position(|a| a == "--") else {
+                return Err("vm --hosts 2: give two commands: -- CMD_A -- CMD_B".into());
+            };
+            vec![rest[..cut].join(" "), rest[cut + 1..].join(" ")]
         };
-        vec![rest[..cut].join(" "), rest[cut + 1..].join(" ")]
-    };
-    if commands.iter().any(|c| c.trim().is_empty()) {
-        return Err("vm: no command given (usage: cargo xtask vm -- CMD...)".into());
+        if commands.iter().any(|c| c.trim().is_empty()) {
+            return Err("vm: no command given (usage: cargo xtask vm -- CMD...)".into());
+        }
+        Ok(commands)
     }
-    Ok(Some(Args { run, commands }))
 }
 
 /// The exit status of the one step `outcome` ran, if it ran.
@@ -104,19 +85,18 @@ fn step_code(outcome: &Outcome) -> Option<u8> {
 }
 
 /// `cargo xtask vm`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let Some(args) = parse(args)? else {
-        return Ok(ExitCode::SUCCESS);
-    };
+pub(crate) fn main(args: Args) -> Result<ExitCode> {
+    let commands = args.commands()?;
+    let opts = args.run.options(Want::Vm);
     let ws = Workspace::locate();
-    if let [a, b] = args.commands.as_slice() {
-        return two_hosts(&ws, [a, b], &args.run);
+    if let [a, b] = commands.as_slice() {
+        return two_hosts(&ws, [a, b], &opts);
     }
-    let script = &args.commands[0];
-    let route = rxe::choose_route(&ws, "vm", args.run.want)?;
+    let script = &commands[0];
+    let route = rxe::choose_route(&ws, "vm", opts.want)?;
     let mut plan = Plan::new();
     plan.sh_step(script, script);
-    let outcome = rxe::run(&ws, "vm", &route, &plan, &args.run)?;
+    let outcome = rxe::run(&ws, "vm", &route, &plan, &opts)?;
     match step_code(&outcome) {
         Some(code) => {
             println!("vm: `{script}` exited with status {code}");
@@ -169,25 +149,32 @@ fn two_hosts(ws: &Workspace, commands: [&String; 2], opts: &RunOptions) -> Resul
 mod tests {
     use super::*;
 
-    use crate::cli::words as v;
+    use crate::cli::{self, Task};
+
+    /// The parsed options and the commands they give.
+    fn parse(words: &[&str]) -> Result<(RunOptions, Vec<String>)> {
+        match cli::try_parse(&[&["vm"], words].concat())? {
+            Task::Vm(a) => Ok((a.run.options(Want::Vm), a.commands()?)),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn one_host_command() {
-        let a = parse(&v(&["--timeout", "60", "--", "ibv_devinfo", "-v"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(a.commands, ["ibv_devinfo -v"]);
-        assert_eq!(a.run.timeout.as_secs(), 60);
+        let (run, commands) = parse(&["--timeout", "60", "--", "ibv_devinfo", "-v"]).unwrap();
+        assert_eq!(commands, ["ibv_devinfo -v"]);
+        assert_eq!(run.timeout.as_secs(), 60);
+        assert_eq!(run.want, Want::Vm);
         // Without `--` the command starts at the first unknown word, and a
         // later `--` belongs to it.
-        let a = parse(&v(&["echo", "--", "x"])).unwrap().unwrap();
-        assert_eq!(a.commands, ["echo -- x"]);
-        assert!(parse(&v(&["--"])).is_err());
+        let (_, commands) = parse(&["echo", "--", "x"]).unwrap();
+        assert_eq!(commands, ["echo -- x"]);
+        assert!(parse(&["--"]).is_err());
     }
 
     #[test]
     fn two_host_commands() {
-        let a = parse(&v(&[
+        let (run, commands) = parse(&[
             "--hosts",
             "2",
             "--",
@@ -197,63 +184,56 @@ mod tests {
             "--",
             "ibv_rc_pingpong",
             "$PEER_IPV4",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         assert_eq!(
-            a.commands,
+            commands,
             ["ibv_rc_pingpong -g 1", "ibv_rc_pingpong $PEER_IPV4"]
         );
-        assert_eq!(a.run.want, Want::Vm);
-        assert!(parse(&v(&["--hosts", "2", "--", "a"])).is_err());
-        assert!(parse(&v(&["--hosts", "2", "--", "a", "--"])).is_err());
-        assert!(parse(&v(&["--hosts", "3", "--", "a"])).is_err());
+        assert_eq!(run.want, Want::Vm);
+        assert!(parse(&["--hosts", "2", "--", "a"]).is_err());
+        assert!(parse(&["--hosts", "2", "--", "a", "--"]).is_err());
+        assert!(parse(&["--hosts", "3", "--", "a"]).is_err());
     }
 
     #[test]
     fn separators_and_the_words_after_them() {
         // Without a leading `--`, the first non-option word starts CMD_A.
-        let a = parse(&v(&["--hosts", "2", "a", "-x", "--", "b", "--", "c"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(a.commands, ["a -x", "b -- c"], "only the first `--` splits");
+        let (_, commands) = parse(&["--hosts", "2", "a", "-x", "--", "b", "--", "c"]).unwrap();
+        assert_eq!(commands, ["a -x", "b -- c"], "only the first `--` splits");
         // Options after the command are the command's.
-        let a = parse(&v(&["--native", "--", "ls", "-l", "--timeout", "5"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(a.commands, ["ls -l --timeout 5"]);
-        assert_eq!(a.run.want, Want::Native);
-        assert_eq!(a.run.timeout.as_secs(), 3600);
-        let a = parse(&v(&["--", "echo", "--", "x"])).unwrap().unwrap();
-        assert_eq!(a.commands, ["echo -- x"]);
-        let a = parse(&v(&["--hosts", "2", "--hosts", "1", "--", "a", "--", "b"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(a.commands, ["a -- b"], "the last --hosts wins");
+        let (run, commands) = parse(&["--native", "--", "ls", "-l", "--timeout", "5"]).unwrap();
+        assert_eq!(commands, ["ls -l --timeout 5"]);
+        assert_eq!(run.want, Want::Native);
+        assert_eq!(run.timeout.as_secs(), 3600);
+        let (_, commands) = parse(&["--", "echo", "--", "x"]).unwrap();
+        assert_eq!(commands, ["echo -- x"]);
+        let (_, commands) = parse(&["--hosts", "2", "--hosts", "1", "--", "a", "--", "b"]).unwrap();
+        assert_eq!(commands, ["a -- b"], "the last --hosts wins");
     }
 
     #[test]
     fn help_and_mistakes() {
-        assert!(parse(&v(&["--help"])).unwrap().is_none());
-        assert!(parse(&v(&["-h", "--", "ls"])).unwrap().is_none());
-        let help = <Cli as clap::CommandFactory>::command()
-            .render_long_help()
-            .to_string();
+        let e = cli::try_parse(&["vm", "-h", "--", "ls"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        let help = cli::long_help("vm");
         for option in [
             "--hosts <N>",
+            "[default: 1]",
             "--native",
             "--timeout <SECS>",
             "CMD_A [ARG...] -- CMD_B",
+            "PEER_IPV4",
         ] {
             assert!(help.contains(option), "{option} in {help}");
         }
         // An unknown option before the command is a mistake, not the command.
-        let e = parse(&v(&["--bogus", "--", "ls"])).unwrap_err().to_string();
-        assert!(e.starts_with("vm: ") && e.contains("--bogus"), "{e}");
-        let e = parse(&v(&["--timeout", "x", "--", "ls"]))
+        let e = parse(&["--bogus", "--", "ls"]).unwrap_err().to_string();
+        assert!(e.contains("cargo xtask vm") && e.contains("--bogus"), "{e}");
+        let e = parse(&["--timeout", "x", "--", "ls"])
             .unwrap_err()
             .to_string();
         assert!(e.contains("--timeout") && e.contains("seconds"), "{e}");
-        assert!(parse(&v(&[])).is_err());
+        assert!(parse(&[]).is_err());
     }
 }

@@ -11,7 +11,7 @@ use super::instruction_counts::{
     mean, spread_pct, InstructionRow, Instructions, SideFigures, SIDES,
 };
 use super::instructions::TOGGLE;
-use super::options::Args;
+use super::settings::Settings;
 use super::table::size_name;
 use crate::Result;
 
@@ -62,7 +62,7 @@ fn polls(f: &SideFigures) -> Vec<f64> {
 }
 
 /// Prints the legend, one line per test, size and side, and the notes.
-pub(super) fn print(a: &Args, route: &str, ins: &Instructions) {
+pub(super) fn print(a: &Settings, route: &str, ins: &Instructions) {
     println!("route: {route}");
     println!(
         "user-space instructions per operation (callgrind Ir), Ir/op = (Ir(n2) - Ir(n1)) / (n2 - n1);\n\
@@ -280,7 +280,7 @@ impl SideJson {
 }
 
 /// The `instructions` member.
-fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -> Value {
+fn member(a: &Settings, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -> Value {
     let rows: Vec<Value> = ins
         .rows
         .iter()
@@ -328,7 +328,7 @@ fn member(a: &Args, route: &str, kernel: &str, raw: &Path, ins: &Instructions) -
 /// rest of it; a new report has no timing results.
 pub(super) fn write(
     path: &Path,
-    a: &Args,
+    a: &Settings,
     route: &str,
     kernel: &str,
     raw: &Path,
@@ -391,9 +391,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("bench.json");
         fs::write(&path, r#"{"reps": 3, "results": [{"test": "write_bw"}]}"#).unwrap();
-        let a = super::super::options::parse(&crate::cli::words(&["--instructions"]))
-            .unwrap()
-            .unwrap();
+        let a = super::super::settings::parse(&["--instructions"]).unwrap();
         let ins = Instructions {
             rows: Vec::new(),
             poll_fn: Some(("/lib/librxe.so".into(), "0x2ca0".into())),

@@ -24,8 +24,8 @@
 
 use std::path::Path;
 
-use super::options::Args;
 use super::plan::{depth_and_inline, size_option, Tool};
+use super::settings::Settings;
 use super::suite::Test;
 use crate::rxe::Plan;
 use crate::shell::shell_quote;
@@ -92,7 +92,7 @@ impl CgRun {
 
 /// Every run in plan order: per test, size and measurement, n1 then n2,
 /// perftest then ours (alternating, as the timing runs).
-pub(super) fn runs(a: &Args) -> Vec<CgRun> {
+pub(super) fn runs(a: &Settings) -> Vec<CgRun> {
     let Some(iters) = a.instructions else {
         return Vec::new();
     };
@@ -148,7 +148,7 @@ fn wait_for_server(cm: bool, port: u32) -> String {
 
 /// The server's and the client's program and arguments (without the
 /// valgrind prefix) of run `r` on `port`.
-fn programs(a: &Args, r: &CgRun, perf: &str, port: u32) -> (String, String) {
+fn programs(a: &Settings, r: &CgRun, perf: &str, port: u32) -> (String, String) {
     let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
     let s = size_option(r.test, r.size);
     // `-q N` and `-b` as the timing runs give them, but `-n` whole: both
@@ -195,7 +195,7 @@ fn programs(a: &Args, r: &CgRun, perf: &str, port: u32) -> (String, String) {
 /// The plan: a tmpfs for valgrind, then every run as a server/client step;
 /// the guest writes callgrind's files and both sides' output to
 /// `$XTASK_OUT/raw`.
-pub(super) fn plan(a: &Args, runs: &[CgRun], perf: &Path) -> Plan {
+pub(super) fn plan(a: &Settings, runs: &[CgRun], perf: &Path) -> Plan {
     let perf = shell_quote(&perf.to_string_lossy());
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
@@ -240,11 +240,11 @@ pub(super) fn plan(a: &Args, runs: &[CgRun], perf: &Path) -> Plan {
 
 #[cfg(test)]
 mod tests {
-    use super::super::options;
+    use super::super::settings;
     use super::*;
 
-    fn args(words: &[&str]) -> Args {
-        options::parse(&crate::cli::words(words)).unwrap().unwrap()
+    fn args(words: &[&str]) -> Settings {
+        settings::parse(words).unwrap()
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::judgement::{median, Cell, Comparison};
-use super::options::{Args, TX_DEPTH};
+use super::settings::{Settings, TX_DEPTH};
 use crate::rxe::Route;
 use crate::Result;
 
@@ -101,7 +101,7 @@ fn round3(v: f64) -> f64 {
 /// Writes the report to `path`.
 pub(super) fn write(
     path: &Path,
-    a: &Args,
+    a: &Settings,
     route: &Route,
     kernel: &str,
     raw: &Path,
@@ -138,7 +138,7 @@ pub(super) fn write(
     Ok(())
 }
 
-fn row(a: &Args, c: &Comparison) -> Row {
+fn row(a: &Settings, c: &Comparison) -> Row {
     let (pairs_ours_better, pairs) = c.pairs();
     Row {
         test: c.test.name,

@@ -15,7 +15,8 @@
 //! run and the medians against the message size). `--plot-only PATH` draws
 //! the plots of an existing report again, without running anything.
 //!
-//! Where things are: [`options`] (the command line), [`suite`] (the tests
+//! Where things are: [`options`] (the command line), [`settings`] (what
+//! it decides: tests, sizes, iterations), [`suite`] (the tests
 //! and their targets), [`plan`] (the runs and each tool's command line),
 //! [`results`] (reading the raw outputs), [`judgement`] (medians, ratio,
 //! pairs), [`table`] (what is printed), [`json_report`] (bench.json) and
@@ -24,7 +25,8 @@
 //! `--instructions` runs both tools under valgrind's callgrind instead and
 //! reports user-space instructions per operation: [`instructions`] (the
 //! runs and their commands), [`callgrind`] (reading its files),
-//! [`instruction_counts`] (the figures) and [`instruction_report`] (the
+//! [`profile_counts`] (what one profile counts), [`instruction_counts`]
+//! (the figures per operation) and [`instruction_report`] (the
 //! table and bench.json's `instructions` member).
 
 mod callgrind;
@@ -36,13 +38,18 @@ mod judgement;
 mod options;
 mod plan;
 mod plot;
+mod profile_counts;
 mod results;
+mod settings;
 mod suite;
 mod table;
 
 use std::fs;
 use std::path::Path;
 use std::process::ExitCode;
+
+pub(crate) use options::{Args, ABOUT};
+use settings::Settings;
 
 use crate::demo::build_examples;
 use crate::rxe;
@@ -51,10 +58,8 @@ use crate::workspace::Workspace;
 use crate::{heading, Result};
 
 /// `cargo xtask bench`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let Some(a) = options::parse(args)? else {
-        return Ok(ExitCode::SUCCESS);
-    };
+pub(crate) fn main(args: Args) -> Result<ExitCode> {
+    let a = Settings::new(args)?;
     if let Some(json) = &a.plot_only {
         // Nothing to set up, build or boot: the report holds every run.
         for svg in plot::write_from_json(json)? {
@@ -155,7 +160,7 @@ const INSTRUCTIONS_TASK: &str = "bench-instructions";
 
 /// `--instructions`: the callgrind runs, their table and bench.json's
 /// `instructions` member.
-fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<ExitCode> {
+fn run_instructions(a: &Settings, ws: &Workspace, perf: &Path) -> Result<ExitCode> {
     let runs = instructions::runs(a);
     let plan = instructions::plan(a, &runs, perf);
     let route = rxe::choose_route(ws, "bench", a.run.want)?;
@@ -173,7 +178,7 @@ fn run_instructions(a: &options::Args, ws: &Workspace, perf: &Path) -> Result<Ex
 /// The table and bench.json member of the callgrind files in `raw`;
 /// `failure` is the run's, if it had one.
 fn report_instructions(
-    a: &options::Args,
+    a: &Settings,
     ws: &Workspace,
     runs: &[instructions::CgRun],
     raw: &Path,
@@ -181,10 +186,10 @@ fn report_instructions(
     kernel: &str,
     failure: Option<String>,
 ) -> Result<ExitCode> {
-    let shim_path = ws.root.join(instruction_counts::SHIM_FILE);
+    let shim_path = ws.root.join(profile_counts::SHIM_FILE);
     let shim = fs::read_to_string(&shim_path)
         .ok()
-        .and_then(|t| instruction_counts::shim_line(&t));
+        .and_then(|t| profile_counts::shim_line(&t));
     if shim.is_none() {
         println!(
             "problem: no `ops.poll_cq` call in {}: polls cannot be counted",

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::options::{Args, MAX_RUN_BYTES, TX_DEPTH};
+use super::settings::{Settings, MAX_RUN_BYTES, TX_DEPTH};
 use super::suite::Test;
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
@@ -63,7 +63,7 @@ impl Run {
 }
 
 /// Every run in plan order: per test and size, perftest and ours alternate.
-pub(super) fn runs(a: &Args) -> Vec<Run> {
+pub(super) fn runs(a: &Settings) -> Vec<Run> {
     let mut v = Vec::new();
     for &test in &a.tests {
         for size in a.sizes_of(test) {
@@ -93,7 +93,7 @@ pub(super) fn size_option(test: Test, size: u64) -> String {
 
 /// The options both tools take alike beyond size and iterations: the tx
 /// depth of bandwidth tests and `--inline`, for the tests that can inline.
-pub(super) fn depth_and_inline(a: &Args, test: Test) -> String {
+pub(super) fn depth_and_inline(a: &Settings, test: Test) -> String {
     let mut options = String::new();
     if test.bw {
         options += &format!(" -t {TX_DEPTH}");
@@ -105,7 +105,7 @@ pub(super) fn depth_and_inline(a: &Args, test: Test) -> String {
 }
 
 /// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`.
-pub(super) fn plan(a: &Args, runs: &[Run], perf: &Path) -> Plan {
+pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
     let perf = shell_quote(&perf.to_string_lossy());
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
@@ -270,19 +270,18 @@ fn cm_commands(
 
 #[cfg(test)]
 mod tests {
-    use super::super::options;
+    use super::super::settings;
     use super::super::suite::TESTS;
     use super::*;
 
     #[test]
     fn inline_only_where_the_operation_can_carry_it() {
-        let v = crate::cli::words;
-        let a = options::parse(&v(&["--inline", "0"])).unwrap().unwrap();
+        let a = settings::parse(&["--inline", "0"]).unwrap();
         let by_name = |n: &str| TESTS.iter().copied().find(|t| t.name == n).unwrap();
         assert_eq!(depth_and_inline(&a, by_name("write_bw")), " -t 128 -I 0");
         assert_eq!(depth_and_inline(&a, by_name("read_bw")), " -t 128");
         assert_eq!(depth_and_inline(&a, by_name("send_lat")), " -I 0");
-        let a = options::parse(&[]).unwrap().unwrap();
+        let a = settings::parse(&[]).unwrap();
         assert_eq!(depth_and_inline(&a, by_name("write_lat")), "");
         assert_eq!(depth_and_inline(&a, by_name("atomic_bw")), " -t 128");
         assert_eq!(depth_and_inline(&a, by_name("atomic_lat")), "");
@@ -290,8 +289,7 @@ mod tests {
 
     #[test]
     fn many_queue_pairs_and_both_directions_reach_both_tools() {
-        let v = crate::cli::words;
-        let a = options::parse(&v(&[
+        let a = settings::parse(&[
             "--tests",
             "write_bw_q4,send_bw_bidi",
             "--sizes",
@@ -300,8 +298,7 @@ mod tests {
             "1",
             "--iters",
             "2000",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         let r = runs(&a);
         let text = plan(&a, &r, Path::new("/t/perf")).text().to_string();
@@ -336,17 +333,8 @@ mod tests {
 
     #[test]
     fn threads_are_ours_alone() {
-        let v = crate::cli::words;
-        let a = options::parse(&v(&[
-            "--tests",
-            "write_bw_q4_t2",
-            "--sizes",
-            "64",
-            "--reps",
-            "1",
-        ]))
-        .unwrap()
-        .unwrap();
+        let a = settings::parse(&["--tests", "write_bw_q4_t2", "--sizes", "64", "--reps", "1"])
+            .unwrap();
         assert_eq!(a.tests[0].perf_name(), "write_bw");
         let text = plan(&a, &runs(&a), Path::new("/t/perf")).text().to_string();
         let steps: Vec<&str> = text
@@ -367,10 +355,7 @@ mod tests {
 
     #[test]
     fn atomic_runs_are_eight_bytes_without_s() {
-        let v = crate::cli::words;
-        let a = options::parse(&v(&["--tests", "atomic_bw,atomic_lat", "--reps", "1"]))
-            .unwrap()
-            .unwrap();
+        let a = settings::parse(&["--tests", "atomic_bw,atomic_lat", "--reps", "1"]).unwrap();
         let r = runs(&a);
         assert_eq!(r.len(), 4);
         assert!(r.iter().all(|r| r.size == 8));
@@ -380,12 +365,10 @@ mod tests {
 
     #[test]
     fn two_hosts_put_servers_on_a_and_clients_across_the_link() {
-        let v = crate::cli::words;
         let perf = Path::new("/x/perf");
-        let a = options::parse(&v(&[
+        let a = settings::parse(&[
             "--hosts", "2", "--delay", "5", "--tests", "write_bw", "--sizes", "64", "--reps", "1",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         let r = runs(&a);
         let text = plan(&a, &r, perf).text().to_string();
@@ -409,9 +392,7 @@ mod tests {
         assert!(text.contains("netem delay 5ms"), "the delay step: {text}");
         assert!(!text.contains("server_client "), "no one-host steps");
         // One host: server and client beside each other, no delay.
-        let a = options::parse(&v(&["--tests", "write_bw", "--sizes", "64", "--reps", "1"]))
-            .unwrap()
-            .unwrap();
+        let a = settings::parse(&["--tests", "write_bw", "--sizes", "64", "--reps", "1"]).unwrap();
         let text = plan(&a, &runs(&a), perf).text().to_string();
         assert!(text.contains("127.0.0.1") && !text.contains("PEER_IPV4"));
         assert!(!text.contains("pair_step ") && !text.contains("netem"));

@@ -7,8 +7,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::judgement::Comparison;
-use super::options::Args;
 use super::plan::{Run, Tool};
+use super::settings::Settings;
 use super::suite::Test;
 use crate::rxe::Outcome;
 
@@ -16,7 +16,12 @@ use crate::rxe::Outcome;
 /// of `--tests`, then `--sizes`). A run counts only if its step passed
 /// (both sides exited 0) and its output holds a value; an infinite value
 /// is counted apart.
-pub(super) fn collect(a: &Args, runs: &[Run], outcome: &Outcome, raw: &Path) -> Vec<Comparison> {
+pub(super) fn collect(
+    a: &Settings,
+    runs: &[Run],
+    outcome: &Outcome,
+    raw: &Path,
+) -> Vec<Comparison> {
     let mut rows: Vec<Comparison> = Vec::new();
     for &test in &a.tests {
         for size in a.sizes_of(test) {

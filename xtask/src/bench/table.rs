@@ -2,11 +2,11 @@
 //! and size, the ratio, the pairs and the verdict, and the missed targets.
 
 use super::judgement::{median, Cell, Comparison};
-use super::options::{Args, MAX_RUN_BYTES, TX_DEPTH};
+use super::settings::{Settings, MAX_RUN_BYTES, TX_DEPTH};
 use crate::rxe::Route;
 
 /// Prints the legend, one row per comparison and which targets were missed.
-pub(super) fn print(a: &Args, route: &Route, rows: &[Comparison]) {
+pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
     println!("route: {route}");
     if a.hosts == 2 {
         println!(

@@ -1,5 +1,6 @@
 //! Running a command while copying its output to ours as it arrives and
-//! keeping it, under a time limit that kills the whole process tree.
+//! keeping it, under a time limit that ends it and everything it started
+//! (its process group, see [`group`]).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::process::{Command, ExitStatus, Stdio};
@@ -7,8 +8,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::kill_tree::kill_tree;
-use super::{echo, spawn_error};
+use super::{echo, group, spawn_error, terminate};
 use crate::Result;
 
 /// What [`run`] saw.
@@ -65,18 +65,24 @@ enum Live<'a> {
 }
 
 fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result<Captured> {
-    if super::terminate::stopping() {
+    if terminate::stopping() {
         return Err("xtask is stopping (it received a signal)".into());
     }
     let start = Instant::now();
-    let mut child = cmd
+    let mut child = group::own_group(cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| spawn_error(cmd, e))?;
-    // Ended with xtask if it is told to stop (see `terminate`).
-    let _registered = super::terminate::RUNNING.register(child.id());
+    // Ended with xtask if it is told to stop (see `terminate`); if that
+    // began while it started, the signal thread may not have seen it.
+    let _registered = terminate::RUNNING.register(child.id());
+    if terminate::stopping() {
+        group::end(child.id(), || {
+            let _ = child.try_wait();
+        });
+    }
 
     let (tx, rx) = mpsc::channel::<(bool, String)>();
     let readers = [
@@ -141,9 +147,11 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result
                     limit.unwrap_or_default().as_secs()
                 );
             }
-            // vng runs qemu as a grandchild: kill the whole tree, not just vng.
-            kill_tree(child.id());
-            let _ = child.kill();
+            // vng runs qemu as a grandchild: end the whole group, not just
+            // vng, reaping vng (the group's leader) meanwhile.
+            group::end(child.id(), || {
+                let _ = child.try_wait();
+            });
             give_up = Some(now + Duration::from_secs(10));
         }
         if give_up.is_some_and(|g| now >= g) {
@@ -157,7 +165,7 @@ fn capture(cmd: &mut Command, limit: Option<Duration>, live: Live<'_>) -> Result
         }
     }
     let status = child.wait()?;
-    super::terminate::hold_if_stopping();
+    terminate::hold_if_stopping();
     Ok(Captured {
         status: (!timed_out).then_some(status),
         output,
@@ -194,7 +202,7 @@ fn pump(
 
 #[cfg(test)]
 mod tests {
-    use super::super::kill_tree::alive;
+    use super::super::group::alive;
     use super::*;
 
     #[test]
@@ -208,7 +216,7 @@ mod tests {
         assert!(c.output.contains("out\n") && c.output.contains("err\n"));
 
         // The shell's child `sleep` holds the pipes open too: the limit must
-        // kill the whole tree, not only the shell. The limit leaves the
+        // end the whole group, not only the shell. The limit leaves the
         // shell time to start and say its child's pid on a loaded machine
         // (300 ms did not, once, in a fresh-clone CI run beside two builds).
         let c = run(

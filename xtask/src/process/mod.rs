@@ -1,10 +1,11 @@
 //! Running commands: echoed before they run, with their exit status, or
 //! quietly for a probe. [`capture`] also copies and keeps their output under
-//! a time limit; [`kill_tree`] ends a process and everything it started;
-//! [`terminate`] ends the running commands when xtask is told to stop.
+//! a time limit; [`group`] runs a command as a process group and ends it
+//! with everything it started; [`terminate`] ends the running commands
+//! when xtask is told to stop.
 
 pub(crate) mod capture;
-pub(crate) mod kill_tree;
+mod group;
 pub(crate) mod terminate;
 
 use std::io::{self, Write};

@@ -4,15 +4,17 @@
 
 use std::time::Duration;
 
-/// How long a whole VM or native run may take before it is killed: a
-/// guard against hangs, not a speed bound. test-rxe's one-host run takes
-/// about 11 minutes on an idle 2-core machine; with another VM running
-/// beside it, it went past the former 20 (killed at 1200 s with 464 tests
-/// passed and 5 binaries not run), and a loaded CI machine takes up to 3x.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// How long a whole VM or native run may take before it is killed, in
+/// seconds: a guard against hangs, not a speed bound. test-rxe's one-host
+/// run takes about 11 minutes on an idle 2-core machine; with another VM
+/// running beside it, it went past the former 20 (killed at 1200 s with 464
+/// tests passed and 5 binaries not run), and a loaded CI machine takes up
+/// to 3x. A task may set its own (`mut_arg("timeout", ..)`, as bench does).
+const DEFAULT_TIMEOUT: &str = "3600";
 
-/// Per-step limit inside the run (enforced by `ci/vm-run.sh` with `timeout`).
-const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// Per-step limit inside the run in seconds (enforced by `ci/vm-run.sh`
+/// with `timeout`).
+const DEFAULT_STEP_TIMEOUT: &str = "600";
 
 /// The end of every runner task's help: the environment it reads.
 pub(crate) const ENV_HELP: &str = "\
@@ -41,18 +43,8 @@ pub(crate) struct RunOptions {
     pub(crate) step_timeout: Duration,
 }
 
-impl Default for RunOptions {
-    fn default() -> RunOptions {
-        RunOptions {
-            want: Want::Auto,
-            timeout: DEFAULT_TIMEOUT,
-            step_timeout: DEFAULT_STEP_TIMEOUT,
-        }
-    }
-}
-
 /// The runner's options on a task's command line (`#[command(flatten)]`);
-/// [`RunArgs::options`] applies them to the task's defaults.
+/// [`RunArgs::options`] reads them with the task's default route.
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub(crate) struct RunArgs {
     /// use the qemu VM even if the host kernel has rdma_rxe
@@ -61,29 +53,31 @@ pub(crate) struct RunArgs {
     /// use the host's rdma_rxe or fail (needs root)
     #[arg(long, overrides_with = "vm")]
     native: bool,
-    /// kill the whole run after SECS (default 3600)
-    #[arg(long, allow_hyphen_values = true, value_name = "SECS", value_parser = seconds)]
-    timeout: Option<Duration>,
-    /// kill one step after SECS (default 600)
-    #[arg(long, allow_hyphen_values = true, value_name = "SECS", value_parser = seconds)]
-    step_timeout: Option<Duration>,
+    /// kill the whole run after SECS
+    #[arg(long, allow_hyphen_values = true, value_name = "SECS",
+          value_parser = seconds, default_value = DEFAULT_TIMEOUT)]
+    timeout: Duration,
+    /// kill one step after SECS
+    #[arg(long, allow_hyphen_values = true, value_name = "SECS",
+          value_parser = seconds, default_value = DEFAULT_STEP_TIMEOUT)]
+    step_timeout: Duration,
 }
 
 impl RunArgs {
-    /// `defaults` with what the command line set: the last of `--vm` /
-    /// `--native`, `--timeout`, `--step-timeout`.
-    pub(crate) fn options(&self, defaults: RunOptions) -> RunOptions {
+    /// The options, the route being the last of `--vm` / `--native` or
+    /// else `default`.
+    pub(crate) fn options(&self, default: Want) -> RunOptions {
         let want = if self.native {
             Want::Native
         } else if self.vm {
             Want::Vm
         } else {
-            defaults.want
+            default
         };
         RunOptions {
             want,
-            timeout: self.timeout.unwrap_or(defaults.timeout),
-            step_timeout: self.step_timeout.unwrap_or(defaults.step_timeout),
+            timeout: self.timeout,
+            step_timeout: self.step_timeout,
         }
     }
 }
@@ -110,15 +104,15 @@ mod tests {
 
     fn options(args: &[&str]) -> Result<RunOptions, clap::Error> {
         let task = Task::try_parse_from(std::iter::once("task").chain(args.iter().copied()))?;
-        Ok(task.run.options(RunOptions::default()))
+        Ok(task.run.options(Want::Auto))
     }
 
     #[test]
     fn defaults_and_values() {
         let o = options(&[]).unwrap();
         assert_eq!(
-            (o.want, o.timeout, o.step_timeout),
-            (Want::Auto, DEFAULT_TIMEOUT, DEFAULT_STEP_TIMEOUT)
+            (o.want, o.timeout.as_secs(), o.step_timeout.as_secs()),
+            (Want::Auto, 3600, 600)
         );
         let o = options(&["--timeout", "60", "--step-timeout", "7", "--vm"]).unwrap();
         assert_eq!(o.want, Want::Vm);
@@ -150,17 +144,11 @@ mod tests {
     }
 
     #[test]
-    fn the_task_keeps_its_own_defaults() {
+    fn the_task_keeps_its_own_route() {
         let task = Task::try_parse_from(["task", "--step-timeout", "5"]).unwrap();
-        let defaults = RunOptions {
-            want: Want::Vm,
-            timeout: Duration::from_secs(1),
-            ..RunOptions::default()
-        };
-        let o = task.run.options(defaults);
-        assert_eq!(
-            (o.want, o.timeout.as_secs(), o.step_timeout.as_secs()),
-            (Want::Vm, 1, 5)
-        );
+        let o = task.run.options(Want::Vm);
+        assert_eq!((o.want, o.step_timeout.as_secs()), (Want::Vm, 5));
+        let task = Task::try_parse_from(["task", "--native"]).unwrap();
+        assert_eq!(task.run.options(Want::Vm).want, Want::Native);
     }
 }

@@ -262,7 +262,11 @@ mod tests {
 
     #[test]
     fn each_host_gets_its_address_and_its_peers() {
-        let opts = RunOptions::default();
+        let opts = RunOptions {
+            want: super::super::Want::Vm,
+            timeout: Duration::from_secs(3600),
+            step_timeout: Duration::from_secs(600),
+        };
         let a = script_args(Path::new("/r"), 0, &opts).join(" ");
         let b = script_args(Path::new("/r"), 1, &opts).join(" ");
         assert!(a.contains("--plan /r/a/plan.sh --out /r/a/out"), "{a}");

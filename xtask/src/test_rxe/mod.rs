@@ -14,26 +14,29 @@
 
 mod failures;
 mod faults;
+mod faults_connections;
 mod faults_handshake;
 mod packages;
 mod pairs;
 mod pairs_library;
 mod pairs_perf;
+mod smoke;
+mod totals;
 mod two_hosts;
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::artifacts::{self, Artifact};
-use crate::cli;
 use crate::process::capture;
-use crate::rxe::{self, Plan, RunArgs, RunOptions};
+use crate::rxe::{self, Plan, RunArgs, Want};
 use crate::setup;
 use crate::workspace::{self, Workspace};
 use crate::{heading, Result};
+use totals::Totals;
 
 /// What the task does, printed by `--help` above the options.
-const ABOUT: &str = "\
+pub(crate) const ABOUT: &str = "\
 Builds every test of the workspace, runs doctests and trybuild tests on the
 host and every other test binary on a soft-RoCE device (rxe0) with
 --include-ignored --test-threads=1 and RDMA_TEST_REQUIRE_DEVICE=1,
@@ -43,17 +46,13 @@ Then the two-host tier: two VMs (1 vCPU, 1 GiB each) joined by a virtual
 link, our rc/ud/srq_pingpong and rping against rdma-core's in both
 directions and against themselves, server on one host, client on the other.";
 
-/// The command line as clap reads it.
-#[derive(Debug, clap::Parser)]
+/// The options of `cargo xtask test-rxe`.
+#[derive(Debug, clap::Args)]
 #[command(
     override_usage = "cargo xtask test-rxe [OPTIONS] [-- LIBTEST-ARGS...]",
-    about = ABOUT,
     after_help = rxe::ENV_HELP,
-    help_template = cli::TEMPLATE,
-    disable_help_flag = true,
-    args_override_self = true,
 )]
-struct Cli {
+pub(crate) struct Args {
     /// only tests whose name contains SUBSTR (passed to libtest)
     #[arg(long, value_name = "SUBSTR", allow_hyphen_values = true)]
     filter: Option<String>,
@@ -77,85 +76,17 @@ struct Cli {
     no_setup: bool,
     #[command(flatten)]
     run: RunArgs,
-    #[command(flatten)]
-    help: cli::HelpFlag,
     /// passed to libtest after `--` (host and device tests; e.g. --nocapture)
     #[arg(last = true, value_name = "LIBTEST-ARGS")]
     libtest: Vec<String>,
 }
 
-/// What `cargo xtask test-rxe` was asked to do.
-#[derive(Debug)]
-struct Args {
-    run: RunOptions,
-    filter: Option<String>,
-    smoke: bool,
-    no_host: bool,
-    no_two_hosts: bool,
-    two_hosts_only: bool,
-    no_setup: bool,
-    libtest: Vec<String>,
-}
-
-fn parse(args: &[String]) -> Result<Option<Args>> {
-    let Some(c) = cli::parse::<Cli>("test-rxe", args)? else {
-        return Ok(None);
-    };
-    Ok(Some(Args {
-        run: c.run.options(RunOptions::default()),
-        filter: c.filter,
-        smoke: c.smoke,
-        no_host: c.no_host,
-        no_two_hosts: c.no_two_hosts,
-        two_hosts_only: c.two_hosts_only,
-        no_setup: c.no_setup,
-        libtest: c.libtest,
-    }))
-}
-
 /// The most failed binaries and tests the summary names at its end.
 const MAX_FAILED: usize = 16;
 
-/// Sums of the `test result: ok. 3 passed; 0 failed; 1 ignored; ...` lines.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Totals {
-    pub(crate) suites: u32,
-    pub(crate) passed: u32,
-    pub(crate) failed: u32,
-    pub(crate) ignored: u32,
-}
-
-impl Totals {
-    pub(crate) fn add_output(&mut self, output: &str) {
-        for line in output.lines() {
-            let Some(rest) = line.split("test result: ").nth(1) else {
-                continue;
-            };
-            self.suites += 1;
-            for part in rest.split(';') {
-                let mut words = part.split_whitespace().rev();
-                let (Some(what), Some(n)) = (words.next(), words.next()) else {
-                    continue;
-                };
-                let Ok(n) = n.trim_end_matches('.').parse::<u32>() else {
-                    continue;
-                };
-                match what {
-                    "passed" => self.passed += n,
-                    "failed" => self.failed += n,
-                    "ignored" => self.ignored += n,
-                    _ => {}
-                }
-            }
-        }
-    }
-}
-
 /// `cargo xtask test-rxe`.
-pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
-    let Some(args) = parse(args)? else {
-        return Ok(ExitCode::SUCCESS);
-    };
+pub(crate) fn main(args: Args) -> Result<ExitCode> {
+    let opts = args.run.options(Want::Auto);
     let started = Instant::now();
     if !args.no_setup {
         setup::ensure()?;
@@ -163,10 +94,10 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     let ws = Workspace::locate();
 
     if args.smoke {
-        return smoke(&ws, &args.run);
+        return smoke::run(&ws, &opts);
     }
     if args.two_hosts_only {
-        return two_hosts::only(&ws, &args.run, started);
+        return two_hosts::only(&ws, &opts, started);
     }
 
     // 1. Build.
@@ -260,8 +191,8 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
     for a in &on_device {
         plan.test_binary(&a.label(), &a.manifest_dir, &a.exe, &device_args);
     }
-    let route = rxe::choose_route(&ws, "test-rxe", args.run.want)?;
-    let outcome = rxe::run(&ws, "test-rxe", &route, &plan, &args.run)?;
+    let route = rxe::choose_route(&ws, "test-rxe", opts.want)?;
+    let outcome = rxe::run(&ws, "test-rxe", &route, &plan, &opts)?;
     totals.add_output(&outcome.captured.output);
     failed_tests.extend(failures::libtest(&outcome.captured.output));
     ok &= outcome.success();
@@ -273,7 +204,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode> {
         Err("skipped (--filter given)".to_string())
     } else {
         heading("test-rxe: two hosts");
-        two_hosts::run(&ws, &built, &args.run).map_err(|e| format!("FAILED: {e}"))
+        two_hosts::run(&ws, &built, &opts).map_err(|e| format!("FAILED: {e}"))
     };
     if let Err(why) = &two {
         ok &= why.starts_with("skipped");
@@ -361,76 +292,22 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// `test-rxe --smoke`: no build, just prove the device works.
-fn smoke(ws: &Workspace, opts: &RunOptions) -> Result<ExitCode> {
-    let mut plan = Plan::new();
-    plan.step("ibv_devices lists rxe0", &["ibv_devices"])
-        .sh_step(
-            "rxe0 port 1 is PORT_ACTIVE with a RoCE v2 GID",
-            "ibv_devinfo -v -d \"$RXE_DEVICE\" | grep -E 'state:|link_layer|GID\\['
-             ibv_devinfo -d \"$RXE_DEVICE\" | grep -q PORT_ACTIVE &&
-             ibv_devinfo -v -d \"$RXE_DEVICE\" | grep -q 'RoCE v2'",
-        )
-        .server_client(
-            "perftest ib_write_bw over rxe0 (loopback)",
-            18515,
-            "ib_write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -n 2000",
-            "ib_write_bw -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -n 2000 127.0.0.1",
-        );
-    let route = rxe::choose_route(ws, "test-rxe", opts.want)?;
-    let outcome = rxe::run(ws, "test-rxe-smoke", &route, &plan, opts)?;
-    heading("test-rxe --smoke summary");
-    println!("route:   {route}");
-    for s in &outcome.steps {
-        println!(
-            "         {} {:>4} s  {}",
-            if s.passed { "PASS" } else { "FAIL" },
-            s.seconds,
-            s.label
-        );
-    }
-    if let Some(why) = outcome.failure_reason() {
-        println!("problem: {why}");
-    }
-    println!(
-        "result:  {}",
-        if outcome.success() { "PASS" } else { "FAIL" }
-    );
-    Ok(if outcome.success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn totals_from_libtest_lines() {
-        let mut t = Totals::default();
-        t.add_output(
-            "running 3 tests\n\
-             test result: ok. 3 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s\n\
-             [client] noise\n\
-             test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; finished in 1.00s\n",
-        );
-        assert_eq!(
-            t,
-            Totals {
-                suites: 2,
-                passed: 4,
-                failed: 2,
-                ignored: 1
-            }
-        );
+    use crate::cli::{self, Task};
+
+    fn parse(words: &[&str]) -> std::result::Result<Args, clap::Error> {
+        match cli::try_parse(&[&["test-rxe"], words].concat())? {
+            Task::TestRxe(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
     fn args() {
-        let v = crate::cli::words;
-        let a = parse(&v(&[
+        let a = parse(&[
             "--filter",
             "qp",
             "--vm",
@@ -438,57 +315,55 @@ mod tests {
             "60",
             "--",
             "--nocapture",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         assert_eq!(a.filter.as_deref(), Some("qp"));
-        assert_eq!(a.run.want, rxe::Want::Vm);
-        assert_eq!(a.run.timeout.as_secs(), 60);
+        let run = a.run.options(Want::Auto);
+        assert_eq!(run.want, rxe::Want::Vm);
+        assert_eq!(run.timeout.as_secs(), 60);
         assert_eq!(a.libtest, ["--nocapture"]);
-        assert!(parse(&v(&["--bogus"])).is_err());
         assert!(!a.no_two_hosts && !a.two_hosts_only);
-        let a = parse(&v(&["--no-two-hosts"])).unwrap().unwrap();
+        let a = parse(&["--no-two-hosts"]).unwrap();
         assert!(a.no_two_hosts && !a.two_hosts_only);
-        let a = parse(&v(&["--two-hosts-only", "--step-timeout", "60"]))
-            .unwrap()
-            .unwrap();
-        assert!(a.two_hosts_only && a.run.step_timeout.as_secs() == 60);
+        let a = parse(&["--two-hosts-only", "--step-timeout", "60"]).unwrap();
+        assert!(a.two_hosts_only && a.run.options(Want::Auto).step_timeout.as_secs() == 60);
     }
 
-    use crate::cli::words as v;
-
     #[test]
-    fn help_is_printed_not_parsed() {
-        assert!(parse(&v(&["--help"])).unwrap().is_none());
-        assert!(parse(&v(&["--smoke", "-h"])).unwrap().is_none());
-        let help = <Cli as clap::CommandFactory>::command()
-            .render_long_help()
-            .to_string();
+    fn help_lists_the_options() {
+        let e = parse(&["--smoke", "-h"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        let help = cli::long_help("test-rxe");
         for option in [
             "--filter <SUBSTR>",
             "--two-hosts-only",
             "--step-timeout <SECS>",
+            "[default: 3600]",
+            "[-- LIBTEST-ARGS...]",
+            "--include-ignored",
         ] {
             assert!(help.contains(option), "{option} in {help}");
         }
-        assert!(help.contains("[-- LIBTEST-ARGS...]"), "{help}");
     }
 
     #[test]
     fn mistakes_name_the_task_and_the_option() {
-        let e = parse(&v(&["--bogus"])).unwrap_err().to_string();
-        assert!(e.starts_with("test-rxe: ") && e.contains("--bogus"), "{e}");
+        let e = parse(&["--bogus"]).unwrap_err().to_string();
+        assert!(
+            e.contains("cargo xtask test-rxe") && e.contains("--bogus"),
+            "{e}"
+        );
         // A word that is no option is a mistake too, unless after `--`.
-        let e = parse(&v(&["qp"])).unwrap_err().to_string();
+        let e = parse(&["qp"]).unwrap_err().to_string();
         assert!(e.contains("'qp'"), "{e}");
-        let e = parse(&v(&["--timeout", "1m"])).unwrap_err().to_string();
+        let e = parse(&["--timeout", "1m"]).unwrap_err().to_string();
         assert!(e.contains("--timeout") && e.contains("seconds"), "{e}");
-        assert!(parse(&v(&["--filter"])).is_err());
+        assert!(parse(&["--filter"]).is_err());
     }
 
     #[test]
     fn libtest_arguments_pass_through_after_the_separator() {
-        let a = parse(&v(&[
+        let a = parse(&[
             "--no-host",
             "--",
             "--nocapture",
@@ -497,8 +372,7 @@ mod tests {
             "--vm",
             "--",
             "--filter",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         assert_eq!(
             a.libtest,
@@ -512,9 +386,13 @@ mod tests {
             ]
         );
         assert!(a.no_host && a.filter.is_none());
-        assert_eq!(a.run.want, rxe::Want::Auto, "--vm after `--` is libtest's");
-        assert!(parse(&v(&["--"])).unwrap().unwrap().libtest.is_empty());
-        let a = parse(&v(&["--filter", "-x"])).unwrap().unwrap();
+        assert_eq!(
+            a.run.options(Want::Auto).want,
+            rxe::Want::Auto,
+            "--vm after `--` is libtest's"
+        );
+        assert!(parse(&["--"]).unwrap().libtest.is_empty());
+        let a = parse(&["--filter", "-x"]).unwrap();
         assert_eq!(a.filter.as_deref(), Some("-x"));
     }
 }
