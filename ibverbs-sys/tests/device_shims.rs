@@ -46,7 +46,7 @@ impl Dev {
             .find(|&d| {
                 // SAFETY: `d` is a listed device; its name is a C string.
                 let name = unsafe { CStr::from_ptr(ibv_get_device_name(d)) };
-                want.as_deref().map_or(true, |w| name.to_str() == Ok(w))
+                want.as_deref().is_none_or(|w| name.to_str() == Ok(w))
             })
             .unwrap_or_else(|| panic!("device {want:?} not found"));
         // SAFETY: `dev` is a listed device.

@@ -129,7 +129,7 @@ impl RemoteAccessBuffer {
         if words == 0
             || words
                 .checked_mul(WORD)
-                .map_or(true, |b| b > isize::MAX as usize)
+                .is_none_or(|b| b > isize::MAX as usize)
         {
             return Err(AllocError::InvalidLayout { len, align: WORD }.into());
         }

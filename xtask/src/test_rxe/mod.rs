@@ -16,6 +16,7 @@ mod failures;
 mod faults;
 mod faults_connections;
 mod faults_handshake;
+mod msrv;
 mod packages;
 mod pairs;
 mod pairs_library;
@@ -163,6 +164,21 @@ pub(crate) fn main(args: Args) -> Result<ExitCode> {
             "cargo package ({}): {}",
             packages::PACKAGES.join(", "),
             verdict(c.success())
+        ));
+        heading("test-rxe: the declared minimum Rust version against the locked dependencies");
+        let (declared, newer) = msrv::check(&ws)?;
+        let too_new: Vec<String> = newer
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(krate, v)| format!("{krate}: {}", v.join(", ")))
+            .collect();
+        for line in &too_new {
+            println!("newer than rust-version {declared}: {line}");
+        }
+        ok &= too_new.is_empty();
+        host_lines.push(format!(
+            "rust-version {declared} against the library crates' locked dependencies: {}",
+            verdict(too_new.is_empty())
         ));
         for a in &host_only {
             heading(&format!(

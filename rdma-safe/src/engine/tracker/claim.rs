@@ -185,7 +185,7 @@ impl Tracker {
     /// Forgets `id` whatever its state, giving back what it held: only for
     /// a request the NIC is done with (completed, flushed or discarded).
     pub(crate) fn forget(&mut self, id: u64) -> Held {
-        debug_assert!(self.slots.get(id).map_or(true, |s| s.done));
+        debug_assert!(self.slots.get(id).is_none_or(|s| s.done));
         self.slots.remove(id).map_or(Held::None, |s| s.att.held)
     }
 

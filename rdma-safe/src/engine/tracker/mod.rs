@@ -448,7 +448,7 @@ impl Tracker {
     /// if it was woken already, or never registered, its turn goes to the
     /// next task.
     pub(crate) fn pass_room_turn(&mut self, ticket: Option<u64>) {
-        if ticket.map_or(true, |t| self.room_waiters.cancel(t, &mut self.later)) {
+        if ticket.is_none_or(|t| self.room_waiters.cancel(t, &mut self.later)) {
             self.room_waiters.wake(1, &mut self.later);
         }
     }
