@@ -25,14 +25,15 @@
 //! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned
 //! allocation and remotely accessible buffers ([`pages`], [`shared`]), deterministic data
 //! patterns ([`pattern`]), cheap timestamps ([`clock`]), statistics in
-//! perftest's units ([`stats`]) and the decoders' fuzzing helpers
-//! ([`fuzz`]).
+//! perftest's units ([`stats`]); the decoders' property tests share
+//! `fuzz.rs` (test code only).
 
 pub mod cli;
 pub mod clock;
 pub mod device;
 pub mod flags;
-pub mod fuzz;
+#[cfg(test)]
+mod fuzz;
 pub mod limit;
 pub mod net;
 pub mod pages;
@@ -41,12 +42,6 @@ pub mod pingpong;
 pub mod shared;
 pub mod stats;
 pub mod support;
-
-/// The unit tests' allocator: records the largest allocation, for the
-/// decoders' fuzz tests.
-#[cfg(test)]
-#[global_allocator]
-static ALLOC: fuzz::PeakAlloc = fuzz::PeakAlloc;
 
 /// The example programs' result: the library's one error type, so `?`
 /// works across everything they call. A program's own failures (a peer

@@ -55,11 +55,11 @@ use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// The unit tests' allocator: records the largest allocation, for the
-/// decoders' fuzz tests.
+/// The decoders' fuzzing helpers (test code, shared with the library's
+/// tests).
 #[cfg(test)]
-#[global_allocator]
-static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
+#[path = "../../fuzz.rs"]
+mod fuzz;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -118,7 +118,8 @@ pub(crate) fn decode_verdict(line: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_examples::fuzz::{inputs, largest_allocation, Rng};
+    use crate::fuzz::{check, inputs, peak_bytes};
+    use proptest::prelude::*;
 
     #[test]
     fn regions_within_limits_only() {
@@ -134,25 +135,27 @@ mod tests {
     #[test]
     fn the_decoders_survive_fuzzing() {
         let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 18, 0x1234).to_bytes();
-        let mut rng = Rng::new(0x0e51);
-        for input in inputs(&[&region], 20_000, &mut rng) {
+        check(20_000, (inputs(&[&region]), 0..20u32), |(input, log2)| {
             let mut bytes = [0u8; REMOTE_REGION_ENCODED_LEN];
             let n = input.len().min(bytes.len());
             bytes[..n].copy_from_slice(&input[..n]);
-            let chunk = 1 << rng.below(20);
-            let (r, peak) = largest_allocation(|| decode_region(&bytes, chunk));
-            assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
+            let chunk = 1 << log2;
+            let (r, peak) = peak_bytes(|| decode_region(&bytes, chunk));
+            prop_assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
             if let Ok((_, size)) = r {
-                assert!(SIZE.check_usize(size).is_ok() && size % chunk == 0);
+                prop_assert!(SIZE.check_usize(size).is_ok() && size % chunk == 0);
             }
-        }
-        for input in inputs(&[b"DONE 1", b"ALIVE", b"OK", b"BAD 7 x"], 20_000, &mut rng) {
+            Ok(())
+        });
+        let lines: [&[u8]; 4] = [b"DONE 1", b"ALIVE", b"OK", b"BAD 7 x"];
+        check(20_000, inputs(&lines), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (_, peak) = largest_allocation(|| {
+            let ((), peak) = peak_bytes(|| {
                 let _ = decode_client_line(&line);
                 let _ = decode_verdict(&line);
             });
-            assert!(peak <= 1024 + 4 * line.len(), "{peak} bytes for {line:?}");
-        }
+            prop_assert!(peak <= 1024 + 4 * line.len(), "{peak} bytes for {line:?}");
+            Ok(())
+        });
     }
 }

@@ -103,11 +103,11 @@ use rdma_safe::{
 use report::{Out, RULE};
 use std::process::ExitCode;
 
-/// The unit tests' allocator: records the largest allocation, for the
-/// decoders' fuzz tests.
+/// The decoders' fuzzing helpers (test code, shared with the library's
+/// tests).
 #[cfg(test)]
-#[global_allocator]
-static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
+#[path = "../../fuzz.rs"]
+mod fuzz;
 
 fn main() -> ExitCode {
     let opts = Options::from_command_line();

@@ -446,7 +446,9 @@ pub(crate) fn decode_verdict(line: &str, size: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_examples::fuzz::{inputs, largest_allocation, Rng};
+    use crate::fuzz::{check, inputs, peak_bytes};
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn sample() -> Params {
         Params {
@@ -543,7 +545,6 @@ mod tests {
 
     #[test]
     fn the_decoders_survive_fuzzing() {
-        let mut rng = Rng::new(0x9e7f);
         let lines = [
             sample().to_line(),
             Params {
@@ -554,47 +555,52 @@ mod tests {
             .to_line(),
         ];
         let valid: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
-        let mut accepted = 0;
-        for input in inputs(&valid, 30_000, &mut rng) {
+        let accepted = AtomicUsize::new(0);
+        check(30_000, inputs(&valid), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (r, peak) = largest_allocation(|| Params::from_line(&line));
-            assert!(peak <= 2048 + 4 * line.len(), "{peak} bytes for {line:?}");
+            let (r, peak) = peak_bytes(|| Params::from_line(&line));
+            prop_assert!(peak <= 2048 + 4 * line.len(), "{peak} bytes for {line:?}");
             if let Ok(p) = r {
-                accepted += 1;
-                assert!((1..=MAX_SIZES).contains(&p.sizes.len()), "{p:?}");
+                accepted.fetch_add(1, Ordering::Relaxed);
+                prop_assert!((1..=MAX_SIZES).contains(&p.sizes.len()), "{p:?}");
                 for &s in &p.sizes {
-                    SIZE.check_usize(s).unwrap();
+                    prop_assert!(SIZE.check_usize(s).is_ok(), "{p:?}");
                 }
-                ITERS.check_usize(p.iters).unwrap();
-                TX_DEPTH.check_usize(p.tx_depth).unwrap();
-                RX_DEPTH.check_usize(p.rx_depth).unwrap();
+                prop_assert!(ITERS.check_usize(p.iters).is_ok(), "{p:?}");
+                prop_assert!(TX_DEPTH.check_usize(p.tx_depth).is_ok(), "{p:?}");
+                prop_assert!(RX_DEPTH.check_usize(p.rx_depth).is_ok(), "{p:?}");
                 if let Some(n) = p.inline {
-                    INLINE.check(n.into()).unwrap();
+                    prop_assert!(INLINE.check(n.into()).is_ok(), "{p:?}");
                 }
-                QPS.check_usize(p.qps).unwrap();
+                prop_assert!(QPS.check_usize(p.qps).is_ok(), "{p:?}");
             }
-        }
+            Ok(())
+        });
+        // The inputs reach past the first field: many still decode.
+        let accepted = accepted.into_inner();
         assert!(accepted > 100, "{accepted}");
-        let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 20, 0x1234).to_bytes();
         let replies: [&[u8]; 4] = [b"OK", b"OK 4096", b"BAD 4096 x", b"GO 4096"];
-        for input in inputs(&replies, 20_000, &mut rng) {
+        check(20_000, inputs(&replies), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (_, peak) = largest_allocation(|| {
+            let ((), peak) = peak_bytes(|| {
                 let _ = decode_answer(&line);
                 let _ = decode_verdict(&line, 4096);
                 let _ = expect_size(&line, 4096, "x");
             });
-            assert!(peak <= 1024 + 8 * line.len(), "{peak} bytes for {line:?}");
-        }
-        for input in inputs(&[&region], 20_000, &mut rng) {
+            prop_assert!(peak <= 1024 + 8 * line.len(), "{peak} bytes for {line:?}");
+            Ok(())
+        });
+        let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 20, 0x1234).to_bytes();
+        check(20_000, inputs(&[&region]), |input| {
             let mut bytes = [0u8; REMOTE_REGION_ENCODED_LEN];
             let n = input.len().min(bytes.len());
             bytes[..n].copy_from_slice(&input[..n]);
-            let (r, peak) = largest_allocation(|| decode_region(&bytes, 4096));
-            assert!(peak <= 1024);
+            let (r, peak) = peak_bytes(|| decode_region(&bytes, 4096));
+            prop_assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
             if let Ok(r) = r {
-                assert!(r.length() >= 4096);
+                prop_assert!(r.length() >= 4096, "{r:?}");
             }
-        }
+            Ok(())
+        });
     }
 }
