@@ -15,15 +15,15 @@
 //! ([`net::Link`]), decoded by a protocol module that checks every number
 //! against the limits the command line has ([`limit::Limit`]), and only
 //! then sizes an allocation, which may fail with an error
-//! ([`pages::AllocError`], `rdma_safe::RegisteredBuffer::new`).
+//! (`rdma_safe::RegisteredBuffer::new`, [`shared::expose`]).
 //!
 //! Modules: the flags every program shares, defined once ([`flags`]),
 //! optional device features a flag asks for, decided from the device's
 //! attributes ([`support`]), command-line value parsers ([`cli`]), limits shared by the
 //! command line and the decoders ([`limit`]), opening and checking a device
 //! before serving ([`device`]), TCP with deadlines ([`net`]), the
-//! `ibv_rc_pingpong` address message ([`pingpong`]), page-aligned
-//! allocation and remotely accessible buffers ([`pages`], [`shared`]), deterministic data
+//! `ibv_rc_pingpong` address message ([`pingpong`]), the buffers peers
+//! read and write by RDMA ([`shared`]), deterministic data
 //! patterns ([`pattern`]), cheap timestamps ([`clock`]), statistics in
 //! perftest's units ([`stats`]); the decoders' property tests share
 //! `fuzz.rs` (test code only).
@@ -36,7 +36,6 @@ pub mod flags;
 mod fuzz;
 pub mod limit;
 pub mod net;
-pub mod pages;
 pub mod pattern;
 pub mod pingpong;
 pub mod shared;
