@@ -392,28 +392,13 @@ mod tests {
     /// A listener on the loopback whose accept queue is already full: the
     /// kernel drops every further SYN, so connecting gets no answer.
     fn full_listener() -> (TcpListener, TcpStream) {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain socket calls on a descriptor this function owns;
-        // `sockaddr_in` is plain data, valid when zeroed.
-        let fd = unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
-            let mut a: libc::sockaddr_in = std::mem::zeroed();
-            a.sin_family = libc::AF_INET as libc::sa_family_t;
-            a.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
-            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            let rc = libc::bind(fd, (&a as *const libc::sockaddr_in).cast(), len);
-            assert_eq!(rc, 0, "bind: {}", io::Error::last_os_error());
-            assert_eq!(
-                libc::listen(fd, 0),
-                0,
-                "listen: {}",
-                io::Error::last_os_error()
-            );
-            fd
-        };
-        // SAFETY: `fd` is a listening socket nothing else owns.
-        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+            .unwrap();
+        // A backlog of 0 (std's `bind` listens with 128).
+        s.listen(0).unwrap();
+        let l = TcpListener::from(s);
         let first = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         (l, first)
     }
