@@ -47,8 +47,7 @@ use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Heartbeat, Link};
 use rdma_examples::{cli, device, pattern, shared, Result};
 use rdma_safe::{
-    memory::REMOTE_REGION_ENCODED_LEN, Channel, GatherElement, ProtectionDomain, RegisteredBuffer,
-    ScatterElement, WorkSuccess,
+    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, WorkSuccess,
 };
 use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
@@ -168,7 +167,7 @@ fn server(o: &Options) -> Result<()> {
     drop(listener);
     let mut link = Link::new(stream, o.timeout.timeout)?;
     let channel = connect(o, &pd, &mut link, 1, 1)?;
-    link.write_all(&region.to_bytes())?;
+    net::send_region(&mut link, &region)?;
     println!(
         "one_sided: client {peer} connected (QP {:#x}); region rkey {:#x}, {} bytes",
         channel.local_endpoint().qp_num,
@@ -257,9 +256,8 @@ fn client(o: &Options, host: &str) -> Result<()> {
     let stream = net::connect(host, port, net::CONNECT_RETRY, o.timeout.timeout)?;
     let mut link = Link::new(stream, o.timeout.timeout)?;
     let mut channel = connect(o, &pd, &mut link, depth as u32, iovs as u32)?;
-    let mut rb = [0u8; REMOTE_REGION_ENCODED_LEN];
-    link.read_exact(&mut rb, "the server's region")?;
-    let (remote, size) = protocol::decode_region(&rb, chunk)?;
+    let region = net::receive_region(&mut link, "the server's region")?;
+    let (remote, size) = protocol::check_region(region, chunk)?;
     let chunks = size / chunk;
     println!(
         "one_sided: connected to {host}:{port} (QP {:#x} -> {:#x}); remote region {size} bytes, rkey {:#x}",

@@ -12,7 +12,7 @@ use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, ALIVE};
 use rdma_examples::Result;
-use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
+use rdma_safe::RemoteMemoryRegion;
 use std::time::Duration;
 
 /// Bytes the server exposes (`--size`), also the most a client accepts.
@@ -30,18 +30,16 @@ pub(crate) const ROUNDS: Limit = Limit::new("-n/--rounds", 1, 1_000_000);
 /// timeout a server may have.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
 
-/// Decodes the server's region and checks it against what the client can
-/// use: at most [`SIZE`] bytes, a whole number of `chunk`s. Returns the
-/// region and its length.
+/// Checks the server's region (decoded by rdma-safe) against what the
+/// client can use: at most [`SIZE`] bytes, a whole number of `chunk`s.
+/// Returns the region and its length.
 ///
 /// # Errors
-/// Malformed bytes, or a length outside the limits.
-pub(crate) fn decode_region(
-    bytes: &[u8; REMOTE_REGION_ENCODED_LEN],
+/// A length outside the limits.
+pub(crate) fn check_region(
+    remote: RemoteMemoryRegion,
     chunk: usize,
 ) -> Result<(RemoteMemoryRegion, usize)> {
-    let remote = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| fail(format!("the server's region does not decode: {e}")))?;
     let size = usize::try_from(remote.length())
         .ok()
         .and_then(|n| SIZE.check_usize(n).ok())
@@ -120,6 +118,12 @@ mod tests {
     use super::*;
     use crate::fuzz::{check, inputs, peak_bytes};
     use proptest::prelude::*;
+    use rdma_safe::memory::REMOTE_REGION_ENCODED_LEN;
+
+    /// The region a server's bytes decode to, checked as the client does.
+    fn decode_region(bytes: &[u8], chunk: usize) -> Result<(RemoteMemoryRegion, usize)> {
+        check_region(RemoteMemoryRegion::from_bytes(bytes)?, chunk)
+    }
 
     #[test]
     fn regions_within_limits_only() {

@@ -21,7 +21,7 @@ use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, MAX_LINE};
 use rdma_examples::Result;
-use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
+use rdma_safe::RemoteMemoryRegion;
 use std::time::Duration;
 
 /// Largest size of `-a`.
@@ -376,16 +376,12 @@ pub(crate) fn decode_answer(line: &str) -> Result<()> {
     }
 }
 
-/// Decodes the peer's region and checks that it holds `needed` bytes.
+/// Checks that the peer's region (decoded by rdma-safe) holds `needed`
+/// bytes.
 ///
 /// # Errors
-/// Malformed bytes, or a region too small.
-pub(crate) fn decode_region(
-    bytes: &[u8; REMOTE_REGION_ENCODED_LEN],
-    needed: usize,
-) -> Result<RemoteMemoryRegion> {
-    let r = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| fail(format!("the peer's region does not decode: {e}")))?;
+/// A region too small.
+pub(crate) fn check_region(r: RemoteMemoryRegion, needed: usize) -> Result<RemoteMemoryRegion> {
     if r.length() < needed as u64 {
         return Err(fail(format!(
             "the peer's region is {} bytes, smaller than the {needed}-byte messages",
@@ -448,7 +444,13 @@ mod tests {
     use super::*;
     use crate::fuzz::{check, inputs, peak_bytes};
     use proptest::prelude::*;
+    use rdma_safe::memory::REMOTE_REGION_ENCODED_LEN;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The region a peer's bytes decode to, checked as `recv_region` does.
+    fn decode_region(bytes: &[u8], needed: usize) -> Result<RemoteMemoryRegion> {
+        check_region(RemoteMemoryRegion::from_bytes(bytes)?, needed)
+    }
 
     fn sample() -> Params {
         Params {
