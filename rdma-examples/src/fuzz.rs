@@ -1,46 +1,23 @@
-//! Fuzzing the wire decoders in unit tests, without a fuzzing engine: a
-//! deterministic pseudo-random generator, inputs derived from valid
-//! messages (garbage, truncations, flipped bytes, every number replaced by
-//! extreme values), and an allocator that records the largest allocation a
-//! thread made, to show that no input makes a decoder allocate beyond its
-//! limit.
+//! Fuzzing the wire decoders in unit tests, with proptest: inputs derived
+//! from valid messages (truncations, every number replaced by an extreme
+//! value, a few bytes changed, inserted or removed) and plain garbage, and
+//! the bytes a decoder holds at its peak (allocation-counter, which counts
+//! the calling thread's allocations only), to show that no input makes a
+//! decoder panic or allocate beyond its limit.
+//!
+//! Test code only: the library's unit tests declare it as a module, and so
+//! do the programs' (`#[path]`), since proptest and allocation-counter are
+//! dev-dependencies (allocation-counter replaces the global allocator of
+//! whatever links it, so no program may).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
-/// SplitMix64: small, fast, and the same sequence on every run.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator started at `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// `len` random bytes.
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next_u64() as u8).collect()
-    }
-}
+use proptest::prelude::*;
+use proptest::sample::{select, Index};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use std::fmt::Debug;
 
 /// Numbers (as text) at and beyond the edges of every integer type, and
 /// things that look almost like numbers.
-pub const EXTREMES: &[&str] = &[
+const EXTREMES: &[&str] = &[
     "0",
     "1",
     "-1",
@@ -71,45 +48,79 @@ pub const EXTREMES: &[&str] = &[
     "NaN",
 ];
 
-/// Inputs derived from the `valid` messages: each as is; every prefix
-/// (truncation); each run of ASCII alphanumerics replaced by every value
-/// of [`EXTREMES`]; then `random` more, each either a valid message with a
-/// few random bytes changed, inserted or removed, or plain random bytes.
-pub fn inputs(valid: &[&[u8]], random: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    for &v in valid {
-        out.push(v.to_vec());
-        out.extend((0..v.len()).map(|n| v[..n].to_vec()));
-        for (start, end) in runs(v) {
-            for x in EXTREMES {
-                let mut m = v[..start].to_vec();
-                m.extend_from_slice(x.as_bytes());
-                m.extend_from_slice(&v[end..]);
-                out.push(m);
+/// Bytes an edit inserts half of the time: those the text protocols are
+/// made of.
+const PROTOCOL_BYTES: &[u8] = b"0123456789abcdef:,= \n\0";
+
+/// One change to a message: replace, remove or insert a byte.
+#[derive(Debug, Clone)]
+enum Edit {
+    Replace(Index, u8),
+    Remove(Index),
+    Insert(Index, u8),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    let byte = prop_oneof![any::<u8>(), select(PROTOCOL_BYTES)];
+    prop_oneof![
+        (any::<Index>(), byte.clone()).prop_map(|(at, b)| Edit::Replace(at, b)),
+        any::<Index>().prop_map(Edit::Remove),
+        (any::<Index>(), byte).prop_map(|(at, b)| Edit::Insert(at, b)),
+    ]
+}
+
+fn apply(mut m: Vec<u8>, edits: Vec<Edit>) -> Vec<u8> {
+    for e in edits {
+        match e {
+            Edit::Replace(at, b) if !m.is_empty() => {
+                let i = at.index(m.len());
+                m[i] = b;
             }
+            Edit::Remove(at) if !m.is_empty() => {
+                m.remove(at.index(m.len()));
+            }
+            Edit::Replace(at, b) | Edit::Insert(at, b) => m.insert(at.index(m.len() + 1), b),
+            Edit::Remove(_) => {}
         }
     }
-    for _ in 0..random {
-        let input = if valid.is_empty() || rng.below(4) == 0 {
-            let len = rng.below(200);
-            rng.bytes(len)
-        } else {
-            let mut m = valid[rng.below(valid.len())].to_vec();
-            for _ in 0..=rng.below(4) {
-                let at = rng.below(m.len() + 1);
-                match rng.below(3) {
-                    0 if at < m.len() => m[at] = rng.next_u64() as u8,
-                    1 if at < m.len() => {
-                        m.remove(at);
-                    }
-                    _ => m.insert(at, b"0123456789abcdef:,= \n\0"[rng.below(22)]),
-                }
+    m
+}
+
+/// Inputs derived from the `valid` messages (at least one): each as is or
+/// truncated; one run of ASCII alphanumerics replaced by one of
+/// [`EXTREMES`]; up to four edits; or up to 200 random bytes.
+pub(crate) fn inputs(valid: &[&[u8]]) -> impl Strategy<Value = Vec<u8>> {
+    assert!(
+        !valid.is_empty(),
+        "fuzzing needs a valid message to start from"
+    );
+    let valid: Vec<Vec<u8>> = valid.iter().map(|v| v.to_vec()).collect();
+    let truncated = select(valid.clone())
+        .prop_flat_map(|v| {
+            let n = v.len();
+            (Just(v), 0..=n)
+        })
+        .prop_map(|(v, n)| v[..n].to_vec());
+    let extreme =
+        (select(valid.clone()), any::<Index>(), select(EXTREMES)).prop_map(|(v, run, x)| {
+            let runs = runs(&v);
+            if runs.is_empty() {
+                return v;
             }
+            let (start, end) = runs[run.index(runs.len())];
+            let mut m = v[..start].to_vec();
+            m.extend_from_slice(x.as_bytes());
+            m.extend_from_slice(&v[end..]);
             m
-        };
-        out.push(input);
-    }
-    out
+        });
+    let edited = (select(valid), prop::collection::vec(edit(), 1..=4))
+        .prop_map(|(v, edits)| apply(v, edits));
+    prop_oneof![
+        1 => truncated,
+        2 => extreme,
+        4 => edited,
+        1 => prop::collection::vec(any::<u8>(), 0..200),
+    ]
 }
 
 /// The ranges of ASCII alphanumeric runs in `v`.
@@ -129,80 +140,61 @@ fn runs(v: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
-thread_local! {
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size: usize) {
-    let _ = PEAK.try_with(|p| p.set(p.get().max(size)));
-}
-
-/// A global allocator (the system's) that records the largest single
-/// allocation of each thread; see [`largest_allocation`]. Install it in a
-/// test binary with `#[global_allocator]`.
-#[derive(Debug)]
-pub struct PeakAlloc;
-
-// SAFETY: every method forwards to `System` with the caller's arguments,
-// unchanged; the bookkeeping only touches a thread-local counter and never
-// allocates.
-unsafe impl GlobalAlloc for PeakAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as in `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: forwarded: `ptr` came from `System` with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
+/// Runs `property` on `cases` inputs from `strategy`; a panic inside it, or
+/// an error it returns, fails the test with the (shrunk) input.
+pub(crate) fn check<S>(
+    cases: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S: Strategy,
+    S::Value: Debug,
+{
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // Failures are reported with their input; no file is written
+        // beside the sources.
+        failure_persistence: None,
+        ..Config::default()
+    });
+    if let Err(e) = runner.run(&strategy, property) {
+        panic!("{e}");
     }
 }
 
-/// Runs `f` and returns its result with the largest single allocation (in
-/// bytes) this thread made meanwhile; meaningful where [`PeakAlloc`] is the
-/// global allocator (0 otherwise).
-pub fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let before = PEAK.with(|p| p.replace(0));
-    let out = f();
-    let peak = PEAK.with(|p| p.replace(before.max(p.get())));
-    (out, peak)
+/// Runs `f` and returns its result with the most bytes this thread held
+/// allocated at once meanwhile (what `f` allocated and had not freed yet).
+pub(crate) fn peak_bytes<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let mut out = None;
+    let info = allocation_counter::measure(|| out = Some(f()));
+    let out = out.expect("measure runs the closure");
+    (out, usize::try_from(info.bytes_max).unwrap_or(usize::MAX))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
 
     #[test]
-    fn deterministic_and_varied() {
-        let (a, b) = (
-            inputs(&[b"GO 64"], 50, &mut Rng::new(1)),
-            inputs(&[b"GO 64"], 50, &mut Rng::new(1)),
-        );
-        assert_eq!(a, b);
-        assert!(a.contains(&b"GO 18446744073709551616".to_vec()));
-        assert!(a.contains(&b"G".to_vec()));
+    fn inputs_vary_around_the_valid_message() {
+        let (long, short, other) = (Cell::new(false), Cell::new(false), Cell::new(false));
+        check(2000, inputs(&[b"GO 64"]), |m| {
+            long.set(long.get() || m == b"GO 18446744073709551616");
+            short.set(short.get() || m == b"G");
+            other.set(other.get() || !m.starts_with(b"G"));
+            Ok(())
+        });
+        assert!(long.get() && short.get() && other.get());
         assert_eq!(runs(b"GO 64"), [(0, 2), (3, 5)]);
     }
 
     #[test]
-    fn the_allocator_sees_allocations() {
-        let (v, peak) = largest_allocation(|| vec![0u8; 12345]);
+    fn the_peak_is_measured() {
+        let (v, peak) = peak_bytes(|| vec![0u8; 12345]);
         assert!(peak >= 12345, "{peak}");
         drop(v);
-        let ((), peak) = largest_allocation(|| ());
+        let ((), peak) = peak_bytes(|| ());
         assert_eq!(peak, 0);
     }
 }

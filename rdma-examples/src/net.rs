@@ -1,10 +1,13 @@
 //! TCP for the out-of-band exchanges: listening, connecting with retries
 //! (so a client may start before its server), and [`Link`], a connection
-//! whose every read and write has a deadline, so a silent or stopped peer
-//! ends in a timeout error instead of a hang.
+//! whose every read and write has a deadline (rdma-safe's
+//! [`Bounded`] exchanges), so a silent or stopped peer ends in a timeout
+//! error naming what was awaited instead of a hang.
 
-use rdma_safe::{channel::Endpoint, Channel};
-use std::io::{self, Read, Write};
+use rdma_safe::error::HandshakeError;
+use rdma_safe::exchange::Bounded;
+use rdma_safe::{channel::Endpoint, Channel, RemoteMemoryRegion};
+use std::io::{self, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
@@ -152,24 +155,10 @@ impl Link {
         limit: Duration,
         what: &str,
     ) -> io::Result<()> {
-        let deadline = Instant::now() + limit;
-        let mut got = 0;
-        while got < buf.len() {
-            self.arm(deadline, limit, what, true)?;
-            match self.stream.read(&mut buf[got..]) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("the peer closed the connection while we waited for {what}"),
-                    ))
-                }
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        let mut exchange = Bounded::new(&mut self.stream, limit)?;
+        exchange
+            .read_exact(buf)
+            .map_err(|e| explained(e, limit, what))
     }
 
     /// Writes all of `bytes` within the timeout.
@@ -177,24 +166,10 @@ impl Link {
     /// # Errors
     /// Timeout (the peer stopped reading), or I/O error.
     pub fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut sent = 0;
-        while sent < bytes.len() {
-            self.arm(
-                deadline,
-                self.timeout,
-                "the peer to take our message",
-                false,
-            )?;
-            match self.stream.write(&bytes[sent..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => sent += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_timeout(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        let mut exchange = Bounded::new(&mut self.stream, self.timeout)?;
+        exchange
+            .write_all(bytes)
+            .map_err(|e| explained(e, self.timeout, "the peer to take our message"))
     }
 
     /// Writes `line` and a newline.
@@ -224,13 +199,13 @@ impl Link {
     /// # Errors
     /// As [`read_line`](Self::read_line).
     pub fn read_line_within(&mut self, limit: Duration, what: &str) -> io::Result<String> {
-        let deadline = Instant::now() + limit;
+        let mut exchange = Bounded::new(&mut self.stream, limit)?;
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            self.read_exact_within(&mut byte, left, what)
-                .map_err(|e| self.retimed(e, limit, what))?;
+            exchange
+                .read_exact(&mut byte)
+                .map_err(|e| explained(e, limit, what))?;
             if byte[0] == b'\n' {
                 break;
             }
@@ -269,28 +244,19 @@ impl Link {
             )
         })
     }
+}
 
-    /// Sets the socket timeout for the next read or write to what is left
-    /// before `deadline`, or fails if nothing is left.
-    fn arm(&self, deadline: Instant, limit: Duration, what: &str, reading: bool) -> io::Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timed_out(limit, what));
-        }
-        if reading {
-            self.stream.set_read_timeout(Some(left))
-        } else {
-            self.stream.set_write_timeout(Some(left))
-        }
-    }
-
-    /// A byte read's timeout as the line's timeout (the whole wait).
-    fn retimed(&self, e: io::Error, limit: Duration, what: &str) -> io::Error {
-        if e.kind() == io::ErrorKind::TimedOut {
-            timed_out(limit, what)
-        } else {
-            e
-        }
+/// An exchange's error as the link reports it: what was awaited, and the
+/// whole wait's bound.
+fn explained(e: HandshakeError, limit: Duration, what: &str) -> io::Error {
+    match e {
+        HandshakeError::Timeout { .. } => timed_out(limit, what),
+        HandshakeError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the peer closed the connection while we waited for {what}"),
+        ),
+        HandshakeError::Io(e) => e,
+        e => io::Error::other(e),
     }
 }
 
@@ -311,10 +277,36 @@ pub fn handshake(channel: &mut Channel, link: &mut Link) -> crate::Result<Endpoi
     let what = "the peer's queue pair address (handshake)";
     channel
         .handshake(link.stream()?)
-        .map_err(|e| match e.kind() {
-            rdma_safe::error::ErrorKind::TimedOut => timed_out(timeout, what).into(),
-            _ => e,
-        })
+        .map_err(|e| retimed(e, timeout, what))
+}
+
+/// [`RemoteMemoryRegion::send_to`] over `link`, within the link's timeout.
+///
+/// # Errors
+/// The peer did not take the region in time, or the connection failed.
+pub fn send_region(link: &mut Link, region: &RemoteMemoryRegion) -> crate::Result<()> {
+    let timeout = link.timeout();
+    region
+        .send_to(link.stream()?, timeout)
+        .map_err(|e| retimed(e, timeout, "the peer to take our memory region"))
+}
+
+/// [`RemoteMemoryRegion::receive_from`] over `link`, within the link's
+/// timeout; `what` names the region in errors.
+///
+/// # Errors
+/// The peer was silent, closed, or sent bytes that are not a region.
+pub fn receive_region(link: &mut Link, what: &str) -> crate::Result<RemoteMemoryRegion> {
+    let timeout = link.timeout();
+    RemoteMemoryRegion::receive_from(link.stream()?, timeout).map_err(|e| retimed(e, timeout, what))
+}
+
+/// A library exchange's timeout in the link's words.
+fn retimed(e: rdma_safe::Error, timeout: Duration, what: &str) -> rdma_safe::Error {
+    match e.kind() {
+        rdma_safe::error::ErrorKind::TimedOut => timed_out(timeout, what).into(),
+        _ => e,
+    }
 }
 
 /// The rest of `line` after its first word if that word is `word`.
@@ -392,28 +384,13 @@ mod tests {
     /// A listener on the loopback whose accept queue is already full: the
     /// kernel drops every further SYN, so connecting gets no answer.
     fn full_listener() -> (TcpListener, TcpStream) {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain socket calls on a descriptor this function owns;
-        // `sockaddr_in` is plain data, valid when zeroed.
-        let fd = unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
-            let mut a: libc::sockaddr_in = std::mem::zeroed();
-            a.sin_family = libc::AF_INET as libc::sa_family_t;
-            a.sin_addr.s_addr = u32::from(Ipv4Addr::LOCALHOST).to_be();
-            let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-            let rc = libc::bind(fd, (&a as *const libc::sockaddr_in).cast(), len);
-            assert_eq!(rc, 0, "bind: {}", io::Error::last_os_error());
-            assert_eq!(
-                libc::listen(fd, 0),
-                0,
-                "listen: {}",
-                io::Error::last_os_error()
-            );
-            fd
-        };
-        // SAFETY: `fd` is a listening socket nothing else owns.
-        let l = unsafe { TcpListener::from_raw_fd(fd) };
+        use socket2::{Domain, Socket, Type};
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.bind(&std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+            .unwrap();
+        // A backlog of 0 (std's `bind` listens with 128).
+        s.listen(0).unwrap();
+        let l = TcpListener::from(s);
         let first = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         (l, first)
     }

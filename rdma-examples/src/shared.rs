@@ -1,119 +1,113 @@
-//! [`SharedBuffer`]: memory a peer may read and write through RDMA.
+//! The programs' exposed buffers: memory a peer reads and writes by RDMA,
+//! as a [`RemoteAccessBuffer`] used as bytes.
+//!
+//! Rust reaches such a buffer only through atomic word accesses, so nothing
+//! here needs the peer to be idle to be sound: a program copies a message
+//! in to prepare it ([`update`]) and out to check it ([`copy_out`]) at the
+//! moments its protocol says the peer leaves the buffer alone (otherwise it
+//! would see a mix of old and new bytes, never undefined behaviour), and
+//! spins on one byte while the peer's write lands ([`byte_word`]).
 
-use crate::pages::AllocError;
-use rdma_safe::{MemoryRegion, ProtectionDomain};
-use std::alloc::Layout;
+use rdma_safe::memory::AccessFlags;
+use rdma_safe::{ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion};
 use std::ops::Range;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU64;
 
-/// A heap buffer meant for remote access, owned through a raw pointer so
-/// that no Rust reference to it exists except when the caller creates
-/// one on purpose, at a moment the peer is known to leave it alone.
+/// What the exposed buffers grant: local writes (a receive or read may land
+/// in them), remote reads and writes, no remote atomics.
+pub const READ_WRITE: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+/// `len` zeroed bytes (at least one; rounded up to whole 8-byte words)
+/// registered in `pd` with [`READ_WRITE`] access; `what` names the buffer
+/// in the error.
 ///
-/// While the peer may be writing, the only safe access is
-/// [`load`](Self::load): a single-byte atomic read, which is how
-/// latency tests poll for the peer's write to land.
-///
-/// Not `Send` or `Sync` (it holds a raw pointer): one thread uses it.
-#[derive(Debug)]
-pub struct SharedBuffer {
-    ptr: NonNull<u8>,
-    len: usize,
-    layout: Layout,
+/// # Errors
+/// The allocation failed (an error, not an abort) or the registration did
+/// (see `ulimit -l`).
+pub fn expose(pd: &ProtectionDomain, len: usize, what: &str) -> crate::Result<RemoteAccessBuffer> {
+    RemoteAccessBuffer::with_access(pd, len.max(1), READ_WRITE)
+        .map_err(|e| crate::fail(format!("{what} ({len} bytes): {e}")))
 }
 
-impl SharedBuffer {
-    /// A zeroed buffer of `len` bytes (at least one byte is allocated).
-    /// Page-aligned, like the buffers perftest exposes; `what` names it in
-    /// the error.
-    ///
-    /// # Errors
-    /// The allocation failed (nothing is aborted).
-    pub fn new(len: usize, what: &str) -> Result<Self, AllocError> {
-        let (ptr, layout) = crate::pages::alloc_pages(len, what)?;
-        Ok(SharedBuffer {
-            ptr,
-            len: layout.size(),
-            layout,
-        })
-    }
+/// What a peer needs to reach the first `len` bytes of `buf`: the
+/// buffer's length is rounded up to whole words, and the programs announce
+/// the length they were asked for.
+///
+/// # Errors
+/// `len` is beyond the buffer.
+pub fn remote(buf: &RemoteAccessBuffer, len: usize) -> crate::Result<RemoteMemoryRegion> {
+    buf.remote().slice(0, len as u64)
+}
 
-    /// Start of the buffer.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
+/// A copy of bytes `range` of `buf`.
+///
+/// # Errors
+/// `range` is not within the buffer.
+pub fn copy_out(buf: &RemoteAccessBuffer, range: Range<usize>) -> crate::Result<Vec<u8>> {
+    let mut out = vec![0u8; range.len()];
+    buf.read(range.start, &mut out)?;
+    Ok(out)
+}
 
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
+/// Copies bytes `range` of `buf` out, lets `f` change the copy, and copies
+/// it back in.
+///
+/// # Errors
+/// `range` is not within the buffer.
+pub fn update(
+    buf: &RemoteAccessBuffer,
+    range: Range<usize>,
+    f: impl FnOnce(&mut [u8]),
+) -> crate::Result<()> {
+    let mut bytes = copy_out(buf, range.clone())?;
+    f(&mut bytes);
+    buf.write(range.start, &bytes)
+}
 
-    /// Whether the buffer is empty (never: at least one byte).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+/// Zeroes bytes `range` of `buf`.
+///
+/// # Errors
+/// `range` is not within the buffer.
+pub fn zero(buf: &RemoteAccessBuffer, range: Range<usize>) -> crate::Result<()> {
+    buf.write(range.start, &vec![0u8; range.len()])
+}
 
-    /// Registers the whole buffer for local use and remote read and write.
-    ///
-    /// # Safety
-    /// The region must be dropped before `self` (the peer may use the
-    /// rkey until then), and the peer must only access the buffer when
-    /// the program's protocol allows it — see [`slice`](Self::slice).
-    pub unsafe fn register(&self, pd: &ProtectionDomain) -> rdma_safe::Result<MemoryRegion> {
-        // SAFETY: forwarded to the caller; the pointer and length describe
-        // this live allocation.
-        unsafe { MemoryRegion::register_shared_mr(pd, self.as_ptr(), self.len) }
-    }
+/// The word holding byte `i` of `buf`, and the shift that brings the byte
+/// to the bottom of it: byte `i` is `(word.load(..) >> shift) as u8`, what
+/// a spin computes once per turn.
+///
+/// # Panics
+/// If `i` is out of bounds.
+pub fn byte_word(buf: &RemoteAccessBuffer, i: usize) -> (&AtomicU64, u32) {
+    assert!(
+        i < buf.len(),
+        "byte {i} out of bounds ({} bytes)",
+        buf.len()
+    );
+    (&buf.words()[i / 8], shift_of(i))
+}
 
-    /// Reads byte `i` atomically: sound even while the peer's RDMA write
-    /// to the buffer is landing.
-    ///
-    /// # Panics
-    /// If `i` is out of bounds.
-    pub fn load(&self, i: usize) -> u8 {
-        assert!(i < self.len, "index {i} out of bounds ({} bytes)", self.len);
-        // Rust code makes non-atomic accesses only through `slice` /
-        // `slice_mut`, whose callers promise nothing else (this load
-        // included: same thread, sequenced) touches the range meanwhile.
-        // SAFETY: in bounds (checked above), byte-aligned, valid for the
-        // lifetime of `&self`; no concurrent non-atomic access (above).
-        unsafe { AtomicU8::from_ptr(self.as_ptr().add(i)) }.load(Ordering::Acquire)
-    }
-
-    /// A shared view of `range`.
-    ///
-    /// # Safety
-    /// While the returned slice lives, no peer may write `range` (the
-    /// program's protocol must have told the peer to stop, and the peer
-    /// must have confirmed its writes completed).
-    ///
-    /// # Panics
-    /// If `range` is out of bounds.
-    pub unsafe fn slice(&self, range: Range<usize>) -> &[u8] {
-        assert!(range.start <= range.end && range.end <= self.len);
-        // SAFETY: in bounds; the caller guarantees no concurrent writer.
-        unsafe { std::slice::from_raw_parts(self.as_ptr().add(range.start), range.len()) }
-    }
-
-    /// An exclusive view of `range`.
-    ///
-    /// # Safety
-    /// While the returned slice lives, no peer may read or write `range`.
-    ///
-    /// # Panics
-    /// If `range` is out of bounds.
-    pub unsafe fn slice_mut(&mut self, range: Range<usize>) -> &mut [u8] {
-        assert!(range.start <= range.end && range.end <= self.len);
-        // SAFETY: in bounds; `&mut self` excludes other Rust views; the
-        // caller guarantees no concurrent access by the peer.
-        unsafe { std::slice::from_raw_parts_mut(self.as_ptr().add(range.start), range.len()) }
+/// The shift of byte `i % 8` of a word in memory order (`to_ne_bytes`).
+fn shift_of(i: usize) -> u32 {
+    let byte = (i % 8) as u32;
+    if cfg!(target_endian = "little") {
+        8 * byte
+    } else {
+        8 * (7 - byte)
     }
 }
 
-impl Drop for SharedBuffer {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `new` with this layout, freed once, here.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shift_picks_the_byte_in_memory_order() {
+        let word = u64::from_ne_bytes([10, 11, 12, 13, 14, 15, 16, 17]);
+        for i in 0..24 {
+            assert_eq!((word >> shift_of(i)) as u8, 10 + (i % 8) as u8, "byte {i}");
+        }
     }
 }

@@ -3,6 +3,30 @@
 //! RDMA. Every exchange has a deadline, so a silent or stopped peer becomes a
 //! [`HandshakeError::Timeout`] instead of a hang, and the stream's own
 //! timeouts are restored afterwards.
+//!
+//! The library's own exchanges ([`Channel::handshake`](crate::Channel::handshake),
+//! [`RemoteMemoryRegion::send_to`](crate::RemoteMemoryRegion::send_to) and
+//! `receive_from`) are built from [`Bounded`] and [`swap`]; a program's own
+//! messages over the same stream can be too:
+//!
+//! ```no_run
+//! use rdma_safe::exchange::{self, Bounded};
+//! use std::net::TcpStream;
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), rdma_safe::error::HandshakeError> {
+//! let mut stream = TcpStream::connect("192.0.2.1:7471")?;
+//! // Both sides write their 8 bytes, then read the other's, within 5 s.
+//! let theirs = exchange::swap(&mut stream, &42u64.to_le_bytes(), Duration::from_secs(5))?;
+//! // A longer conversation under one deadline.
+//! let mut bounded = Bounded::new(&mut stream, Duration::from_secs(5))?;
+//! bounded.write_all(b"GO\n")?;
+//! let mut answer = [0u8; 3];
+//! bounded.read_exact(&mut answer)?;
+//! # let _ = theirs;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -29,9 +53,13 @@ pub enum HandshakeError {
     },
 }
 
-/// A stream with a deadline for a whole exchange. Restores the stream's
-/// read and write timeouts when dropped.
-pub(crate) struct Bounded<'s> {
+/// A stream with a deadline for a whole exchange: every read and write
+/// until the deadline is bounded by the time left (through the socket's
+/// read and write timeouts), and a peer that is silent, stopped or
+/// trickling bytes ends in [`HandshakeError::Timeout`]. Restores the
+/// stream's read and write timeouts when dropped.
+#[derive(Debug)]
+pub struct Bounded<'s> {
     stream: &'s mut TcpStream,
     timeout: Duration,
     deadline: Instant,
@@ -39,7 +67,12 @@ pub(crate) struct Bounded<'s> {
 }
 
 impl<'s> Bounded<'s> {
-    pub(crate) fn new(stream: &'s mut TcpStream, timeout: Duration) -> io::Result<Self> {
+    /// Starts an exchange on `stream` that must end within `timeout` from
+    /// now.
+    ///
+    /// # Errors
+    /// Reading the stream's timeouts failed.
+    pub fn new(stream: &'s mut TcpStream, timeout: Duration) -> io::Result<Self> {
         let saved = (stream.read_timeout()?, stream.write_timeout()?);
         Ok(Bounded {
             stream,
@@ -70,7 +103,12 @@ impl<'s> Bounded<'s> {
         }
     }
 
-    pub(crate) fn write_all(&mut self, mut buf: &[u8]) -> Result<(), HandshakeError> {
+    /// Writes all of `buf` before the deadline.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Timeout`] when the peer does not take the bytes in
+    /// time; [`HandshakeError::Io`] when the stream fails.
+    pub fn write_all(&mut self, mut buf: &[u8]) -> Result<(), HandshakeError> {
         while !buf.is_empty() {
             let left = self.remaining()?;
             self.stream.set_write_timeout(Some(left))?;
@@ -84,7 +122,13 @@ impl<'s> Bounded<'s> {
         Ok(())
     }
 
-    pub(crate) fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<(), HandshakeError> {
+    /// Fills `buf` before the deadline.
+    ///
+    /// # Errors
+    /// [`HandshakeError::Timeout`] when the bytes do not arrive in time;
+    /// [`HandshakeError::Io`] when the stream fails or the peer closes it
+    /// first (`UnexpectedEof`).
+    pub fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<(), HandshakeError> {
         while !buf.is_empty() {
             let left = self.remaining()?;
             self.stream.set_read_timeout(Some(left))?;
@@ -114,7 +158,10 @@ impl Drop for Bounded<'_> {
 
 /// Writes `ours` and reads as many bytes back (both sides do this; each
 /// writes before reading), within `timeout`.
-pub(crate) fn swap<const N: usize>(
+///
+/// # Errors
+/// As [`Bounded::write_all`] and [`Bounded::read_exact`].
+pub fn swap<const N: usize>(
     stream: &mut TcpStream,
     ours: &[u8; N],
     timeout: Duration,

@@ -105,6 +105,7 @@
 //! | [`owned`] | owned operations: requests, futures, streams, reactors |
 //! | [`pool`] | pool buffers |
 //! | [`datagram`], [`srq`], [`window`] | datagrams, shared receive queues, memory windows |
+//! | [`exchange`] | deadline-bounded out-of-band exchanges over TCP: [`Bounded`](exchange::Bounded), [`swap`](exchange::swap) |
 //! | [`error`] | the error's kinds and details, [`Operation`](error::Operation) |
 //!
 //! # Which memory for which job
@@ -220,7 +221,7 @@ mod datagram_options;
 mod endpoint;
 mod engine;
 pub mod error;
-mod exchange;
+pub mod exchange;
 mod fatal;
 pub mod memory;
 pub mod owned;

@@ -32,18 +32,18 @@
 //! Written against `rdma-safe`: the connection is a [`Channel`] made by
 //! [`Listener`] or [`Channel::connect_to_with`]; each step posts its receive
 //! and send in one polling scope. The client's two buffers are the peer's
-//! RDMA targets, so they are registered with remote access — `unsafe`, with
-//! the promise written where it is made. Not implemented: `-P`
+//! RDMA targets, so they are [`RemoteAccessBuffer`](rdma_safe::RemoteAccessBuffer)s
+//! (registered with remote access, reached by Rust only atomically): the
+//! client copies the ping in and the answer out. Not implemented: `-P`
 //! (persistent server), `-I` (source address), `-q`.
 
 use clap::Parser;
 use rdma_examples::fail;
 use rdma_examples::limit::Limit;
-use rdma_examples::{cli, Result};
+use rdma_examples::{cli, shared, Result};
 use rdma_safe::{
-    cm::Acceptance, cm::CmOptions, Channel, Error, GatherElement, Listener, MemoryRegion,
-    ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest,
-    WriteWorkRequest,
+    cm::Acceptance, cm::CmOptions, Channel, Error, GatherElement, Listener, ReadWorkRequest,
+    ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
 };
 use std::process::ExitCode;
 use std::time::Duration;
@@ -207,20 +207,12 @@ fn client(o: &Options) -> Result<()> {
     let host = o.addr.as_deref().expect("checked by options()");
     let connector = rdma_safe::cm::Connector::resolve((host, o.port), &cm_options())?;
     let pd = connector.pd().clone();
-    let mut source = vec![0u8; o.size];
-    let mut sink = vec![0u8; o.size];
-    // The buffers are declared before their regions, so they outlive
-    // them; the server reads `source` and writes `sink` only between our
-    // advertising them and its "go ahead" answers, and this function
-    // touches them only outside those windows (or after the channel, and
-    // so the peer's access, is gone).
-    // SAFETY: by the reasoning just above.
-    let (source_mr, sink_mr) = unsafe {
-        (
-            MemoryRegion::register_shared_mr(&pd, source.as_mut_ptr(), source.len())?,
-            MemoryRegion::register_shared_mr(&pd, sink.as_mut_ptr(), sink.len())?,
-        )
-    };
+    // The server reads `source` and writes `sink` only between our
+    // advertising them and its "go ahead" answers; this function fills and
+    // reads them only outside those windows.
+    let source = shared::expose(&pd, o.size, "the source buffer (-S)")?;
+    let sink = shared::expose(&pd, o.size, "the sink buffer (-S)")?;
+    let mut ping_data = vec![0u8; o.size];
     let mut channel = connector.connect(&[])?;
     if o.debug {
         eprintln!("rping: connected to {:?}", channel.peer_addr());
@@ -229,23 +221,25 @@ fn client(o: &Options) -> Result<()> {
     let len = o.size as u32;
     let source_info = RegisteredBuffer::register(
         &pd,
-        encode(source_mr.remote().address(), source_mr.remote().rkey(), len).to_vec(),
+        encode(source.remote().address(), source.remote().rkey(), len).to_vec(),
     )?;
     let sink_info = RegisteredBuffer::register(
         &pd,
-        encode(sink_mr.remote().address(), sink_mr.remote().rkey(), len).to_vec(),
+        encode(sink.remote().address(), sink.remote().rkey(), len).to_vec(),
     )?;
     let mut first = b'A';
     let mut ping = 0u64;
     while o.count.is_none_or(|c| ping < c) {
-        fill(&mut source, ping, first);
+        fill(&mut ping_data, ping, first);
+        source.write(0, &ping_data)?;
         first = if first >= b'z' { b'A' } else { first + 1 };
         exchange(&mut channel, &mut rx, Some(&[source_info.gather(..)]), None)?;
         exchange(&mut channel, &mut rx, Some(&[sink_info.gather(..)]), None)?;
+        let answer = shared::copy_out(&sink, 0..o.size)?;
         if o.verbose {
-            println!("ping data: {}", c_str(&sink));
+            println!("ping data: {}", c_str(&answer));
         }
-        if o.validate && source != sink {
+        if o.validate && ping_data != answer {
             return Err(fail("data mismatch!"));
         }
         ping += 1;
@@ -254,7 +248,7 @@ fn client(o: &Options) -> Result<()> {
         eprintln!("rping: {ping} pings done, disconnecting");
     }
     drop(channel);
-    drop((source_mr, sink_mr));
+    drop((source, sink));
     Ok(())
 }
 

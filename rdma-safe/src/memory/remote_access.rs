@@ -105,7 +105,8 @@ impl RemoteAccessBuffer {
     ///
     /// # Errors
     /// [`Error::Alloc`](crate::Error::Alloc) for a zero or unrepresentable
-    /// length; [`Error::Verbs`](crate::Error::Verbs) with `ibv_reg_mr`'s error
+    /// length, or when the allocator has no memory for it (never an abort:
+    /// sizes may come from input); [`Error::Verbs`](crate::Error::Verbs) with `ibv_reg_mr`'s error
     /// when the memory cannot be pinned (see `ulimit -l`).
     pub fn new(pd: &ProtectionDomain, len: usize) -> crate::Result<Self> {
         let access = AccessFlags::LOCAL_WRITE
@@ -125,17 +126,7 @@ impl RemoteAccessBuffer {
         len: usize,
         access: AccessFlags,
     ) -> crate::Result<Self> {
-        let words = len.div_ceil(WORD);
-        if words == 0
-            || words
-                .checked_mul(WORD)
-                .is_none_or(|b| b > isize::MAX as usize)
-        {
-            return Err(AllocError::InvalidLayout { len, align: WORD }.into());
-        }
-        let words: Box<[AtomicU64]> = std::iter::repeat_with(|| AtomicU64::new(0))
-            .take(words)
-            .collect();
+        let words = zeroed_words(len)?;
         let ptr = words.as_ptr().cast::<u8>().cast_mut();
         // The range is the heap block of `words`, which this value
         // owns, never reallocates and frees only after deregistering (see
@@ -286,6 +277,25 @@ impl RemoteAccessBuffer {
     }
 }
 
+/// `len` zeroed bytes as whole words, allocated fallibly (the length may
+/// come from a peer's message).
+fn zeroed_words(len: usize) -> Result<Box<[AtomicU64]>, AllocError> {
+    let words = len.div_ceil(WORD);
+    if words == 0
+        || words
+            .checked_mul(WORD)
+            .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(AllocError::InvalidLayout { len, align: WORD });
+    }
+    let mut zeroed = Vec::new();
+    zeroed
+        .try_reserve_exact(words)
+        .map_err(|_| AllocError::OutOfMemory { len })?;
+    zeroed.extend(std::iter::repeat_with(|| AtomicU64::new(0)).take(words));
+    Ok(zeroed.into_boxed_slice())
+}
+
 /// The words a byte range touches, each with the byte range within it.
 fn pieces(range: Range<usize>) -> impl Iterator<Item = (usize, Range<usize>)> {
     let mut at = range.start;
@@ -337,6 +347,24 @@ mod tests {
 
     fn split(range: Range<usize>) -> Vec<(usize, Range<usize>)> {
         pieces(range).collect()
+    }
+
+    #[test]
+    fn sizes_are_errors_not_aborts() {
+        assert_eq!(zeroed_words(9).expect("two words").len(), 2);
+        assert!(matches!(
+            zeroed_words(0),
+            Err(AllocError::InvalidLayout { .. })
+        ));
+        assert!(matches!(
+            zeroed_words(usize::MAX),
+            Err(AllocError::InvalidLayout { .. })
+        ));
+        // 4 EiB: representable, larger than any address space.
+        assert!(matches!(
+            zeroed_words(1 << 62),
+            Err(AllocError::OutOfMemory { .. })
+        ));
     }
 
     #[test]

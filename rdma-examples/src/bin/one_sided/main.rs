@@ -45,21 +45,19 @@ use rdma_examples::fail;
 use rdma_examples::flags::{DeviceFlags, GidIndex, Timeout};
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Heartbeat, Link};
-use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{cli, device, pattern, Result};
+use rdma_examples::{cli, device, pattern, shared, Result};
 use rdma_safe::{
-    memory::REMOTE_REGION_ENCODED_LEN, Channel, GatherElement, ProtectionDomain, RegisteredBuffer,
-    ScatterElement, WorkSuccess,
+    Channel, GatherElement, ProtectionDomain, RegisteredBuffer, ScatterElement, WorkSuccess,
 };
 use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
 use std::time::Instant;
 
-/// The unit tests' allocator: records the largest allocation, for the
-/// decoders' fuzz tests.
+/// The decoders' fuzzing helpers (test code, shared with the library's
+/// tests).
 #[cfg(test)]
-#[global_allocator]
-static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
+#[path = "../../fuzz.rs"]
+mod fuzz;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -153,15 +151,12 @@ fn server(o: &Options) -> Result<()> {
         o.device.ib_port,
         o.gid.gid_index,
     )?;
-    let mut buffer = SharedBuffer::new(size, "the exposed buffer (--size)")?;
-    // SAFETY: no peer knows the buffer yet.
-    pattern::fill(unsafe { buffer.slice_mut(0..size) }, INITIAL_SEED, 0);
-    // `region` is dropped before `buffer` (declared after it, and dropped
-    // explicitly below). The client writes and reads the buffer only between
-    // receiving the region and sending DONE, after its last operation.
-    // SAFETY: lifetime as just described; this side creates no reference to
-    // the buffer in the client's window.
-    let region = unsafe { buffer.register(&pd) }?;
+    // The client writes and reads the buffer only between receiving the
+    // region and sending DONE, after its last operation; this side fills it
+    // before and checks it after.
+    let buffer = shared::expose(&pd, size, "the exposed buffer (--size)")?;
+    shared::update(&buffer, 0..size, |b| pattern::fill(b, INITIAL_SEED, 0))?;
+    let region = shared::remote(&buffer, size)?;
     let listener =
         net::listen(o.port).map_err(|e| fail(format!("can't listen on port {}: {e}", o.port)))?;
     println!(
@@ -172,7 +167,7 @@ fn server(o: &Options) -> Result<()> {
     drop(listener);
     let mut link = Link::new(stream, o.timeout.timeout)?;
     let channel = connect(o, &pd, &mut link, 1, 1)?;
-    link.write_all(&region.remote().to_bytes())?;
+    net::send_region(&mut link, &region)?;
     println!(
         "one_sided: client {peer} connected (QP {:#x}); region rkey {:#x}, {} bytes",
         channel.local_endpoint().qp_num,
@@ -181,9 +176,9 @@ fn server(o: &Options) -> Result<()> {
     );
 
     let seed = protocol::read_done(&mut link)?;
-    // SAFETY: after DONE the client has no operation outstanding.
-    let verdict = pattern::check(unsafe { buffer.slice(0..size) }, seed, 0);
-    drop(region);
+    // After DONE the client has no operation outstanding.
+    let verdict = pattern::check(&shared::copy_out(&buffer, 0..size)?, seed, 0);
+    drop(buffer);
     match verdict {
         Ok(()) => {
             link.write_line("OK")?;
@@ -261,9 +256,8 @@ fn client(o: &Options, host: &str) -> Result<()> {
     let stream = net::connect(host, port, net::CONNECT_RETRY, o.timeout.timeout)?;
     let mut link = Link::new(stream, o.timeout.timeout)?;
     let mut channel = connect(o, &pd, &mut link, depth as u32, iovs as u32)?;
-    let mut rb = [0u8; REMOTE_REGION_ENCODED_LEN];
-    link.read_exact(&mut rb, "the server's region")?;
-    let (remote, size) = protocol::decode_region(&rb, chunk)?;
+    let region = net::receive_region(&mut link, "the server's region")?;
+    let (remote, size) = protocol::check_region(region, chunk)?;
     let chunks = size / chunk;
     println!(
         "one_sided: connected to {host}:{port} (QP {:#x} -> {:#x}); remote region {size} bytes, rkey {:#x}",

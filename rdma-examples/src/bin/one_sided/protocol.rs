@@ -12,7 +12,7 @@ use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, ALIVE};
 use rdma_examples::Result;
-use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
+use rdma_safe::RemoteMemoryRegion;
 use std::time::Duration;
 
 /// Bytes the server exposes (`--size`), also the most a client accepts.
@@ -30,18 +30,16 @@ pub(crate) const ROUNDS: Limit = Limit::new("-n/--rounds", 1, 1_000_000);
 /// timeout a server may have.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
 
-/// Decodes the server's region and checks it against what the client can
-/// use: at most [`SIZE`] bytes, a whole number of `chunk`s. Returns the
-/// region and its length.
+/// Checks the server's region (decoded by rdma-safe) against what the
+/// client can use: at most [`SIZE`] bytes, a whole number of `chunk`s.
+/// Returns the region and its length.
 ///
 /// # Errors
-/// Malformed bytes, or a length outside the limits.
-pub(crate) fn decode_region(
-    bytes: &[u8; REMOTE_REGION_ENCODED_LEN],
+/// A length outside the limits.
+pub(crate) fn check_region(
+    remote: RemoteMemoryRegion,
     chunk: usize,
 ) -> Result<(RemoteMemoryRegion, usize)> {
-    let remote = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| fail(format!("the server's region does not decode: {e}")))?;
     let size = usize::try_from(remote.length())
         .ok()
         .and_then(|n| SIZE.check_usize(n).ok())
@@ -118,7 +116,14 @@ pub(crate) fn decode_verdict(line: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_examples::fuzz::{inputs, largest_allocation, Rng};
+    use crate::fuzz::{check, inputs, peak_bytes};
+    use proptest::prelude::*;
+    use rdma_safe::memory::REMOTE_REGION_ENCODED_LEN;
+
+    /// The region a server's bytes decode to, checked as the client does.
+    fn decode_region(bytes: &[u8], chunk: usize) -> Result<(RemoteMemoryRegion, usize)> {
+        check_region(RemoteMemoryRegion::from_bytes(bytes)?, chunk)
+    }
 
     #[test]
     fn regions_within_limits_only() {
@@ -134,25 +139,27 @@ mod tests {
     #[test]
     fn the_decoders_survive_fuzzing() {
         let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 18, 0x1234).to_bytes();
-        let mut rng = Rng::new(0x0e51);
-        for input in inputs(&[&region], 20_000, &mut rng) {
+        check(20_000, (inputs(&[&region]), 0..20u32), |(input, log2)| {
             let mut bytes = [0u8; REMOTE_REGION_ENCODED_LEN];
             let n = input.len().min(bytes.len());
             bytes[..n].copy_from_slice(&input[..n]);
-            let chunk = 1 << rng.below(20);
-            let (r, peak) = largest_allocation(|| decode_region(&bytes, chunk));
-            assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
+            let chunk = 1 << log2;
+            let (r, peak) = peak_bytes(|| decode_region(&bytes, chunk));
+            prop_assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
             if let Ok((_, size)) = r {
-                assert!(SIZE.check_usize(size).is_ok() && size % chunk == 0);
+                prop_assert!(SIZE.check_usize(size).is_ok() && size % chunk == 0);
             }
-        }
-        for input in inputs(&[b"DONE 1", b"ALIVE", b"OK", b"BAD 7 x"], 20_000, &mut rng) {
+            Ok(())
+        });
+        let lines: [&[u8]; 4] = [b"DONE 1", b"ALIVE", b"OK", b"BAD 7 x"];
+        check(20_000, inputs(&lines), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (_, peak) = largest_allocation(|| {
+            let ((), peak) = peak_bytes(|| {
                 let _ = decode_client_line(&line);
                 let _ = decode_verdict(&line);
             });
-            assert!(peak <= 1024 + 4 * line.len(), "{peak} bytes for {line:?}");
-        }
+            prop_assert!(peak <= 1024 + 4 * line.len(), "{peak} bytes for {line:?}");
+            Ok(())
+        });
     }
 }

@@ -18,12 +18,12 @@ use crate::protocol::{Params, Test};
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::clock::{self, Laps, Stamp, Timeline};
 use rdma_examples::fail;
-use rdma_examples::shared::SharedBuffer;
+use rdma_examples::shared;
 use rdma_examples::{pattern, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::{
-    owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool, RemoteMemoryRegion,
-    SharedChannel,
+    owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool, RemoteAccessBuffer,
+    RemoteMemoryRegion, SharedChannel,
 };
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -242,7 +242,7 @@ pub(crate) fn run_lat(
     size: usize,
     side: &mut Side,
     remote: Option<RemoteMemoryRegion>,
-    exposed: &mut SharedBuffer,
+    exposed: &RemoteAccessBuffer,
 ) -> Result<Vec<f64>> {
     let (iters, test) = (p.iters, p.test);
     let timeout = side.channel.timeout();
@@ -301,7 +301,7 @@ async fn write_lat(
     ch: &SharedChannel,
     pool: &BufferPool,
     remote: RemoteMemoryRegion,
-    exposed: &mut SharedBuffer,
+    exposed: &RemoteAccessBuffer,
     size: usize,
     iters: usize,
     timeout: Duration,
@@ -311,9 +311,9 @@ async fn write_lat(
     buf.set_len(size);
     pattern::fill(&mut buf, seed(size, BY_CLIENT), 0);
     buf[size - 1] = mark(0);
-    // SAFETY: the server writes our buffer only in answer to our writes of
-    // this size, none of which has been posted yet.
-    unsafe { exposed.slice_mut(0..size) }.fill(0);
+    // The server writes our buffer only in answer to our writes of this
+    // size, none of which has been posted yet.
+    shared::zero(exposed, 0..size)?;
     let mut next = buf.freeze();
     for i in 0..iters {
         laps.start();

@@ -4,8 +4,8 @@
 //! `ib_atomic_bw` and `ib_atomic_lat`.
 //!
 //! The server exposes one word in a [`RemoteAccessBuffer`] (memory peers
-//! may update, registered without `unsafe`), zeroes it before `GO` and does
-//! nothing else until `DONE`. The client runs operation `i` as
+//! may update, which Rust reaches only atomically), zeroes it before `GO`
+//! and does nothing else until `DONE`. The client runs operation `i` as
 //! fetch-and-add of 1, or as compare-and-swap of `i` with `i + 1`. A
 //! reliable connection executes its atomics in order, so operation `i`
 //! finds the word at `i` either way: every compare-and-swap succeeds, every

@@ -11,9 +11,8 @@ use crate::report::{clock_cost, print_report, Checks, Out, Report, BW_HEADER, LA
 use crate::{mark, recv_region, seed, send_region, setup, setup_lanes, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
-use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Latency;
-use rdma_examples::{device, pattern, Result};
+use rdma_examples::{device, pattern, shared, Result};
 
 /// Runs the test against the server at `host`.
 pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
@@ -46,22 +45,16 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     } else {
         None
     };
-    // write_lat: the client exposes a buffer too (declared before its region
-    // so that the region is dropped first).
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
-    let exposed_mr = if p.test == Test::WriteLat {
-        // `exposed_mr` is dropped before `exposed`. The server writes the
-        // buffer only in answer to our writes, within a size's run; we create
-        // references to it only before our first write of a size and after
-        // the server's OK for it.
-        // SAFETY: lifetime and aliasing as just described; otherwise we read
-        // the buffer only with atomic single-byte loads.
-        let mr = unsafe { exposed.register(side.channel.pd()) }?;
-        send_region(&mut link, &mr.remote())?;
-        Some(mr)
-    } else {
-        None
-    };
+    // write_lat: the client exposes a buffer too (a byte otherwise). The
+    // server writes it only in answer to our writes, within a size's run; we
+    // prepare it only before our first write of a size and check it after
+    // the server's OK for it, and otherwise only spin on a byte.
+    let exposes = p.test == Test::WriteLat;
+    let len = if exposes { p.max_size() } else { 1 };
+    let exposed = shared::expose(side.channel.pd(), len, "the exposed buffer (-s)")?;
+    if exposes {
+        send_region(&mut link, &shared::remote(&exposed, len)?)?;
+    }
 
     if o.verbose {
         out.say(&clock_cost());
@@ -80,7 +73,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
             ),
             Test::WriteLat | Test::ReadLat | Test::SendLat if o.asynchronous => {
                 let mut samples =
-                    asynchronous::run_lat(p, size, &mut side, server_region, &mut exposed)?;
+                    asynchronous::run_lat(p, size, &mut side, server_region, &exposed)?;
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
             Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw => {
@@ -88,7 +81,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
                 Report::Bw(r)
             }
             Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat => {
-                let mut samples = run_lat(p, size, &mut side, server_region, &mut exposed)?;
+                let mut samples = run_lat(p, size, &mut side, server_region, &exposed)?;
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
@@ -116,16 +109,17 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
             Test::SendLat => pattern::check(&side.rx[..size], seed(size, BY_SERVER), 0)
                 .map_err(|m| fail(format!("replies received from the server: {m}"))),
             Test::WriteLat => {
-                // SAFETY: after the server's OK it writes nothing until our
-                // next write.
-                let data = unsafe { exposed.slice(0..size) };
-                pattern::check(&data[..size - 1], seed(size, BY_SERVER), 0)
-                    .map_err(|m| fail(format!("buffer written by the server: {m}")))
-                    .and_then(|()| {
-                        (data[size - 1] == mark(p.iters - 1))
-                            .then_some(())
-                            .ok_or_else(|| fail("last byte written by the server is wrong"))
-                    })
+                // After the server's OK it writes nothing until our next
+                // write.
+                shared::copy_out(&exposed, 0..size).and_then(|data| {
+                    pattern::check(&data[..size - 1], seed(size, BY_SERVER), 0)
+                        .map_err(|m| fail(format!("buffer written by the server: {m}")))
+                        .and_then(|()| {
+                            (data[size - 1] == mark(p.iters - 1))
+                                .then_some(())
+                                .ok_or_else(|| fail("last byte written by the server is wrong"))
+                        })
+                })
             }
             Test::WriteBw | Test::SendBw | Test::AtomicBw | Test::AtomicLat => Ok(()),
         };
@@ -133,7 +127,6 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
         print_report(&out, p, size, &report, o.verbose);
     }
     link.write_line("BYE")?;
-    drop(exposed_mr);
     out.say(RULE);
     out.say("data verified");
     Ok(())

@@ -8,20 +8,15 @@
 
 use crate::protocol::Test;
 use rdma_examples::fail;
-use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{pattern, Result};
-use rdma_safe::{MemoryRegion, ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion};
+use rdma_examples::{pattern, shared, Result};
+use rdma_safe::{ProtectionDomain, RemoteAccessBuffer, RemoteMemoryRegion};
 
 /// The exposed memory of a `-R` side.
 pub(crate) enum Exposed {
     /// Bytes, registered for remote read and write; write_lat spins on one.
-    Bytes {
-        /// Declared before `buf`, so deregistered before it is freed.
-        mr: MemoryRegion,
-        buf: SharedBuffer,
-    },
-    /// 64-bit words, registered for remote atomics too; Rust reaches them
-    /// only atomically (this side never looks at them).
+    Bytes(RemoteAccessBuffer),
+    /// 64-bit words, registered for remote atomics too (this side never
+    /// looks at them).
     Words(RemoteAccessBuffer),
 }
 
@@ -45,33 +40,25 @@ impl Exposed {
                 .map_err(|e| fail(format!("the exposed words: {e}")))?;
             return Ok(Exposed::Words(words));
         }
-        let mut buf = SharedBuffer::new(len, "the exposed buffer (-s)")?;
+        let buf = shared::expose(pd, len, "the exposed buffer (-s)")?;
         if test != Test::WriteLat {
-            // SAFETY: nothing else references the buffer yet and no peer
-            // knows its address: it is registered below.
-            pattern::fill(unsafe { buf.slice_mut(0..buf.len()) }, size as u64, 1);
+            // No peer knows the buffer's address yet.
+            shared::update(&buf, 0..len, |b| pattern::fill(b, size as u64, 1))?;
         }
-        // `mr` is dropped before `buf` (field order of `Bytes`); from now
-        // on Rust reads the buffer only with atomic byte loads (write_lat's
-        // spin) while the peer may write it, and never writes it
-        // (`Exposed` hands out no mutable view).
-        // SAFETY: by the reasoning just above.
-        let mr = unsafe { buf.register(pd) }?;
-        Ok(Exposed::Bytes { mr, buf })
+        Ok(Exposed::Bytes(buf))
     }
 
     /// What the peer needs to reach the memory.
     pub(crate) fn remote(&self) -> RemoteMemoryRegion {
         match self {
-            Exposed::Bytes { mr, .. } => mr.remote(),
-            Exposed::Words(words) => words.remote(),
+            Exposed::Bytes(buf) | Exposed::Words(buf) => buf.remote(),
         }
     }
 
     /// The bytes (to spin on), unless these are words.
-    pub(crate) fn bytes(&self) -> Option<&SharedBuffer> {
+    pub(crate) fn bytes(&self) -> Option<&RemoteAccessBuffer> {
         match self {
-            Exposed::Bytes { buf, .. } => Some(buf),
+            Exposed::Bytes(buf) => Some(buf),
             Exposed::Words(_) => None,
         }
     }

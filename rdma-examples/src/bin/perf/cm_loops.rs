@@ -19,11 +19,10 @@ use crate::measured::measured_loop;
 use crate::perftest_wire::DEST_LEN;
 use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
-use rdma_examples::shared::SharedBuffer;
 use rdma_examples::Result;
 use rdma_safe::{
-    Channel, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteMemoryRegion,
-    SendWorkRequest, WriteWorkRequest,
+    Channel, ReadWorkRequest, ReceiveWorkRequest, RegisteredBuffer, RemoteAccessBuffer,
+    RemoteMemoryRegion, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -89,7 +88,7 @@ pub(crate) fn receive_bw(
 pub(crate) fn write_lat(
     channel: &mut Channel,
     local: &mut RegisteredBuffer,
-    exposed: &SharedBuffer,
+    exposed: &RemoteAccessBuffer,
     remote: RemoteMemoryRegion,
     size: usize,
     iters: usize,

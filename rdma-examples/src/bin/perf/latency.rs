@@ -9,13 +9,14 @@ use crate::{check_message, mark, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::net::Link;
-use rdma_examples::shared::SharedBuffer;
+use rdma_examples::shared;
 use rdma_examples::{pattern, Result};
 use rdma_safe::{
     scope::ScopedPendingWork, PollingScope, PreparedBatch, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
+    RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// send_lat, server side: answer every ping with a pong.
@@ -178,7 +179,7 @@ pub(crate) fn serve_write_lat(
     p: &Params,
     size: usize,
     side: &mut Side,
-    exposed: &SharedBuffer,
+    exposed: &RemoteAccessBuffer,
     remote: RemoteMemoryRegion,
 ) -> Result<()> {
     let timeout = side.channel.timeout();
@@ -208,7 +209,7 @@ fn write_and_claim(side: &mut Side, size: usize, remote: RemoteMemoryRegion) -> 
 
 /// Spins until byte `i` of `buf` (written by the peer) equals `want`.
 pub(crate) fn wait_for_byte(
-    buf: &SharedBuffer,
+    buf: &RemoteAccessBuffer,
     i: usize,
     want: u8,
     timeout: Duration,
@@ -218,7 +219,8 @@ pub(crate) fn wait_for_byte(
     // a VM whose clock source is not the TSC, microseconds each.
     let mut start = None;
     let mut spins: u32 = 0;
-    while buf.load(i) != want {
+    let (word, shift) = shared::byte_word(buf, i);
+    while (word.load(Ordering::Acquire) >> shift) as u8 != want {
         spins = spins.wrapping_add(1);
         if spins & 1023 == 0 {
             if start.get_or_insert_with(Stamp::now).elapsed() > timeout {
@@ -250,7 +252,7 @@ pub(crate) fn run_lat(
     size: usize,
     side: &mut Side,
     remote: Option<RemoteMemoryRegion>,
-    exposed: &mut SharedBuffer,
+    exposed: &RemoteAccessBuffer,
 ) -> Result<Vec<f64>> {
     let iters = p.iters;
     let mut laps = Laps::with_capacity(iters);
@@ -277,9 +279,9 @@ pub(crate) fn run_lat(
                 let timeout = side.channel.timeout();
                 pattern::fill(&mut side.local[..size], seed(size, BY_CLIENT), 0);
                 let _ = clock::ticks_per_sec();
-                // SAFETY: the server writes our buffer only in answer to our
-                // writes of this size, none of which has been posted yet.
-                unsafe { exposed.slice_mut(0..size) }.fill(0);
+                // The server writes our buffer only in answer to our writes
+                // of this size, none of which has been posted yet.
+                shared::zero(exposed, 0..size)?;
                 for i in 0..iters {
                     laps.start();
                     side.local[size - 1] = mark(i);

@@ -97,17 +97,16 @@ use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::{cli, Result};
 use rdma_safe::{
-    channel::ConnectOptions, memory::REMOTE_REGION_ENCODED_LEN, Channel, ProtectionDomain,
-    RegisteredBuffer, RemoteMemoryRegion,
+    channel::ConnectOptions, Channel, ProtectionDomain, RegisteredBuffer, RemoteMemoryRegion,
 };
 use report::{Out, RULE};
 use std::process::ExitCode;
 
-/// The unit tests' allocator: records the largest allocation, for the
-/// decoders' fuzz tests.
+/// The decoders' fuzzing helpers (test code, shared with the library's
+/// tests).
 #[cfg(test)]
-#[global_allocator]
-static ALLOC: rdma_examples::fuzz::PeakAlloc = rdma_examples::fuzz::PeakAlloc;
+#[path = "../../fuzz.rs"]
+mod fuzz;
 
 fn main() -> ExitCode {
     let opts = Options::from_command_line();
@@ -312,16 +311,17 @@ fn setup_lane(
     })
 }
 
+/// Sends our region to the peer (rdma-safe's 24-byte encoding).
 fn send_region(link: &mut Link, r: &RemoteMemoryRegion) -> Result<()> {
-    link.write_all(&r.to_bytes())?;
-    Ok(())
+    net::send_region(link, r)
 }
 
 /// Receives the peer's region, which must hold `needed` bytes.
 fn recv_region(link: &mut Link, needed: usize) -> Result<RemoteMemoryRegion> {
-    let mut b = [0u8; REMOTE_REGION_ENCODED_LEN];
-    link.read_exact(&mut b, "the peer's memory region")?;
-    protocol::decode_region(&b, needed)
+    protocol::check_region(
+        net::receive_region(link, "the peer's memory region")?,
+        needed,
+    )
 }
 
 /// The queue pair attributes perftest connects with: ACK timeout `-u`

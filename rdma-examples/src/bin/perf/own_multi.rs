@@ -34,10 +34,9 @@ use crate::report::{self, clock_cost, print_report, Out, Report, BW_HEADER, RULE
 use crate::{recv_region, seed, send_region, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
-use rdma_examples::shared::SharedBuffer;
 use rdma_examples::stats::Bandwidth;
-use rdma_examples::{pattern, Result};
-use rdma_safe::RemoteMemoryRegion;
+use rdma_examples::{pattern, shared, Result};
+use rdma_safe::{RemoteAccessBuffer, RemoteMemoryRegion};
 use std::time::Duration;
 
 /// The pattern seed of lane `lane`'s data written by `writer` at `size`
@@ -58,18 +57,14 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
     };
     // -b on write_bw and read_bw: the server reaches our buffer too. It
     // does so only between its `GO` and its verdict for a size; this side
-    // makes references to the buffer only before reading `GO` and after the
-    // verdict. `mr` is dropped before `exposed` (declared after it).
+    // prepares and checks the buffer only before reading `GO` and after the
+    // verdict.
     let exposes = p.bidirectional && p.test.server_exposes();
-    let mut exposed = SharedBuffer::new(if exposes { span } else { 1 }, "the exposed buffer")?;
-    let mr = if exposes {
-        // SAFETY: lifetime and aliasing as just described.
-        let mr = unsafe { exposed.register(sides[0].channel.pd()) }?;
-        send_region(link, &mr.remote())?;
-        Some(mr)
-    } else {
-        None
-    };
+    let len = if exposes { span } else { 1 };
+    let exposed = shared::expose(sides[0].channel.pd(), len, "the exposed buffer")?;
+    if exposes {
+        send_region(link, &shared::remote(&exposed, len)?)?;
+    }
     if o.verbose {
         out.say(&clock_cost());
     }
@@ -77,9 +72,10 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
     for &size in &p.sizes {
         // Preparation, while the server waits for nothing from us.
         if exposes {
-            // SAFETY: before `GO` the server touches nothing of ours.
-            let mine = unsafe { exposed.slice_mut(0..size * n) };
-            prepare_exposed(p.test, mine, size, BY_CLIENT);
+            // Before `GO` the server touches nothing of ours.
+            shared::update(&exposed, 0..size * n, |mine| {
+                prepare_exposed(p.test, mine, size, BY_CLIENT)
+            })?;
         } else if p.bidirectional {
             sides.iter_mut().for_each(|s| s.rx.fill(0));
         }
@@ -123,9 +119,9 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
                 if p.test == Test::SendBw {
                     check_received(&sides, p, size, BY_SERVER)?;
                 } else {
-                    // SAFETY: after its verdict the server touches nothing.
-                    let data = unsafe { exposed.slice(0..size * n) };
-                    check_exposed(p.test, data, size, BY_CLIENT, BY_SERVER)?;
+                    // After its verdict the server touches nothing.
+                    let data = shared::copy_out(&exposed, 0..size * n)?;
+                    check_exposed(p.test, &data, size, BY_CLIENT, BY_SERVER)?;
                 }
             }
             Ok(())
@@ -134,7 +130,6 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
         print_report(out, p, size, &Report::Bw(run), o.verbose);
     }
     link.write_line("BYE")?;
-    drop(mr);
     out.say(RULE);
     out.say("data verified");
     Ok(())
@@ -151,33 +146,20 @@ pub(crate) fn serve(
     let n = sides.len();
     let span = p.max_size() * n;
     // The client reaches this buffer only between our `GO` and its `DONE`;
-    // this side makes references to it only outside those windows. `mr` is
-    // dropped before `exposed` (declared after it).
+    // this side prepares and checks it only outside those windows.
     let exposes = p.test.server_exposes();
-    let mut exposed = SharedBuffer::new(if exposes { span } else { 1 }, "the exposed buffer")?;
-    let mr = if exposes {
-        // SAFETY: lifetime and aliasing as just described.
-        let mr = unsafe { exposed.register(sides[0].channel.pd()) }?;
-        send_region(link, &mr.remote())?;
-        Some(mr)
-    } else {
-        None
-    };
+    let len = if exposes { span } else { 1 };
+    let exposed = shared::expose(sides[0].channel.pd(), len, "the exposed buffer")?;
+    if exposes {
+        send_region(link, &shared::remote(&exposed, len)?)?;
+    }
     let client_region = if p.bidirectional && p.test.server_exposes() {
         Some(recv_region(link, span)?)
     } else {
         None
     };
     for &size in &p.sizes {
-        let outcome = serve_size(
-            timeout,
-            p,
-            size,
-            &mut sides,
-            &mut exposed,
-            client_region,
-            link,
-        );
+        let outcome = serve_size(timeout, p, size, &mut sides, &exposed, client_region, link);
         // Tell the client either way, then stop on failure.
         let run = protocol::send_verdict(link, size, outcome)?;
         if let Some(r) = run {
@@ -189,7 +171,6 @@ pub(crate) fn serve(
         report::print_server_size(out, p, size);
     }
     link.expect_line("BYE")?;
-    drop(mr);
     out.say("data verified");
     Ok(())
 }
@@ -200,7 +181,7 @@ fn serve_size(
     p: &Params,
     size: usize,
     sides: &mut [Side],
-    exposed: &mut SharedBuffer,
+    exposed: &RemoteAccessBuffer,
     client_region: Option<RemoteMemoryRegion>,
     link: &mut Link,
 ) -> Result<Option<BwRun>> {
@@ -208,9 +189,10 @@ fn serve_size(
     if p.test == Test::SendBw {
         sides.iter_mut().for_each(|s| s.rx.fill(0));
     } else {
-        // SAFETY: the client reaches the buffer only between GO and DONE.
-        let parts = unsafe { exposed.slice_mut(0..size * n) };
-        prepare_exposed(p.test, parts, size, BY_SERVER);
+        // The client reaches the buffer only between GO and DONE.
+        shared::update(exposed, 0..size * n, |parts| {
+            prepare_exposed(p.test, parts, size, BY_SERVER)
+        })?;
     }
     let receives = p.test == Test::SendBw;
     let mine = if p.bidirectional || receives {
@@ -253,9 +235,9 @@ fn serve_size(
     if p.test == Test::SendBw {
         check_received(sides, p, size, BY_CLIENT)?;
     } else {
-        // SAFETY: after DONE the client has no operation outstanding.
-        let data = unsafe { exposed.slice(0..size * n) };
-        check_exposed(p.test, data, size, BY_SERVER, BY_CLIENT)?;
+        // After DONE the client has no operation outstanding.
+        let data = shared::copy_out(exposed, 0..size * n)?;
+        check_exposed(p.test, &data, size, BY_SERVER, BY_CLIENT)?;
     }
     if p.bidirectional && p.test == Test::ReadBw {
         check_reads(sides, p, size, BY_CLIENT)?;

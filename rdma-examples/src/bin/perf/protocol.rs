@@ -21,7 +21,7 @@ use rdma_examples::fail;
 use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, MAX_LINE};
 use rdma_examples::Result;
-use rdma_safe::{memory::REMOTE_REGION_ENCODED_LEN, RemoteMemoryRegion};
+use rdma_safe::RemoteMemoryRegion;
 use std::time::Duration;
 
 /// Largest size of `-a`.
@@ -376,16 +376,12 @@ pub(crate) fn decode_answer(line: &str) -> Result<()> {
     }
 }
 
-/// Decodes the peer's region and checks that it holds `needed` bytes.
+/// Checks that the peer's region (decoded by rdma-safe) holds `needed`
+/// bytes.
 ///
 /// # Errors
-/// Malformed bytes, or a region too small.
-pub(crate) fn decode_region(
-    bytes: &[u8; REMOTE_REGION_ENCODED_LEN],
-    needed: usize,
-) -> Result<RemoteMemoryRegion> {
-    let r = RemoteMemoryRegion::from_bytes(bytes)
-        .map_err(|e| fail(format!("the peer's region does not decode: {e}")))?;
+/// A region too small.
+pub(crate) fn check_region(r: RemoteMemoryRegion, needed: usize) -> Result<RemoteMemoryRegion> {
     if r.length() < needed as u64 {
         return Err(fail(format!(
             "the peer's region is {} bytes, smaller than the {needed}-byte messages",
@@ -446,7 +442,15 @@ pub(crate) fn decode_verdict(line: &str, size: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdma_examples::fuzz::{inputs, largest_allocation, Rng};
+    use crate::fuzz::{check, inputs, peak_bytes};
+    use proptest::prelude::*;
+    use rdma_safe::memory::REMOTE_REGION_ENCODED_LEN;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The region a peer's bytes decode to, checked as `recv_region` does.
+    fn decode_region(bytes: &[u8], needed: usize) -> Result<RemoteMemoryRegion> {
+        check_region(RemoteMemoryRegion::from_bytes(bytes)?, needed)
+    }
 
     fn sample() -> Params {
         Params {
@@ -543,7 +547,6 @@ mod tests {
 
     #[test]
     fn the_decoders_survive_fuzzing() {
-        let mut rng = Rng::new(0x9e7f);
         let lines = [
             sample().to_line(),
             Params {
@@ -554,47 +557,52 @@ mod tests {
             .to_line(),
         ];
         let valid: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
-        let mut accepted = 0;
-        for input in inputs(&valid, 30_000, &mut rng) {
+        let accepted = AtomicUsize::new(0);
+        check(30_000, inputs(&valid), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (r, peak) = largest_allocation(|| Params::from_line(&line));
-            assert!(peak <= 2048 + 4 * line.len(), "{peak} bytes for {line:?}");
+            let (r, peak) = peak_bytes(|| Params::from_line(&line));
+            prop_assert!(peak <= 2048 + 4 * line.len(), "{peak} bytes for {line:?}");
             if let Ok(p) = r {
-                accepted += 1;
-                assert!((1..=MAX_SIZES).contains(&p.sizes.len()), "{p:?}");
+                accepted.fetch_add(1, Ordering::Relaxed);
+                prop_assert!((1..=MAX_SIZES).contains(&p.sizes.len()), "{p:?}");
                 for &s in &p.sizes {
-                    SIZE.check_usize(s).unwrap();
+                    prop_assert!(SIZE.check_usize(s).is_ok(), "{p:?}");
                 }
-                ITERS.check_usize(p.iters).unwrap();
-                TX_DEPTH.check_usize(p.tx_depth).unwrap();
-                RX_DEPTH.check_usize(p.rx_depth).unwrap();
+                prop_assert!(ITERS.check_usize(p.iters).is_ok(), "{p:?}");
+                prop_assert!(TX_DEPTH.check_usize(p.tx_depth).is_ok(), "{p:?}");
+                prop_assert!(RX_DEPTH.check_usize(p.rx_depth).is_ok(), "{p:?}");
                 if let Some(n) = p.inline {
-                    INLINE.check(n.into()).unwrap();
+                    prop_assert!(INLINE.check(n.into()).is_ok(), "{p:?}");
                 }
-                QPS.check_usize(p.qps).unwrap();
+                prop_assert!(QPS.check_usize(p.qps).is_ok(), "{p:?}");
             }
-        }
+            Ok(())
+        });
+        // The inputs reach past the first field: many still decode.
+        let accepted = accepted.into_inner();
         assert!(accepted > 100, "{accepted}");
-        let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 20, 0x1234).to_bytes();
         let replies: [&[u8]; 4] = [b"OK", b"OK 4096", b"BAD 4096 x", b"GO 4096"];
-        for input in inputs(&replies, 20_000, &mut rng) {
+        check(20_000, inputs(&replies), |input| {
             let line = String::from_utf8_lossy(&input);
-            let (_, peak) = largest_allocation(|| {
+            let ((), peak) = peak_bytes(|| {
                 let _ = decode_answer(&line);
                 let _ = decode_verdict(&line, 4096);
                 let _ = expect_size(&line, 4096, "x");
             });
-            assert!(peak <= 1024 + 8 * line.len(), "{peak} bytes for {line:?}");
-        }
-        for input in inputs(&[&region], 20_000, &mut rng) {
+            prop_assert!(peak <= 1024 + 8 * line.len(), "{peak} bytes for {line:?}");
+            Ok(())
+        });
+        let region = RemoteMemoryRegion::new(0x7f00_0000_1000, 1 << 20, 0x1234).to_bytes();
+        check(20_000, inputs(&[&region]), |input| {
             let mut bytes = [0u8; REMOTE_REGION_ENCODED_LEN];
             let n = input.len().min(bytes.len());
             bytes[..n].copy_from_slice(&input[..n]);
-            let (r, peak) = largest_allocation(|| decode_region(&bytes, 4096));
-            assert!(peak <= 1024);
+            let (r, peak) = peak_bytes(|| decode_region(&bytes, 4096));
+            prop_assert!(peak <= 1024, "{peak} bytes for {bytes:?}");
             if let Ok(r) = r {
-                assert!(r.length() >= 4096);
+                prop_assert!(r.length() >= 4096, "{r:?}");
             }
-        }
+            Ok(())
+        });
     }
 }

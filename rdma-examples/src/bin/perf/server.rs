@@ -10,9 +10,8 @@ use crate::report::{self, Checks, Out};
 use crate::{mark, recv_region, seed, send_region, setup, setup_lanes, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
-use rdma_examples::shared::SharedBuffer;
-use rdma_examples::{device, pattern, Result};
-use rdma_safe::RemoteMemoryRegion;
+use rdma_examples::{device, pattern, shared, Result};
+use rdma_safe::{RemoteAccessBuffer, RemoteMemoryRegion};
 
 /// Serves one client.
 pub(crate) fn server(o: &Options) -> Result<()> {
@@ -63,23 +62,17 @@ pub(crate) fn server(o: &Options) -> Result<()> {
         return crate::atomic::serve(&p, &mut side, &mut link, &out);
     }
 
-    // The exposed buffer (one-sided tests). Declared before its region so
-    // that the region is dropped first.
-    let mut exposed = SharedBuffer::new(p.max_size(), "the exposed buffer (-s)")?;
-    let exposed_mr = if p.test.server_exposes() {
-        // `exposed_mr` is dropped before `exposed` (declared after it). The
-        // client accesses the buffer only between our `GO` and its `DONE`
-        // (sent once its last operation has completed); this side creates
-        // Rust references to the buffer only outside those windows (in
-        // `server_size`, before `GO` and after `DONE`).
-        // SAFETY: lifetime and aliasing as just described; inside the windows
-        // this side reads the buffer only with atomic single-byte loads.
-        let mr = unsafe { exposed.register(side.channel.pd()) }?;
-        send_region(&mut link, &mr.remote())?;
-        Some(mr)
-    } else {
-        None
-    };
+    // The exposed buffer (one-sided tests; a byte otherwise). The client
+    // accesses it only between our `GO` and its `DONE` (sent once its last
+    // operation has completed); this side prepares and checks it only
+    // outside those windows (in `server_size`, before `GO` and after
+    // `DONE`), and inside them only spins on a byte.
+    let exposes = p.test.server_exposes();
+    let len = if exposes { p.max_size() } else { 1 };
+    let exposed = shared::expose(side.channel.pd(), len, "the exposed buffer (-s)")?;
+    if exposes {
+        send_region(&mut link, &shared::remote(&exposed, len)?)?;
+    }
     let client_region = if p.test == Test::WriteLat {
         Some(recv_region(&mut link, p.max_size())?)
     } else {
@@ -87,13 +80,12 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     };
 
     for &size in &p.sizes {
-        let outcome = server_size(&p, size, &mut side, &mut exposed, client_region, &mut link);
+        let outcome = server_size(&p, size, &mut side, &exposed, client_region, &mut link);
         // Tell the client either way, then stop on failure.
         protocol::send_verdict(&mut link, size, outcome)?;
         report::print_server_size(&out, &p, size);
     }
     link.expect_line("BYE")?;
-    drop(exposed_mr);
     out.say("data verified");
     Ok(())
 }
@@ -106,24 +98,16 @@ fn server_size(
     p: &Params,
     size: usize,
     side: &mut Side,
-    exposed: &mut SharedBuffer,
+    exposed: &RemoteAccessBuffer,
     client_region: Option<RemoteMemoryRegion>,
     link: &mut Link,
 ) -> Result<()> {
     // Preparation: the client is idle (it waits for GO).
     match p.test {
-        Test::WriteBw | Test::WriteLat => {
-            // SAFETY: the client accesses the buffer only between GO and DONE.
-            unsafe { exposed.slice_mut(0..size) }.fill(0);
-        }
-        Test::ReadBw | Test::ReadLat => {
-            // SAFETY: as above.
-            pattern::fill(
-                unsafe { exposed.slice_mut(0..size) },
-                seed(size, BY_SERVER),
-                0,
-            );
-        }
+        Test::WriteBw | Test::WriteLat => shared::zero(exposed, 0..size)?,
+        Test::ReadBw | Test::ReadLat => shared::update(exposed, 0..size, |b| {
+            pattern::fill(b, seed(size, BY_SERVER), 0)
+        })?,
         Test::SendBw | Test::SendLat => side.rx.fill(0),
         Test::AtomicBw | Test::AtomicLat => return Err(fail(ATOMIC_ELSEWHERE)),
     }
@@ -168,13 +152,11 @@ fn server_size(
     match p.test {
         Test::WriteBw => check(
             "exposed buffer after RDMA writes",
-            // SAFETY: after DONE the client has no operation outstanding.
-            unsafe { exposed.slice(0..size) },
+            &shared::copy_out(exposed, 0..size)?,
             seed(size, BY_CLIENT),
         )?,
         Test::WriteLat => {
-            // SAFETY: as above.
-            let data = unsafe { exposed.slice(0..size) };
+            let data = shared::copy_out(exposed, 0..size)?;
             check(
                 "exposed buffer after RDMA writes",
                 &data[..size - 1],
@@ -190,8 +172,7 @@ fn server_size(
         }
         Test::ReadBw | Test::ReadLat => check(
             "exposed buffer after RDMA reads (must be unchanged)",
-            // SAFETY: as above.
-            unsafe { exposed.slice(0..size) },
+            &shared::copy_out(exposed, 0..size)?,
             seed(size, BY_SERVER),
         )?,
         Test::SendBw | Test::SendLat => {
