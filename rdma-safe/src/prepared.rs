@@ -4,8 +4,8 @@
 //! A bandwidth loop posts the same few requests over and over. Each
 //! [`PollingScope::post_batch`](crate::PollingScope::post_batch) checks
 //! every request again (its SGE count, its inline size, a remote range)
-//! and writes every field of the verb's request, about 110 instructions a
-//! request under callgrind. A prepared batch does that once, when it is
+//! and writes every field of the verb's request. A prepared batch does
+//! that once, when it is
 //! made ([`PollingScope::prepare_sends`](crate::PollingScope::prepare_sends),
 //! [`prepare_writes`](crate::PollingScope::prepare_writes),
 //! [`prepare_reads`](crate::PollingScope::prepare_reads)), and keeps the

@@ -145,7 +145,7 @@ impl WorkQueue {
         // Only a send-queue request can have completed already (rxe runs
         // a small send inside the post's doorbell): a receive completes
         // only once the peer sends, after this, so looking for its
-        // completion would cost a poll (about 90 instructions) per receive.
+        // completion would cost a poll per receive.
         if look && sq > 0 {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
@@ -266,20 +266,18 @@ impl WorkQueue {
         let id = st.next_id();
         let mut sges = [Sge::default(); OWNED_BATCH_MAX];
         let mut total = 0usize;
-        // Indexed, not zipped: as a `Zip` the loop was left out of line
-        // (a call per request, about 30 instructions per operation).
+        // Indexed, not zipped: as a `Zip` the loop is left out of line (a
+        // call per request).
         for k in 0..n {
             let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
             sges[k] = Sge::new(addr, len, lkey);
             total += len as usize;
         }
         // The list holds the batch's `n` requests only, built on the stack
-        // (`fill_list`): building a whole `OWNED_BATCH_MAX` array, the
-        // unused entries included, cost about 350 instructions per
-        // operation of a batch of 8 under callgrind. Each request is
-        // written straight into its place by a builder inlined into the
-        // list's loop (built aside and moved in, as `with_list` does, it
-        // cost a call and a copy per request).
+        // (`fill_list`), not a whole `OWNED_BATCH_MAX` array with its
+        // unused entries. Each request is written straight into its place
+        // by a builder inlined into the list's loop (not built aside and
+        // moved in, a call and a copy per request).
         let posted = fill_list(
             reqs.iter().enumerate(),
             #[inline(always)]
@@ -373,7 +371,7 @@ impl WorkQueue {
             return (0..0, Err(e));
         }
         // A ring re-posted a few receives at a time zeroes a short SGE
-        // array, not 32 entries (about 120 instructions a call).
+        // array, not 32 entries.
         if n <= SHORT_RECEIVES {
             self.post_owned_receives_in::<SHORT_RECEIVES>(bufs)
         } else {

@@ -6,8 +6,7 @@
 //! data path. Entries stay where they were written: a removal reads what it
 //! needs through a reference and empties the entry in place
 //! ([`remove_plain_at`](SlotRing::remove_plain_at)), so the data path never copies
-//! a whole record in or out of the table (on a latency loop under emulation
-//! those copies were a measurable share of an operation).
+//! a whole record in or out of the table.
 
 /// Entries of ids `base ..base + span`, at ring positions `head ..head + span`
 /// (modulo the capacity, a power of two). Every position outside that window
@@ -81,7 +80,7 @@ impl<T> SlotRing<T> {
         let old = self.entries[i].replace(slot);
         debug_assert!(old.is_none(), "outside the window every entry is None");
         // `old` is None: forgetting it skips the drop glue's look at what
-        // it might hold (about 10 instructions an insert under callgrind).
+        // it might hold.
         std::mem::forget(old);
         self.span += 1;
         self.live += 1;
@@ -160,9 +159,8 @@ impl<T> SlotRing<T> {
     /// growing does) and returns what `f` makes of it first, `f` saying
     /// also whether the entry owns nothing that needs its destructor (no
     /// memory, no waker): such an entry is forgotten in place, not dropped.
-    /// The data path's entries mostly own nothing, and their drop glue (a
-    /// call per field enum) was about 35 instructions an entry under
-    /// callgrind.
+    /// The data path's entries mostly own nothing, and their drop glue is
+    /// a call per field enum.
     #[inline]
     pub(crate) fn remove_plain_at<R>(
         &mut self,
@@ -225,10 +223,9 @@ impl<T> SlotRing<T> {
     /// id that is not tracked. A scope's ids ascend, so that run is what is
     /// old enough; the ids inside the window are looked up only when most
     /// of the list lies there (an old request holding the window open),
-    /// which keeps the list within a few times what is tracked. A scope
-    /// with many receives posted (a server's ring) looked up each of them
-    /// at every compaction: about 30 instructions per operation under
-    /// callgrind.
+    /// which keeps the list within a few times what is tracked, without
+    /// looking up each of a server's many posted receives at every
+    /// compaction.
     pub(crate) fn forget_untracked(&self, ids: &mut Vec<u64>) {
         let oldest = self.oldest();
         let below = ids.iter().take_while(|&&id| id < oldest).count();

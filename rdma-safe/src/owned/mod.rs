@@ -375,9 +375,8 @@ impl SharedChannel {
         while bufs.peek().is_some() {
             // A ring re-posted a few buffers at a time (an iterator that
             // says it holds at most 8) fills an array of 8, not of 32, as
-            // the engine then builds its SGEs in one of 8:
-            // making the array writes every entry (1 KiB for 32), about 80
-            // instructions a call.
+            // the engine then builds its SGEs in one of 8: making the
+            // array writes every entry (1 KiB for 32).
             if bufs.size_hint().1.is_some_and(|n| n <= SHORT_RECEIVES) {
                 self.start_chunk::<SHORT_RECEIVES>(&mut bufs, ops);
             } else {
@@ -420,8 +419,7 @@ impl SharedChannel {
         }
         // Every entry is `None` now: the first `n` were taken (posted or
         // refused above), the rest never filled. Forgetting the array
-        // leaks nothing and spares the drop's look at every entry (about
-        // 240 instructions for 32, the cost of two receives).
+        // leaks nothing and spares the drop's look at every entry.
         debug_assert!(chunk.iter().all(Option::is_none));
         std::mem::forget(chunk);
     }

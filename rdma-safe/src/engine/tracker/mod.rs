@@ -245,7 +245,7 @@ impl Tracker {
 
     /// Moves polled completions into their slots, except `claim`'s, whose
     /// index goes to `claimed`: it stays where it was polled (a completion
-    /// is 48 bytes; copies of one are dear under emulation). Inlined into
+    /// is 48 bytes, and copying it is most of a delivery). Inlined into
     /// the waits: most polls of a spinning wait find nothing, and those
     /// cost the poll and a comparison.
     #[inline(always)]
