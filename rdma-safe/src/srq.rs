@@ -18,29 +18,27 @@
 //! completion queue, each naming the channel's QP number; the channels'
 //! own completion queues see only their sends.
 
-use crate::engine::{with_list, DeviceWatch, STACK_LIST};
+use crate::engine::{with_list, DeviceWatch, Polled, SrqQueue, STACK_LIST};
 use crate::error::{Error, Operation, Result};
 use crate::memory::aligned::AllocError;
 use crate::memory::element::scatter_sges;
 use crate::memory::remote_access::RemoteAccessBuffer;
 use crate::pd::ProtectionDomain;
-use rdma_core::{AccessFlags, CompQueue, PostError, RecvRequest, WorkCompletion};
-use std::collections::VecDeque;
+use rdma_core::{AccessFlags, CompQueue, PostError, RecvRequest};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The verbs objects and memory every attached channel keeps alive.
 pub(crate) struct SrqShared {
-    pub(crate) srq: rdma_core::SharedReceiveQueue,
-    pub(crate) cq: CompQueue,
+    pub(crate) queue: SrqQueue,
     slots: RemoteAccessBuffer,
 }
 
 impl fmt::Debug for SrqShared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SrqShared")
-            .field("max_wr", &self.srq.max_wr())
+            .field("max_wr", &self.queue.srq().max_wr())
             .finish_non_exhaustive()
     }
 }
@@ -86,8 +84,8 @@ pub struct SharedReceiveQueue {
     free: Vec<usize>,
     /// Refill automatically once this many slots are free.
     batch: usize,
-    completions: VecDeque<WorkCompletion>,
-    wcs: Box<[WorkCompletion; 16]>,
+    /// Completions polled and not yet taken.
+    polled: Polled,
     /// The device's async events (shared with the channels on it).
     watch: Arc<DeviceWatch>,
 }
@@ -142,16 +140,14 @@ impl SharedReceiveQueue {
         let memory = RemoteAccessBuffer::with_access(pd, total, AccessFlags::LOCAL_WRITE)?;
         let mut queue = SharedReceiveQueue {
             shared: Arc::new(SrqShared {
-                srq,
-                cq,
+                queue: SrqQueue::new(srq, cq),
                 slots: memory,
             }),
             slot_size,
             slots: n,
             free: (0..n).rev().collect(),
             batch: (n / 4).max(1),
-            completions: VecDeque::new(),
-            wcs: Box::new([WorkCompletion::default(); 16]),
+            polled: Polled::default(),
             watch: DeviceWatch::of(pd.context()),
         };
         queue.refill()?;
@@ -221,24 +217,8 @@ impl SharedReceiveQueue {
     /// freed); [`Error::Poll`] when the completion queue cannot be
     /// read; a refill's error.
     pub fn receive(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Option<SharedReceive>> {
-        let start = Instant::now();
-        let wc = loop {
-            if let Some(wc) = self.completions.pop_front() {
-                break wc;
-            }
-            let got = self
-                .shared
-                .cq
-                .poll(&mut self.wcs[..])
-                .map_err(Error::Poll)?;
-            self.completions.extend(got.iter().copied());
-            if self.completions.is_empty() {
-                let elapsed = start.elapsed();
-                if elapsed >= timeout {
-                    return Ok(None);
-                }
-                self.sleep_or_yield(timeout - elapsed)?;
-            }
+        let Some(wc) = self.shared.queue.next(&mut self.polled, timeout)? else {
+            return Ok(None);
         };
         let slot = wc.wr_id() as usize;
         self.free.push(slot);
@@ -265,27 +245,6 @@ impl SharedReceiveQueue {
         }))
     }
 
-    /// Without completion events, yields the thread. With them, arms the
-    /// completion queue, polls it once more (a completion that arrived
-    /// before arming raises no event) and sleeps until an event or for at
-    /// most `left` (and 50 ms).
-    fn sleep_or_yield(&mut self, left: Duration) -> Result<()> {
-        let cq = &self.shared.cq;
-        if cq.channel().is_none() {
-            std::thread::yield_now();
-            return Ok(());
-        }
-        cq.req_notify(false).map_err(Error::Poll)?;
-        let got = cq.poll(&mut self.wcs[..]).map_err(Error::Poll)?;
-        if got.is_empty() {
-            cq.wait_event(Some(left.min(Duration::from_millis(50))))
-                .map_err(Error::Poll)?;
-        } else {
-            self.completions.extend(got.iter().copied());
-        }
-        Ok(())
-    }
-
     /// `ibv_modify_srq`—Arms the limit event: once fewer than `limit`
     /// receives are posted, the device raises
     /// `IBV_EVENT_SRQ_LIMIT_REACHED` once (see
@@ -295,13 +254,13 @@ impl SharedReceiveQueue {
     /// # Errors
     /// The verb's error (`EINVAL` for a limit above the queue's size).
     pub fn arm_limit(&self, limit: u32) -> Result<()> {
-        Ok(self.shared.srq.arm_limit(limit)?)
+        Ok(self.shared.queue.srq().arm_limit(limit)?)
     }
 
     /// Waits up to `timeout` for this queue's limit event (read from the
     /// device's event queue through the watch its channels share).
     pub fn wait_limit_reached(&self, timeout: Duration) -> bool {
-        let id = self.shared.srq.id();
+        let id = self.shared.queue.srq().id();
         let start = Instant::now();
         loop {
             if self.watch.take_srq_limit(id) {
@@ -346,8 +305,8 @@ fn post_slots(shared: &SrqShared, slot_size: usize, slots: &[usize]) -> Result<(
             // owned by `SrqShared`, and `SrqShared` outlives the SRQ's every
             // use: this value and each attached channel's engine (after its
             // queue pair) hold it.
-            // SAFETY: by the reasoning just above.
-            unsafe { shared.srq.post_recv_list(reqs) }
+            // SAFETY: by the reasoning just above (the promise `post` asks).
+            unsafe { shared.queue.post(reqs) }
         })
     })
 }

@@ -190,17 +190,17 @@ impl<'f1> ChannelBuilder<'f1> {
             None => rdma_core::CompQueue::new(ctx, cq_size, channel.as_ref(), 0)?,
         };
         let shared = self.srq.map(SharedReceiveQueue::shared);
-        if shared.is_some_and(|s| !s.srq.pd().same_as(pd.as_core())) {
+        if shared.is_some_and(|s| !s.queue.srq().pd().same_as(pd.as_core())) {
             return Err(VerbsError::InvalidArgument(
                 "the shared receive queue belongs to another protection domain".into(),
             )
             .into());
         }
-        let recv_cq = shared.map_or(&cq, |s| &s.cq);
+        let recv_cq = shared.map_or(&cq, |s| s.queue.cq());
         let mut qp =
             QueuePair::builder(pd.as_core(), QpType::Rc, &cq, recv_cq).capabilities(self.caps);
         if let Some(s) = shared {
-            qp = qp.srq(&s.srq);
+            qp = qp.srq(s.queue.srq());
         }
         let qp = qp.build()?;
         let completions = match reservation {

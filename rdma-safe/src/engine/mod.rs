@@ -27,6 +27,7 @@ mod post;
 mod room;
 mod shutdown;
 mod slots;
+mod srq;
 mod tracker;
 mod wait;
 mod watch;
@@ -38,6 +39,7 @@ pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{Refused, Returned};
 pub(crate) use owned::{RECEIVES_PER_CALL, SHORT_RECEIVES};
+pub(crate) use srq::{Polled, SrqQueue};
 pub(crate) use wait::Abandon;
 
 use crate::error::{Error, Operation, Result};

@@ -9,6 +9,7 @@
 use super::clock::{self, WaitClock, SPIN_EVERY};
 use super::owned::Returned;
 use super::tracker::Take;
+use super::Completions;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
 use crate::fatal::AbortOnUnwind;
@@ -39,15 +40,58 @@ pub(crate) enum Abandon {
     Waiting(Option<u64>),
 }
 
-/// Why a wait ended without its request's completion. When it is
-/// returned, the queue pair has been shut down and drained: the request
-/// has its (flush) completion.
-enum Expired {
-    /// The device declared the queue pair broken, or it is in the error
-    /// state.
+/// Why a wait ended without what it waited for.
+pub(super) enum Expired {
+    /// The device declared the queue (pair) broken.
     Broken(String),
-    /// The wait's timeout passed (the request was this operation).
+    /// The wait's timeout passed (waiting for this operation).
     Timeout(Operation),
+}
+
+/// The one wait loop of the engine: calls `take` (which polls `cq` and
+/// claims) until it yields. The clock is read at [`WaitClock`]'s cadence;
+/// at each read `broken` (given the time waited) may end the wait, and so
+/// does the timeout; after `spin` the loop sleeps on completion events
+/// (`events`, arming the CQ and taking once more first: a completion that
+/// arrived before the arming raises none) or yields the thread. No PAUSE
+/// between polls: polling the CQ is the loop's delay, as in perftest and
+/// rdma-core's examples.
+pub(super) fn wait_for<R>(
+    cq: &Completions,
+    timeout: Duration,
+    spin: Duration,
+    events: bool,
+    mut take: impl FnMut() -> Option<R>,
+    mut broken: impl FnMut(Duration) -> Option<String>,
+) -> Result<R, Expired> {
+    let mut clock = WaitClock::new(timeout, events);
+    loop {
+        if let Some(r) = take() {
+            return Ok(r);
+        }
+        let Some(elapsed) = clock.tick() else {
+            continue;
+        };
+        if let Some(why) = broken(elapsed) {
+            return Err(Expired::Broken(why));
+        }
+        if elapsed >= timeout {
+            return Err(Expired::Timeout(Operation::Receive));
+        }
+        if elapsed < spin {
+            continue;
+        }
+        // (`events` is never set on a shared CQ: `own` is its CQ.)
+        match cq.own().filter(|cq| events && cq.req_notify(false).is_ok()) {
+            Some(cq) => {
+                if let Some(r) = take() {
+                    return Ok(r);
+                }
+                let _ = cq.wait_event(Some((timeout - elapsed).min(SLEEP_SLICE)));
+            }
+            None => std::thread::yield_now(),
+        }
+    }
 }
 
 impl WorkQueue {
@@ -166,71 +210,45 @@ impl WorkQueue {
         }
     }
 
-    /// The one wait loop: calls `take` (which polls and claims) until it
-    /// yields. The clock is read at [`WaitClock`]'s cadence; at each read
-    /// the loop looks for a broken queue pair and the timeout (either shuts
-    /// the queue pair down and drains it), and after `spin` it sleeps on
-    /// completion events (`events`, arming the CQ and taking once more
-    /// first: a completion that arrived before the arming raises none) or
-    /// yields the thread. No PAUSE between polls: polling the CQ is the
-    /// loop's delay, as in perftest and rdma-core's examples.
+    /// [`wait_for`] on this queue pair: at each clock read it looks for a
+    /// broken queue pair (async events; its state every
+    /// [`STATE_QUERY_EVERY`]), and an expired wait shuts the queue pair
+    /// down and drains it, so that `id` has its (flush) completion.
     fn wait_loop<R>(
         &self,
         id: u64,
         timeout: Duration,
         spin: Duration,
         events: bool,
-        mut take: impl FnMut() -> Option<R>,
+        take: impl FnMut() -> Option<R>,
     ) -> Result<R, Expired> {
-        let mut clock = WaitClock::new(timeout, events);
         // When next to ask the device for the queue pair's state: a system
         // call (ibv_query_qp), so not at every clock read (on a slow link a
         // busy wait reads the clock once or twice per operation).
         let mut next_state_query = STATE_QUERY_EVERY;
-        loop {
-            if let Some(r) = take() {
-                return Ok(r);
-            }
-            let Some(elapsed) = clock.tick() else {
-                continue;
-            };
-            let broken = if elapsed >= next_state_query {
+        let broken = |elapsed: Duration| {
+            if elapsed >= next_state_query {
                 next_state_query = elapsed + STATE_QUERY_EVERY;
                 self.broken()
             } else {
                 self.watch.broken(self.qp.qp_num())
-            };
-            if let Some(why) = broken {
-                // The device declared the QP broken or moved it to the
-                // error state (the peer's access error, a retry failure):
-                // flush and report now rather than wait out the timeout
-                // for work the QP will never do.
-                self.shutdown_and_drain(&why);
-                return Err(Expired::Broken(why));
             }
-            if elapsed >= timeout {
+        };
+        let expired = wait_for(&self.cq, timeout, spin, events, take, broken);
+        match &expired {
+            Ok(_) => {}
+            // The device declared the QP broken or moved it to the error
+            // state (the peer's access error, a retry failure): flush and
+            // report now rather than wait out the timeout for work the QP
+            // will never do.
+            Err(Expired::Broken(why)) => self.shutdown_and_drain(why),
+            Err(Expired::Timeout(_)) => {
                 let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
                 self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
                 return Err(Expired::Timeout(op));
             }
-            if elapsed < spin {
-                continue;
-            }
-            // (`events` is never set on a shared CQ: `own` is its CQ.)
-            match self
-                .cq
-                .own()
-                .filter(|cq| events && cq.req_notify(false).is_ok())
-            {
-                Some(cq) => {
-                    if let Some(r) = take() {
-                        return Ok(r);
-                    }
-                    let _ = cq.wait_event(Some((timeout - elapsed).min(SLEEP_SLICE)));
-                }
-                None => std::thread::yield_now(),
-            }
         }
+        expired
     }
 
     /// The outcome and memory of `id` if its completion was seen — reaping
