@@ -148,17 +148,4 @@ mod tests {
         let (_, found) = newer_than_declared(&meta("1.70"));
         assert!(found.values().all(Vec::is_empty));
     }
-
-    #[test]
-    fn the_workspace_lock_keeps_to_the_declared_version() {
-        let ws = Workspace::locate();
-        let (declared, found) = check(&ws).expect("cargo metadata");
-        assert!(!declared.is_empty(), "rdma-safe declares a rust-version");
-        for (krate, newer) in found {
-            assert!(
-                newer.is_empty(),
-                "{krate} builds with crates newer than {declared}: {newer:?}"
-            );
-        }
-    }
 }
