@@ -172,7 +172,7 @@ fn a_tokio_service_accepts_64_clients_on_one_domain_and_one_pool() {
         .await
         .expect("the service and its 65 clients within the bound");
     });
-    assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+    common::assert_pool_full(&pool, "every buffer back");
 }
 
 #[test]
@@ -342,7 +342,7 @@ fn a_broken_connection_fails_waiting_futures_at_once() {
                 drop(shared);
                 drop(server);
             }
-            assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+            common::assert_pool_full(&pool, "every buffer back");
         })
         .await
         .expect("within the bound");
@@ -474,5 +474,5 @@ fn a_silent_peer_ends_the_receive_stream_with_a_timeout_while_others_are_served(
         .await
         .expect("within the bound");
     });
-    assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+    common::assert_pool_full(&pool, "every buffer back");
 }

@@ -298,6 +298,19 @@ pub fn assert_whole(ch: &rdma_safe::SharedChannel, pool: &rdma_safe::BufferPool,
     assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
 }
 
+/// Every buffer of `pool` back. After the last handle of a channel whose
+/// completions a driver task reaps is dropped, that task may still be in a
+/// round holding the engine: the engine drains and gives its buffers back
+/// when the round ends. So this waits, boundedly (a hang or a leak fails).
+#[track_caller]
+pub fn assert_pool_full(pool: &rdma_safe::BufferPool, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pool.available() != pool.capacity() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(pool.available(), pool.capacity(), "{what}: buffers missing");
+}
+
 /// Nothing in flight or unclaimed on `ch`.
 #[track_caller]
 pub fn assert_idle(ch: &rdma_safe::SharedChannel, what: &str) {
