@@ -256,14 +256,7 @@ pub(crate) fn main(args: Args) -> Result<ExitCode> {
     let outcome = rxe::run(&ws, "demo", &route, &plan(&bin), &opts)?;
     heading("demo summary");
     println!("route:   {route}");
-    for s in &outcome.steps {
-        println!(
-            "         {} {:>4} s  {}",
-            if s.passed { "PASS" } else { "FAIL" },
-            s.seconds,
-            s.label
-        );
-    }
+    outcome.print_steps("         ");
     if let Some(why) = outcome.failure_reason() {
         println!("problem: {why}");
         return Ok(ExitCode::FAILURE);

@@ -37,6 +37,15 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// Prints one line per step (PASS/FAIL, seconds, label), each after
+    /// `indent`.
+    pub(crate) fn print_steps(&self, indent: &str) {
+        for s in &self.steps {
+            let verdict = if s.passed { "PASS" } else { "FAIL" };
+            println!("{indent}{verdict} {:>4} s  {}", s.seconds, s.label);
+        }
+    }
+
     /// Every step passed and the script reported success.
     pub(crate) fn success(&self) -> bool {
         self.status == Some(0) && self.captured.success()

@@ -249,14 +249,7 @@ pub(crate) fn main(args: Args) -> Result<ExitCode> {
         outcome.steps.len() - passed,
         outcome.captured.elapsed.as_secs_f64()
     );
-    for s in &outcome.steps {
-        println!(
-            "            {} {:>4} s  {}",
-            if s.passed { "PASS" } else { "FAIL" },
-            s.seconds,
-            s.label
-        );
-    }
+    outcome.print_steps("            ");
     println!(
         "libtest:    {} suites, {} passed, {} failed, {} ignored",
         totals.suites, totals.passed, totals.failed, totals.ignored

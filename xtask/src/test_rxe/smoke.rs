@@ -28,14 +28,7 @@ pub(super) fn run(ws: &Workspace, opts: &RunOptions) -> Result<ExitCode> {
     let outcome = rxe::run(ws, "test-rxe-smoke", &route, &plan, opts)?;
     heading("test-rxe --smoke summary");
     println!("route:   {route}");
-    for s in &outcome.steps {
-        println!(
-            "         {} {:>4} s  {}",
-            if s.passed { "PASS" } else { "FAIL" },
-            s.seconds,
-            s.label
-        );
-    }
+    outcome.print_steps("         ");
     if let Some(why) = outcome.failure_reason() {
         println!("problem: {why}");
     }
