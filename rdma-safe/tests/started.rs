@@ -196,7 +196,7 @@ fn a_refused_start_gives_its_buffer_back_and_unpolled_starts_release_theirs() {
         // they end with the channel, which flushes them before their
         // buffers go back.
         drop((sa, sb, a, b));
-        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+        common::assert_pool_full(&pool, "every buffer back");
     });
 }
 
@@ -277,7 +277,7 @@ fn receives_started_together_fill_in_order_and_refuse_what_does_not_fit() {
         // before their buffers go back.
         drop(recvs);
         drop((sa, sb, a, b));
-        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+        common::assert_pool_full(&pool, "every buffer back");
 
         // A channel whose receives come from a shared receive queue refuses
         // them all before the verb, naming the queue.
@@ -302,6 +302,6 @@ fn receives_started_together_fill_in_order_and_refuse_what_does_not_fit() {
             errors[1..].iter().all(|e| e.contains("not posted")),
             "{errors:?}"
         );
-        assert_eq!(pool.available(), pool.capacity(), "every buffer back");
+        common::assert_pool_full(&pool, "every buffer back");
     });
 }
