@@ -31,7 +31,8 @@ const DRAIN_EVERY: u32 = 64;
 pub(super) struct WaitClock {
     start: Option<Instant>,
     every: u32,
-    polls: u32,
+    /// Polls left before the next read.
+    left: u32,
 }
 
 impl WaitClock {
@@ -39,14 +40,15 @@ impl WaitClock {
     /// on completion events between polls.
     pub(super) fn new(timeout: Duration, events: bool) -> Self {
         let short = timeout <= SHORT;
+        let every = if short || events {
+            SHORT_EVERY
+        } else {
+            LONG_EVERY
+        };
         WaitClock {
             start: short.then(Instant::now),
-            every: if short || events {
-                SHORT_EVERY
-            } else {
-                LONG_EVERY
-            },
-            polls: 0,
+            every,
+            left: every,
         }
     }
 
@@ -57,7 +59,7 @@ impl WaitClock {
         WaitClock {
             start: None,
             every: SPIN_EVERY,
-            polls: 0,
+            left: SPIN_EVERY,
         }
     }
 
@@ -66,7 +68,7 @@ impl WaitClock {
         WaitClock {
             start: Some(Instant::now()),
             every: DRAIN_EVERY,
-            polls: 0,
+            left: DRAIN_EVERY,
         }
     }
 
@@ -74,10 +76,11 @@ impl WaitClock {
     /// clock is due to be read, `None` between reads.
     #[inline]
     pub(super) fn tick(&mut self) -> Option<Duration> {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls % self.every != 0 {
+        self.left -= 1;
+        if self.left != 0 {
             return None;
         }
+        self.left = self.every;
         Some(self.start.get_or_insert_with(Instant::now).elapsed())
     }
 }

@@ -21,11 +21,11 @@
 
 use super::tracker::Tracker;
 use crate::work::Held;
+use parking_lot::MutexGuard;
 use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::MutexGuard;
 use std::task::Waker;
 
 /// Wakers to wake or to drop once the lock is released.
@@ -262,8 +262,9 @@ fn report(what: &str, payload: Box<dyn Any + Send>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::task::Wake;
 
     /// A waker that counts its wakes and drops, and panics when woken if
@@ -295,7 +296,7 @@ mod tests {
         for n in [3usize, 20] {
             let probes: Vec<_> = (0..n).map(|k| probe(k % 2 == 0)).collect();
             {
-                let mut st = Locked::new(mutex.lock().unwrap());
+                let mut st = Locked::new(mutex.lock());
                 for p in &probes {
                     st.later().wake(Waker::from(p.clone()));
                 }
@@ -318,14 +319,14 @@ mod tests {
         struct Relock(Arc<Mutex<Tracker>>, AtomicUsize);
         impl Wake for Relock {
             fn wake(self: Arc<Self>) {
-                let free = self.0.try_lock().is_ok();
+                let free = self.0.try_lock().is_some();
                 self.1.fetch_add(usize::from(free), Ordering::SeqCst);
             }
         }
         let mutex = Arc::new(Mutex::new(Tracker::new(4, 4)));
         let relock = Arc::new(Relock(mutex.clone(), AtomicUsize::new(0)));
         {
-            let mut st = Locked::new(mutex.lock().unwrap());
+            let mut st = Locked::new(mutex.lock());
             st.later().wake(Waker::from(relock.clone()));
         }
         assert_eq!(relock.1.load(Ordering::SeqCst), 1);

@@ -50,10 +50,11 @@ use attached::Attached;
 use ending::Ending;
 use gate::Gate;
 use later::Locked;
+use parking_lot::Mutex;
 use rdma_core::{PostError, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 pub(crate) use tracker::Counters;
 use tracker::Tracker;
 
@@ -147,9 +148,9 @@ impl WorkQueue {
     fn lock(&self) -> Locked<'_> {
         // No user code runs under the lock, and every update is a single
         // insert/remove: a panic while holding it (an allocation failure
-        // aside, none is known) leaves consistent state, so poisoning is
-        // ignored.
-        Locked::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+        // aside, none is known) leaves consistent state, so the lock has no
+        // poisoning.
+        Locked::new(self.state.lock())
     }
 
     /// Posts work through `post`, which receives the id to use: one request,

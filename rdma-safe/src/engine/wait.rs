@@ -56,6 +56,7 @@ pub(super) enum Expired {
 /// arrived before the arming raises none) or yields the thread. No PAUSE
 /// between polls: polling the CQ is the loop's delay, as in perftest and
 /// rdma-core's examples.
+#[inline(always)]
 pub(super) fn wait_for<R>(
     cq: &Completions,
     timeout: Duration,
@@ -169,9 +170,15 @@ impl WorkQueue {
         // virtualised clock sources `Instant::now` costs microseconds.
         let outcome = match self.try_take(id) {
             Some(outcome) => outcome,
-            None => match self.wait_loop(id, timeout, Duration::ZERO, self.events, || {
-                self.try_take(id)
-            }) {
+            // Inlined into the loop: a call per poll would cost a frame.
+            None => match self.wait_loop(
+                id,
+                timeout,
+                Duration::ZERO,
+                self.events,
+                #[inline(always)]
+                || self.try_take(id),
+            ) {
                 Ok(outcome) => outcome,
                 Err(Expired::Broken(why)) => self.try_take(id).unwrap_or(Err(Error::Unusable(why))),
                 Err(Expired::Timeout(operation)) => {
@@ -214,6 +221,7 @@ impl WorkQueue {
     /// broken queue pair (async events; its state every
     /// [`STATE_QUERY_EVERY`]), and an expired wait shuts the queue pair
     /// down and drains it, so that `id` has its (flush) completion.
+    #[inline(always)]
     fn wait_loop<R>(
         &self,
         id: u64,

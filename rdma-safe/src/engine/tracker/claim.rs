@@ -5,7 +5,7 @@
 
 use super::{Slot, Tracker, POLL_BATCH};
 use crate::engine::attached::{Callback, Notify};
-use crate::error::{Operation, Result};
+use crate::error::{Error, Operation, Result};
 use crate::work::Held;
 use rdma_core::WorkCompletion;
 use std::task::Waker;
@@ -50,11 +50,7 @@ impl Tracker {
         // With its memory taken out (or none), a completed slot owns
         // nothing (its waker was consumed when the completion was seen):
         // it is then forgotten in place rather than dropped.
-        let r = self.slots.remove_plain_at(pos, |slot| {
-            let r = f(slot.op, slot.len, &slot.wc, &mut slot.att.held);
-            (r, slot.att.owns_nothing())
-        });
-        r.map_or(Take::Unknown, Take::Done)
+        self.take_at(pos, f)
     }
 
     /// [`take`](Self::take), polling once through `poll` first if `id` is
@@ -66,7 +62,7 @@ impl Tracker {
     /// # Errors
     /// The poll's: nothing was claimed, and `id`'s completion may never be
     /// seen (the engine shuts the queue pair down before claiming again).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn poll_take<R>(
         &mut self,
         id: u64,
@@ -74,25 +70,67 @@ impl Tracker {
         waker: Option<&Waker>,
         f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Result<Take<R>> {
+        // The path a spinning wait takes most often is the first branch
+        // with an empty poll: a lookup, the poll, a comparison. Everything
+        // else is out of line, so that the waits this is inlined into stay
+        // small.
         let Some(pos) = self.slots.position(id) else {
             return Ok(Take::Unknown);
         };
-        if self.slots.at(pos).is_some_and(|s| s.done) {
-            return Ok(self.take(id, f));
+        if !self.slots.at(pos).is_some_and(|s| s.done) {
+            let n = match poll(&mut self.wcs[..]) {
+                Ok(n) => n,
+                Err(e) => return Err(Error::Poll(e)),
+            };
+            if n == 0 && waker.is_none() {
+                return Ok(Take::Pending);
+            }
+            return Ok(self.polled(pos, id, n, waker, f));
         }
+        Ok(self.take_at(pos, f))
+    }
+
+    /// [`take`](Self::take) of the request at `pos`, completed.
+    #[inline(never)]
+    fn take_at<R>(
+        &mut self,
+        pos: usize,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
+    ) -> Take<R> {
+        let r = self.slots.remove_plain_at(pos, |slot| {
+            let r = f(slot.op, slot.len, &slot.wc, &mut slot.att.held);
+            (r, slot.att.owns_nothing())
+        });
+        r.map_or(Take::Unknown, Take::Done)
+    }
+
+    /// The rest of [`poll_take`](Self::poll_take) once its poll of `n`
+    /// completions returned: its own completion is claimed where it was
+    /// polled (not copied into the slot and back out), the others are
+    /// delivered; still in flight, `waker` (if any) is left to be woken at
+    /// the completion.
+    #[inline(never)]
+    fn polled<R>(
+        &mut self,
+        pos: usize,
+        id: u64,
+        n: usize,
+        waker: Option<&Waker>,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
+    ) -> Take<R> {
         let mut claimed = None;
-        // Only its own completion ends it: had it been polled, it would
-        // have been claimed here.
-        self.reap_claiming(poll, Some(id), &mut claimed)?;
+        if n != 0 {
+            self.sort_polled(n.min(POLL_BATCH), Some(id), &mut claimed);
+        }
         if let Some(k) = claimed {
-            return Ok(self.settle_claimed(pos, k, waker, f));
+            return self.settle_claimed(pos, k, waker, f);
         }
         if let Some(w) = waker {
             if let Some(slot) = self.slots.at_mut(pos) {
                 slot.att.notify.set_waker(w, &mut self.later);
             }
         }
-        Ok(Take::Pending)
+        Take::Pending
     }
 
     /// Ends the request at `pos` with the `k`th completion just polled,
