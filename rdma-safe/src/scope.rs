@@ -14,6 +14,16 @@
 //! resumes the panic). Nothing relies on a handle's `Drop`: a
 //! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
+//!
+//! A buffer lent with [`PollingScope::post_receive_lent`] or
+//! [`PollingScope::post_send_lent`] comes back from its handle once the
+//! operation has completed, for the next operation of the same scope: a
+//! request/response loop reads each request inside one scope (see
+//! [`LentWork`] for why that is sound).
+
+mod lent;
+
+pub use lent::LentWork;
 
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
