@@ -4,18 +4,7 @@
 //! receive again), where a buffer of [`post_receive`] stays borrowed until
 //! the scope ends.
 //!
-//! # Why giving the buffer back is sound
-//!
-//! The buffer is lent as `&'scope mut [u8]`: exclusive for the rest of the
-//! scope, so nothing else reaches it, and the scope's rules apply as to any
-//! of its operations (a forgotten or dropped handle is waited for when the
-//! scope ends, and the buffer is then simply never given back). The
-//! handle keeps only the buffer's address, not a reference, while the NIC
-//! may write or read it; it rebuilds the `&'scope mut [u8]` from that
-//! address only once the operation's completion was reaped — its success
-//! taken by [`LentWork::wait`] or [`LentWork::poll`] — when the NIC is done
-//! with the memory. A failed operation gives nothing back: its buffer stays
-//! lent until the scope ends.
+//! Why giving the buffer back is sound is on [`LentWork`].
 //!
 //! [`post_receive`]: super::PollingScope::post_receive
 
@@ -121,9 +110,21 @@ impl<'scope> Lending<'scope> {
 }
 
 /// A scoped operation over a lent buffer, which gives the buffer back when
-/// it completes (see the [module docs](self)). If it is dropped or
-/// forgotten, the scope waits for the operation when it ends, and the
-/// buffer stays lent until then.
+/// it completes. If it is dropped or forgotten, the scope waits for the
+/// operation when it ends, and the buffer stays lent until then.
+///
+/// # Why giving the buffer back is sound
+///
+/// The buffer is lent as `&'scope mut [u8]`: exclusive for the rest of the
+/// scope, so nothing else reaches it, and the scope's rules apply as to any
+/// of its operations (a forgotten or dropped handle is waited for when the
+/// scope ends, and the buffer is then simply never given back). The
+/// handle keeps only the buffer's address, not a reference, while the NIC
+/// may write or read it; it rebuilds the `&'scope mut [u8]` from that
+/// address only once the operation's completion was reaped — its success
+/// taken by [`LentWork::wait`] or [`LentWork::poll`] — when the NIC is done
+/// with the memory. A failed operation gives nothing back: its buffer stays
+/// lent until the scope ends.
 #[must_use = "an unpolled operation is waited for at the end of the scope; wait for it to get its buffer back"]
 pub struct LentWork<'scope> {
     work: ScopedPendingWork<'scope>,
