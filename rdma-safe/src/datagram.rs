@@ -222,7 +222,7 @@ impl DatagramEndpoint {
             qp_num: qp.qp_num(),
             qkey,
         };
-        let limits = Limits::granted(qp.capabilities(), &caps);
+        let limits = Limits::granted(&qp, &caps);
         let slot = slot_size(mtu);
         let receive_slots =
             RemoteAccessBuffer::with_access(pd, slot * RECEIVE_SLOTS, AccessFlags::LOCAL_WRITE)?;
@@ -265,7 +265,7 @@ impl DatagramEndpoint {
         self.mtu.bytes() as usize
     }
 
-    /// The bound on blocking waits (default [`DEFAULT_TIMEOUT`]).
+    /// The bound on blocking waits (default [`DEFAULT_TIMEOUT`], 30 s).
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

@@ -71,6 +71,28 @@ impl fmt::Display for Operation {
     }
 }
 
+/// The likely cause of `status` on `operation`: where the operation
+/// narrows the status down to one usual mistake, that mistake by name,
+/// else the status's general hint.
+fn completion_hint(operation: Operation, status: WcStatus) -> &'static str {
+    match (operation, status) {
+        (Operation::Send, WcStatus::RemoteOperationError | WcStatus::RemoteInvalidRequestError) => {
+            "the message is most likely larger than the receive the peer had posted (its \
+             receive buffer is too small for it); otherwise the peer's receive SGE was bad"
+        }
+        (Operation::Receive, WcStatus::LocalLengthError) => {
+            "the incoming message was larger than this receive's buffer: post receives at \
+             least as large as the largest message the peer sends"
+        }
+        (Operation::Receive, WcStatus::LocalQpOperationError) => {
+            "most likely the incoming message was larger than this receive's buffer (rxe \
+             reports that this way): post receives at least as large as the largest message \
+             the peer sends"
+        }
+        _ => status.hint(),
+    }
+}
+
 /// Why a pool could not be created or could not hand out a buffer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -134,7 +156,7 @@ pub enum Error {
         source: VerbsError,
     },
     /// The NIC completed the work request with an error status.
-    #[error("{operation} failed: {status} — {hint}", hint = status.hint())]
+    #[error("{operation} failed: {status} — {hint}", hint = completion_hint(*operation, *status))]
     WorkCompletion {
         /// The operation.
         operation: Operation,
@@ -153,6 +175,23 @@ pub enum Error {
     Timeout {
         /// The operation waited for.
         operation: Operation,
+        /// The wait.
+        timeout: Duration,
+    },
+    /// A scope ended with receives still posted and no message came for
+    /// them within the channel's timeout: nobody sent what they were
+    /// posted for. As for [`Timeout`](Self::Timeout), the channel was shut
+    /// down and its outstanding work drained before this was returned.
+    #[error(
+        "the scope ended with {receives} receive(s) still posted, and no message arrived for \
+         them within {timeout:?}: nobody sent what they were posted for (wait for or drop \
+         only receives the peer will fill, or call `PollingScope::cancel_on_error` and end \
+         the scope with an error); the channel was shut down and its outstanding work drained"
+    )]
+    UnfilledReceives {
+        /// The receives left posted when the scope's closure returned that
+        /// no message filled.
+        receives: usize,
         /// The wait.
         timeout: Duration,
     },
@@ -249,7 +288,7 @@ impl Error {
         match self {
             Error::Verbs(e) | Error::Post { source: e, .. } | Error::Poll(e) => verbs_kind(e),
             Error::WorkCompletion { .. } => ErrorKind::WorkCompletion,
-            Error::Timeout { .. } => ErrorKind::TimedOut,
+            Error::Timeout { .. } | Error::UnfilledReceives { .. } => ErrorKind::TimedOut,
             Error::PeerDisconnected { .. } => ErrorKind::PeerDisconnected,
             Error::NotReady { .. } => ErrorKind::NotReady,
             Error::Unusable(_) => ErrorKind::Unusable,
@@ -273,6 +312,7 @@ impl Error {
             | Error::Timeout { operation, .. }
             | Error::PeerDisconnected { operation }
             | Error::NotReady { operation, .. } => Some(*operation),
+            Error::UnfilledReceives { .. } => Some(Operation::Receive),
             _ => None,
         }
     }

@@ -1,6 +1,10 @@
 //! A safe RDMA API: the borrow checker, not the programmer's discipline,
 //! keeps the NIC away from freed or exclusively borrowed memory.
 //!
+//! Which part of the API to use for latency or for throughput, inline
+//! data, busy polling or events, batches, prepared requests and the build
+//! profile: the [performance guide](docs::performance).
+//!
 //! # Safety architecture
 //!
 //! * **Registration** ([`RegisteredBuffer`], [`MemoryRegion`]). The NIC uses
@@ -218,6 +222,7 @@ pub mod channel;
 pub mod cm;
 pub mod datagram;
 mod datagram_options;
+pub mod docs;
 mod endpoint;
 mod engine;
 pub mod error;

@@ -14,6 +14,16 @@
 //! resumes the panic). Nothing relies on a handle's `Drop`: a
 //! [`ScopedPendingWork`] that is `mem::forget`-ed is still waited for.
 //! Handles are invariant in `'scope`, so they cannot escape the closure.
+//!
+//! A buffer lent with [`PollingScope::post_receive_lent`] or
+//! [`PollingScope::post_send_lent`] comes back from its handle once the
+//! operation has completed, for the next operation of the same scope: a
+//! request/response loop reads each request inside one scope (see
+//! [`LentWork`] for why that is sound).
+
+mod lent;
+
+pub use lent::LentWork;
 
 use crate::channel::Channel;
 use crate::engine::WorkQueue;
@@ -79,7 +89,7 @@ where
     let errors = if unclaimed == 0 {
         Vec::new()
     } else {
-        queue.drain_ids(&scope.posted, timeout)
+        name_unfilled_receives(queue.drain_ids(&scope.posted, timeout))
     };
     // The scope's promise: nothing it posted is still tracked (so none of
     // the memory it lent is in the NIC's hands) once it returns.
@@ -100,6 +110,33 @@ where
         }
         Err(panic) => resume_unwind(panic),
     }
+}
+
+/// The scope's drain found a receive that timed out: no message came for
+/// it after the closure had returned, so nobody sent what it was posted
+/// for. That timeout becomes [`Error::UnfilledReceives`], counting it and
+/// the receives flushed after it (the timeout shut the channel down).
+fn name_unfilled_receives(mut errors: Vec<Error>) -> Vec<Error> {
+    let timed_out = errors.iter().position(|e| {
+        matches!(
+            e,
+            Error::Timeout {
+                operation: Operation::Receive,
+                ..
+            }
+        )
+    });
+    if let Some(at) = timed_out {
+        let Error::Timeout { timeout, .. } = errors[at] else {
+            unreachable!("found above")
+        };
+        let receives = errors[at..]
+            .iter()
+            .filter(|e| e.operation() == Some(Operation::Receive))
+            .count();
+        errors[at] = Error::UnfilledReceives { receives, timeout };
+    }
+    errors
 }
 
 /// Capacity of the id list a channel keeps between scopes.

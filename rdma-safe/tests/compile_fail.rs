@@ -40,6 +40,7 @@ fn types_are_send_and_sync() {
     send_sync::<rdma_safe::ScatterElement<'static>>();
     send_sync::<rdma_safe::PendingWork<'static>>();
     send_sync::<rdma_safe::scope::ScopedPendingWork<'static>>();
+    send_sync::<rdma_safe::scope::LentWork<'static>>();
     send_sync::<rdma_safe::PreparedBatch<'static, 'static>>();
     send_sync::<rdma_safe::Error>();
     send_sync::<rdma_safe::ScopeError<rdma_safe::Error>>();

@@ -22,6 +22,9 @@ mod loopback;
 #[path = "../examples/owned_transfer.rs"]
 mod owned_transfer;
 #[allow(unreachable_pub)]
+#[path = "../examples/request_response.rs"]
+mod request_response;
+#[allow(unreachable_pub)]
 #[path = "../examples/tcp_write.rs"]
 mod tcp_write;
 
@@ -59,4 +62,10 @@ fn cm_service_example_runs() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn owned_transfer_example_runs() {
     owned_transfer::run(&common::device_name()).expect("the owned_transfer example");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn request_response_example_runs() {
+    request_response::run(&common::device_name()).expect("the request_response example");
 }

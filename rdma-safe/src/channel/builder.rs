@@ -94,7 +94,7 @@ impl<'f1> ChannelBuilder<'f1> {
         self.cq_size = Some(n);
         self
     }
-    /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`]).
+    /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`], 30 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -222,7 +222,7 @@ impl<'f1> ChannelBuilder<'f1> {
             gid_index,
             mtu,
         };
-        let limits = Limits::granted(qp.capabilities(), &self.caps);
+        let limits = Limits::granted(&qp, &self.caps);
         Ok(Channel {
             needs_grh: port_attr.needs_grh(),
             queue: Arc::new(WorkQueue::new(

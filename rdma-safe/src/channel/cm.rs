@@ -68,7 +68,7 @@ impl CmQueue {
         let qp = QueuePair::builder(pd.as_core(), rdma_core::QpType::Rc, &cq, &cq)
             .capabilities(caps)
             .build()?;
-        let limits = Limits::granted(qp.capabilities(), &caps);
+        let limits = Limits::granted(&qp, &caps);
         Ok(CmQueue { qp, cq, limits })
     }
 }

@@ -24,7 +24,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default bound on every blocking wait.
+/// Default bound on every blocking wait: 30 s. A wait that expires shuts
+/// the channel down (see [`Error::Timeout`](crate::Error::Timeout)).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A safe RDMA communication endpoint built on a reliable-connected queue

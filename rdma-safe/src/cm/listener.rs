@@ -49,8 +49,11 @@ impl Listener {
     /// registered table or one [`BufferPool`](crate::BufferPool) of `pd`
     /// then serves every client. Open `pd` with
     /// [`ProtectionDomain::open`] (it shares the connection manager's
-    /// device context). Without this, accepted channels share one domain
-    /// per device, which [`Incoming::pd`] gives.
+    /// device context). Without this ([`bind`](Self::bind),
+    /// [`bind_with`](Self::bind_with)), accepted channels use the domain
+    /// the process shares per device (see the [module](super) docs);
+    /// [`Incoming::pd`] and [`Channel::pd`](crate::Channel::pd) give the
+    /// one a channel uses either way.
     ///
     /// # Errors
     /// As [`bind`](Self::bind). A request that arrives on a device `pd`

@@ -31,9 +31,22 @@
 //! hosts with different MTUs agree on the smaller one, where the CM alone
 //! would take the connecting side's.
 //!
-//! A CM-made channel has a protection domain of its own on the device the CM
-//! chose ([`Channel::pd`]): register the memory it uses there. Everything
-//! else — blocking operations, scopes, batches, timeouts — is the same as
+//! Which protection domain a CM-made channel uses ([`Channel::pd`] gives
+//! it; [`Incoming::pd`] before accepting), on the device the CM chose:
+//!
+//! * by default ([`Listener::bind`], [`Listener::bind_with`],
+//!   [`Channel::connect_to`], [`Connector::resolve`]) one domain per
+//!   device, shared by every such channel of the process on that device
+//!   and kept for the life of the process — so one table or one pool
+//!   registered there serves every connection;
+//! * with [`Listener::bind_in`], [`Channel::connect_in`] or
+//!   [`Connector::resolve_in`], the caller's domain (opened with
+//!   [`ProtectionDomain::open`](crate::ProtectionDomain::open)), for every
+//!   connection; a connection on a device that domain does not serve is
+//!   refused with an error naming both.
+//!
+//! Register the memory a channel uses in its domain: an element of another
+//! domain is refused before posting. Everything else — blocking operations, scopes, batches, timeouts — is the same as
 //! for any channel. When the peer disconnects, pending work is flushed at
 //! once and blocking operations fail with
 //! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected).
@@ -73,7 +86,7 @@ pub struct CmOptions {
     /// inline data).
     pub caps: QpCapabilities,
     /// Bound on every blocking wait: resolving, connecting, accepting, and
-    /// then the channel's operations (default [`DEFAULT_TIMEOUT`]).
+    /// then the channel's operations (default [`DEFAULT_TIMEOUT`], 30 s).
     pub timeout: Duration,
     /// Sleep on completion events instead of busy polling (default off).
     pub completion_events: bool,
@@ -133,6 +146,47 @@ impl CmOptions {
     /// Sets whether waits sleep on completion events.
     pub fn completion_events(mut self, on: bool) -> Self {
         self.completion_events = on;
+        self
+    }
+
+    /// Sets the RDMA reads (and atomics) each side may have outstanding at
+    /// the other (default 16).
+    pub fn rd_atomic(mut self, n: u8) -> Self {
+        self.rd_atomic = n;
+        self
+    }
+
+    /// Sets the local ACK timeout exponent, 4.096 µs · 2^`exp` (default
+    /// 17, ≈ 0.54 s).
+    pub fn ack_timeout(mut self, exp: u8) -> Self {
+        self.ack_timeout = exp;
+        self
+    }
+
+    /// Sets the transport retries before work fails with
+    /// `WcStatus::RetryExceeded` (default 6; 7 is "forever" on rxe).
+    pub fn retry_count(mut self, n: u8) -> Self {
+        self.retry_count = n;
+        self
+    }
+
+    /// Sets the receiver-not-ready retries (default 7, unlimited).
+    pub fn rnr_retry_count(mut self, n: u8) -> Self {
+        self.rnr_retry_count = n;
+        self
+    }
+
+    /// Sets the RNR NAK timer a peer waits before resending a message that
+    /// found no receive posted (IB encoding; default 12, 0.64 ms).
+    pub fn min_rnr_timer(mut self, code: u8) -> Self {
+        self.min_rnr_timer = code;
+        self
+    }
+
+    /// Sets how many connect requests the kernel queues for a
+    /// [`Listener`] (default 64).
+    pub fn backlog(mut self, n: i32) -> Self {
+        self.backlog = n;
         self
     }
 

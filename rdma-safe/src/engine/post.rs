@@ -195,13 +195,10 @@ impl WorkQueue {
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {
         Gate::receives_here(&self.qp)?;
-        Limits::check_sges(
-            Operation::Receive,
-            wr.scatter.len(),
-            self.limits.caps.max_recv_sge,
-        )?;
         let len = wr.len();
-        let mut req = [RecvRequest::new(0, scatter_sges(wr.scatter))];
+        let sges = scatter_sges(wr.scatter);
+        self.limits.check_receive_sges(sges)?;
+        let mut req = [RecvRequest::new(0, sges)];
         self.post_locked(&mut self.lock(), Operation::Receive, len, 0, |id| {
             req[0].set_wr_id(id);
             // Every SGE comes from a `ScatterElement`, a live `&mut [u8]`
@@ -232,12 +229,8 @@ impl WorkQueue {
         if let Err(e) = Gate::receives_here(&self.qp) {
             return refuse(e);
         }
-        for wr in wrs.iter() {
-            if let Err(e) = Limits::check_sges(
-                Operation::Receive,
-                wr.scatter.len(),
-                self.limits.caps.max_recv_sge,
-            ) {
+        for wr in wrs.iter_mut() {
+            if let Err(e) = self.limits.check_receive_sges(scatter_sges(wr.scatter)) {
                 return refuse(e);
             }
         }

@@ -69,6 +69,7 @@
 
 pub(crate) mod aligned;
 pub(crate) mod element;
+pub(crate) mod keys;
 pub(crate) mod region;
 pub(crate) mod registered;
 pub(crate) mod remote;

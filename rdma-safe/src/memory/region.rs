@@ -3,6 +3,7 @@
 
 use crate::error::{Result, VerbsError};
 use crate::memory::element::{GatherElement, ScatterElement};
+use crate::memory::keys;
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::pd::ProtectionDomain;
 use std::fmt;
@@ -21,6 +22,10 @@ use rdma_core::AccessFlags;
 /// element constructors are safe on either (see the [module docs](crate::memory)).
 /// Deregistered on drop; keeps its protection domain alive.
 pub struct MemoryRegion {
+    /// The region's `(domain, lkey)` in the table posts check elements
+    /// against; first, so that it leaves the table before the key is
+    /// deregistered.
+    entry: keys::Entry,
     inner: rdma_core::MemoryRegion,
     access: AccessFlags,
 }
@@ -70,6 +75,7 @@ impl MemoryRegion {
             rdma_core::MemoryRegion::register(pd.as_core(), address, length, access_flags)
         }?;
         Ok(MemoryRegion {
+            entry: keys::Entry::new(&inner),
             inner,
             access: access_flags,
         })
@@ -182,6 +188,7 @@ impl MemoryRegion {
             )
         }?;
         Ok(MemoryRegion {
+            entry: keys::Entry::new(&inner),
             inner,
             access: access_flags,
         })
@@ -273,10 +280,21 @@ impl MemoryRegion {
     /// bound to it), with the region, still registered: the NIC may still
     /// reach its memory, which must then not be freed.
     pub fn close(self) -> Result<(), (Self, crate::Error)> {
-        let MemoryRegion { inner, access } = self;
-        inner
-            .close()
-            .map_err(|(inner, e)| (MemoryRegion { inner, access }, e.into()))
+        let MemoryRegion {
+            entry,
+            inner,
+            access,
+        } = self;
+        inner.close().map_err(|(inner, e)| {
+            (
+                MemoryRegion {
+                    entry,
+                    inner,
+                    access,
+                },
+                e.into(),
+            )
+        })
     }
 
     /// The (address, length, rkey) triplet a remote peer needs for one-sided

@@ -6,10 +6,12 @@
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::{gather_sges, scatter_sges, GatherElement};
+use crate::memory::keys::{check_domain, domain_of, Domain};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::{ReadWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{
-    AccessFlags, AddressHandle, MemoryRegion, MemoryWindow, QpCapabilities, SendFlags, SendRequest,
+    AccessFlags, AddressHandle, MemoryRegion, MemoryWindow, QpCapabilities, QueuePair, SendFlags,
+    SendRequest, Sge,
 };
 use std::ops::Range;
 
@@ -22,6 +24,9 @@ pub(crate) struct Limits {
     /// Payloads up to this size go inline unless a request says otherwise
     /// (what the user asked for, at most what the device granted).
     pub(crate) inline_default: u32,
+    /// The queue pair's protection domain, which every element's region
+    /// must be registered in.
+    pub(crate) domain: Domain,
 }
 
 impl Limits {
@@ -30,13 +35,15 @@ impl Limits {
     /// size of 0 to 16 and may round depths up); the engine keeps to the
     /// depths asked for, which the completion queue was sized for, and
     /// inlines by default only what the caller asked for.
-    pub(crate) fn granted(granted: QpCapabilities, asked: &QpCapabilities) -> Self {
+    pub(crate) fn granted(qp: &QueuePair, asked: &QpCapabilities) -> Self {
+        let granted = qp.capabilities();
         let mut caps = granted;
         caps.max_send_wr = caps.max_send_wr.min(asked.max_send_wr);
         caps.max_recv_wr = caps.max_recv_wr.min(asked.max_recv_wr);
         Limits {
             caps,
             inline_default: granted.max_inline_data.min(asked.max_inline_data),
+            domain: domain_of(qp.pd()),
         }
     }
 
@@ -76,10 +83,21 @@ impl Limits {
         Ok(())
     }
 
-    /// Refuses more send-queue SGEs than the queue pair takes.
+    /// Refuses more send-queue SGEs than the queue pair takes, and an SGE
+    /// of a region in another protection domain.
     #[inline]
-    fn check_send_sges(&self, op: Operation, n: usize) -> Result<()> {
-        Self::check_sges(op, n, self.caps.max_send_sge)
+    fn check_send_sges(&self, op: Operation, sges: &[Sge]) -> Result<()> {
+        Self::check_sges(op, sges.len(), self.caps.max_send_sge)?;
+        check_domain(op, self.domain, sges)
+    }
+
+    /// Refuses more receive SGEs than the queue pair takes, and an SGE of
+    /// a region in another protection domain.
+    #[inline]
+    pub(crate) fn check_receive_sges(&self, sges: &[Sge]) -> Result<()> {
+        let op = Operation::Receive;
+        Self::check_sges(op, sges.len(), self.caps.max_recv_sge)?;
+        check_domain(op, self.domain, sges)
     }
 }
 
@@ -107,7 +125,7 @@ impl<'wr> SendQueueWork<'wr> for SendWorkRequest<'wr, '_> {
         // The length once: summing even a one-element list is a loop.
         let n = self.len();
         *len += n;
-        limits.check_send_sges(op, self.gather.len())?;
+        limits.check_send_sges(op, gather_sges(self.gather))?;
         let mut flags = SendFlags::empty();
         flags.set(SendFlags::SOLICITED, self.solicited);
         flags.set(SendFlags::INLINE, limits.inline_for(op, n, self.inline)?);
@@ -127,7 +145,7 @@ impl<'wr> SendQueueWork<'wr> for WriteWorkRequest<'wr, '_> {
         let op = Operation::Write;
         let n = self.len();
         *len += n;
-        limits.check_send_sges(op, self.gather.len())?;
+        limits.check_send_sges(op, gather_sges(self.gather))?;
         check_remote_len(op, n, &self.remote)?;
         let flags = if limits.inline_for(op, n, self.inline)? {
             SendFlags::INLINE
@@ -151,7 +169,7 @@ impl<'s> SendQueueWork<'s> for &'s mut ReadWorkRequest<'_, '_> {
         let op = Operation::Read;
         let n = self.len();
         *len += n;
-        limits.check_send_sges(op, self.scatter.len())?;
+        limits.check_send_sges(op, scatter_sges(self.scatter))?;
         check_remote_len(op, n, &self.remote)?;
         let (addr, rkey) = (self.remote.address(), self.remote.rkey());
         Ok((
@@ -165,7 +183,7 @@ impl<'s> SendQueueWork<'s> for &'s mut AtomicWorkRequest<'_, '_> {
     const KIND: Operation = Operation::FetchAndAdd;
 
     #[inline(always)]
-    fn build(self, _: &Limits, len: &mut usize) -> Result<(Operation, SendRequest<'s>)> {
+    fn build(self, limits: &Limits, len: &mut usize) -> Result<(Operation, SendRequest<'s>)> {
         let op = match self.op {
             AtomicOp::CompareAndSwap { .. } => Operation::CompareAndSwap,
             AtomicOp::FetchAndAdd { .. } => Operation::FetchAndAdd,
@@ -184,6 +202,7 @@ impl<'s> SendQueueWork<'s> for &'s mut AtomicWorkRequest<'_, '_> {
         *len += ATOMIC_SIZE;
         let rkey = self.remote.rkey();
         let sges = scatter_sges(std::slice::from_mut(self.result));
+        check_domain(op, limits.domain, sges)?;
         let req = match self.op {
             AtomicOp::CompareAndSwap { compare, swap } => {
                 SendRequest::atomic_cmp_swap(0, sges, addr, rkey, compare, swap)
@@ -222,7 +241,9 @@ impl<'a> SendQueueWork<'a> for DatagramSend<'a, '_> {
             ));
         }
         *len += self.gather.iter().map(GatherElement::len).sum::<usize>();
-        let req = SendRequest::send(0, gather_sges(self.gather)).ud(self.ah, self.qpn, self.qkey);
+        let sges = gather_sges(self.gather);
+        check_domain(op, limits.domain, sges)?;
+        let req = SendRequest::send(0, sges).ud(self.ah, self.qpn, self.qkey);
         Ok((op, req))
     }
 }

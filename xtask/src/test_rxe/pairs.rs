@@ -226,7 +226,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 12 + 2 + 9 + 29, "{text}");
+        assert_eq!(steps.len(), 12 + 2 + 10 + 29, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),

@@ -94,10 +94,11 @@ pub(super) fn echo_server(echo: &str, flags: &str) -> String {
 /// async_echo: the server on B serves [`ECHO_CLIENTS`] connections from
 /// one client process on A, which checks every echoed byte — connected
 /// over TCP (endpoint exchange), then through the RDMA CM (`--cm`, every
-/// connection in the server's one domain and pool). The server's
-/// buffers are the messages' size (by default it registers 1 GiB: the OOM
-/// killer ends it in a 1 GiB guest). The server
-/// serves until stopped: it is stopped once the client has ended
+/// connection in the server's one domain and pool), with the server's
+/// buffers the messages' size; then with the server's defaults (no `-s`:
+/// 64 KiB messages, 64 MiB registered), which must serve on a 1 GiB host,
+/// where a client asking for larger messages is refused by name before
+/// the checked run. The server serves until stopped: it is stopped once the client has ended
 /// (`$PAIR_CLIENT_DONE`, see ci/two-hosts.sh), and must still be running
 /// then.
 pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
@@ -128,7 +129,34 @@ pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
             },
         );
     }
+    let (port, dev) = (18642, "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"");
+    let client = format!("{ours} client {dev} -p {port}");
+    p.pair_step(
+        &format!(
+            "async_echo: ours (B) serves with its defaults (no -s) on a 1 GiB host; a client \
+             asking for 1M messages is refused, {c} connections of {s} bytes are served"
+        ),
+        port,
+        Side {
+            host: B,
+            cmd: &echo_server(&ours, &format!("{dev} -p {port}")),
+            expect: "stopped after its client",
+        },
+        Side {
+            host: A,
+            cmd: &format!(
+                "out=$({client} --clients 1 --messages 1 -s 1M \"$PEER_IPV4\" 2>&1 || true); \
+                 echo \"$out\"; case \"$out\" in *{REFUSAL}*) ;; *) exit 1;; esac; \
+                 {client} --clients {c} --messages {m} -s {s} \"$PEER_IPV4\""
+            ),
+            expect: &format!("{} echoed and checked", c * m),
+        },
+    );
 }
+
+/// What a client whose messages exceed the default server's limit prints
+/// (as the shell pattern of the step that checks it).
+const REFUSAL: &str = "\"the server takes messages of at most 65536 bytes; -s 1048576 is larger\"";
 
 #[cfg(test)]
 mod tests {
@@ -145,7 +173,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 1 + 2 * CM_RUNS.len() + 2, "{text}");
+        assert_eq!(steps.len(), 1 + 2 * CM_RUNS.len() + 3, "{text}");
         assert!(
             steps[3].contains(
                 "18633 0 '/t/perf write_lat -R -s 64 -n 200 -p 18633' \
@@ -164,5 +192,13 @@ mod tests {
             "pair_step 'async_echo: ours (B) serves 8 connections from ours (A), RDMA CM' 18641 1 "
         ));
         assert!(steps[8].contains("--cm"), "{}", steps[8]);
+        assert!(
+            steps[9].contains(
+                "/t/async_echo server -d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\" -p 18642 &"
+            ),
+            "{}",
+            steps[9]
+        );
+        assert!(steps[9].contains("at most 65536 bytes"), "{}", steps[9]);
     }
 }

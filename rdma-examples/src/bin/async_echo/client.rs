@@ -4,7 +4,7 @@
 //! at the request that was lost, which is counted and reported, never
 //! dropped silently.
 
-use super::{cm_options, connect, Load, Options, RX_DEPTH};
+use super::{cm_options, connect, size, Load, Options, RX_DEPTH};
 use rdma_examples::fail;
 use rdma_examples::{net, pattern, stats, Result};
 use rdma_safe::owned::Request;
@@ -109,13 +109,13 @@ async fn one_client(
     let mut next = 0;
     loop {
         let (stream, channel) = if run.reconnects == 0 {
-            let conn = connect_once(&pd, &o, &host).await?;
+            let conn = connect_once(&pd, &o, &host, load.size).await?;
             if load.reconnect {
                 eprintln!("async_echo: client {c}: connected");
             }
             conn
         } else {
-            connect_again(c, &pd, &o, &host).await?
+            connect_again(c, &pd, &o, &host, load.size).await?
         };
         let shared: SharedChannel = channel.shared().with_tokio()?;
         // A pool per connection: the buffers of a broken one come back
@@ -187,13 +187,18 @@ async fn connect_once(
     pd: &ProtectionDomain,
     o: &Options,
     host: &str,
+    size: usize,
 ) -> Result<(Option<std::net::TcpStream>, Channel)> {
     if o.cm {
-        return Ok((None, connect_cm(pd, o, host).await?));
+        let channel = connect_cm(pd, o, host, size).await?;
+        let limit = channel.peer_private_data().and_then(size::decode);
+        size::client_check(size, limit)?;
+        return Ok((None, channel));
     }
     let (o2, pd2, host) = (o.clone(), pd.clone(), host.to_owned());
     let (stream, channel) = tokio::task::spawn_blocking(move || -> Result<_> {
         let mut stream = net::connect(&host, o2.port, net::CONNECT_RETRY, o2.timeout.timeout)?;
+        size::client_tcp(&mut stream, size, o2.timeout.timeout)?;
         let channel = connect(&pd2, &o2, &mut stream)?;
         Ok((stream, channel))
     })
@@ -212,12 +217,13 @@ async fn connect_again(
     pd: &ProtectionDomain,
     o: &Options,
     host: &str,
+    size: usize,
 ) -> Result<(Option<std::net::TcpStream>, Channel)> {
     let start = Instant::now();
     let mut wait = BACKOFF_START;
     loop {
         tokio::time::sleep(wait).await;
-        let attempt = tokio::time::timeout(ATTEMPT_MAX, connect_once(pd, o, host))
+        let attempt = tokio::time::timeout(ATTEMPT_MAX, connect_once(pd, o, host, size))
             .await
             .unwrap_or_else(|_| Err(fail(format!("no answer within {ATTEMPT_MAX:?}"))));
         match attempt {
@@ -245,13 +251,18 @@ async fn connect_again(
 /// A CM connection to `host`, in `pd`. A server that is not listening yet
 /// (the CM's reject) is tried again for [`net::CONNECT_RETRY`], as the TCP
 /// path retries a refused connection; any other failure is final.
-async fn connect_cm(pd: &ProtectionDomain, o: &Options, host: &str) -> Result<Channel> {
+async fn connect_cm(
+    pd: &ProtectionDomain,
+    o: &Options,
+    host: &str,
+    size: usize,
+) -> Result<Channel> {
     let start = Instant::now();
     loop {
         let attempt = async {
             Connector::resolve_in_async(pd, (host, o.port), &cm_options(o))
                 .await?
-                .connect_async(&[])
+                .connect_async(&size::encode(size))
                 .await
         };
         match attempt.await {

@@ -2,7 +2,10 @@
 //!
 //! `async_echo server [-d DEV] [-x GID_INDEX] [-p PORT] [-s SIZE]` serves
 //! every client that connects, until killed (messages up to SIZE bytes,
-//! 1 MiB by default): each connection is a reliable
+//! 64 KiB by default; it registers [`POOL_BUFFERS`] buffers of SIZE, 64 MiB
+//! by default, and says so when it starts). A client whose messages are
+//! larger is refused, with an error on both sides naming both sizes (see
+//! `size.rs`). Each connection is a reliable
 //! channel whose receive stream hands each message's pool buffer straight
 //! back to a send (frozen, not copied).
 //!
@@ -37,6 +40,7 @@
 //! and no `spawn_blocking` is needed.
 
 mod client;
+mod size;
 
 use clap::{Parser, Subcommand};
 use rdma_examples::device::open_checked;
@@ -56,6 +60,10 @@ use std::time::Duration;
 const RX_DEPTH: usize = 16;
 /// The largest message (the server's buffers are this big).
 const MAX_SIZE: u64 = 1 << 20;
+/// The buffers of the server's one pool: [`RX_DEPTH`] receives for each
+/// of up to 64 connections at once (more wait for buffers), and the ones
+/// on their way back out.
+const POOL_BUFFERS: usize = 64 * RX_DEPTH;
 
 /// An echo service on the async, owned-buffer API.
 #[derive(Debug, Parser)]
@@ -71,9 +79,10 @@ enum Role {
     Server {
         #[command(flatten)]
         common: Options,
-        /// largest message accepted, at most 1M (default 1M); the server
-        /// registers 1024 buffers of this size when it starts
-        #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "1M", hide_default_value = true,
+        /// largest message accepted, at most 1M (default 64K); the server
+        /// registers 1024 buffers of this size when it starts (64 MiB by
+        /// default) and refuses clients whose messages are larger
+        #[arg(short = 's', long = "size", value_name = "SIZE", default_value = "64K", hide_default_value = true,
               value_parser = cli::number::<usize>(Limit::new("-s/--size", 1, MAX_SIZE)))]
         size: usize,
     },
@@ -225,12 +234,15 @@ async fn server(o: Options, size: usize) -> Result<()> {
         o.device.ib_port,
         o.gid.gid_index,
     )?;
-    // One pool for every connection: RX_DEPTH receive buffers each, plus
-    // the ones on their way back out. With 1 MiB buffers that is 1 GiB,
-    // pinned: a small machine needs a smaller -s.
-    let pool = BufferPool::new(&pd, size, 64 * RX_DEPTH)?;
+    // One pool for every connection, pinned for the server's life.
+    let pool = BufferPool::new(&pd, size, POOL_BUFFERS)?;
+    eprintln!(
+        "async_echo: registered {POOL_BUFFERS} buffers of {size} bytes ({:.1} MiB) for messages \
+         up to {size} bytes (-s)",
+        (POOL_BUFFERS * size) as f64 / (1 << 20) as f64
+    );
     if o.cm {
-        return serve_cm(pd, o, pool).await;
+        return serve_cm(pd, o, pool, size).await;
     }
     let listener = net::listen(o.port)?;
     eprintln!("async_echo: serving on TCP port {}", o.port);
@@ -257,6 +269,7 @@ async fn server(o: Options, size: usize) -> Result<()> {
         tokio::spawn(async move {
             let handshake = tokio::task::spawn_blocking(move || -> Result<_> {
                 let mut stream = stream;
+                size::server_tcp(&mut stream, size, o.timeout.timeout)?;
                 let channel = connect(&pd, &o, &mut stream)?;
                 Ok((stream, channel))
             })
@@ -281,8 +294,9 @@ fn cm_options(o: &Options) -> CmOptions {
 }
 
 /// The server over the RDMA CM: every connection in `pd`, served from
-/// `pool`; a request that fails costs only itself.
-async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<()> {
+/// `pool`, for messages up to `limit` bytes; a request that fails costs
+/// only itself.
+async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool, limit: usize) -> Result<()> {
     let listener = Listener::bind_in(&pd, ("0.0.0.0", o.port), &cm_options(&o))?;
     eprintln!("async_echo: serving on RDMA CM port {}", o.port);
     loop {
@@ -306,12 +320,19 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
         let idle = o.timeout.timeout;
         tokio::spawn(async move {
             let outcome = async {
+                let asked = size::decode(incoming.private_data()).unwrap_or(0);
+                if let Err(refused) = size::server_check(asked, limit) {
+                    // Accepted, with the limit, so the client learns it;
+                    // dropping the channel disconnects at once.
+                    drop(incoming.accept_async(&size::encode(limit)).await?);
+                    return Err(refused);
+                }
                 // The receives go up before the accept: the client sends as
                 // soon as it is accepted, which can be seconds before this
                 // side sees the connection established (a lost RTU).
                 let (channel, acceptance) = incoming.prepare()?;
                 let shared = channel.shared().with_tokio()?;
-                let echoed = echo_all(&shared, pool, idle, Some(acceptance)).await?;
+                let echoed = echo_all(&shared, pool, idle, Some((acceptance, limit))).await?;
                 eprintln!("async_echo: connection closed after {echoed} messages");
                 Ok::<_, rdma_safe::Error>(())
             };
@@ -330,17 +351,18 @@ async fn serve_cm(pd: ProtectionDomain, o: Options, pool: BufferPool) -> Result<
 /// them for good (a host that died without a disconnect is silent too).
 ///
 /// With an `acceptance` (a CM request whose channel was made first), the
-/// stream's receives are posted before it accepts.
+/// stream's receives are posted before it accepts, with the server's
+/// message size limit.
 async fn echo_all(
     shared: &SharedChannel,
     pool: BufferPool,
     idle: Duration,
-    acceptance: Option<Acceptance>,
+    acceptance: Option<(Acceptance, usize)>,
 ) -> Result<u64> {
     let mut messages = shared.receive_stream(pool, RX_DEPTH);
-    if let Some(acceptance) = acceptance {
+    if let Some((acceptance, limit)) = acceptance {
         messages.post_now()?;
-        acceptance.accept_async(&[]).await?;
+        acceptance.accept_async(&size::encode(limit)).await?;
     }
     let mut echoed = 0u64;
     loop {

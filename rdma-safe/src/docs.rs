@@ -1,0 +1,5 @@
+//! Guides that span the API: which part of it to use for what.
+
+pub mod performance {
+    #![doc = include_str!("../docs/performance.md")]
+}
