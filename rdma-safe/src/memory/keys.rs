@@ -7,12 +7,16 @@
 //! to the verbs as is), so it cannot carry its region's domain. Every
 //! [`MemoryRegion`](super::MemoryRegion) enters its `(domain, lkey)` pair
 //! here while it is registered, and a post asks whether each element's
-//! lkey is registered in the channel's domain. The answer for the last key
-//! a thread asked about is kept beside the number of deregistrations so
-//! far: while no region was deregistered, a pair found once is still
-//! registered, so the steady state (one region, many posts) costs one
-//! thread-local read and a few compares per element; only a new key, or
-//! the first post after a deregistration, takes the table's read lock.
+//! lkey is registered in the channel's domain. Each queue pair keeps the
+//! last few keys it found registered in its domain ([`Domain`]): the
+//! steady state (a few regions, many posts) costs a few relaxed loads and
+//! compares per element, and only a key the queue pair has not seen takes
+//! the table's read lock.
+//!
+//! A remembered key is never refused, even if its region was deregistered
+//! since and the provider gave the number to a region of another domain:
+//! the check then says nothing, and the NIC refuses the request as it
+//! would without the check. A refusal comes only from the table.
 //!
 //! The check is a diagnosis, not what keeps memory safe: the NIC enforces
 //! domains itself, and an element borrows its region, which keeps the
@@ -20,39 +24,64 @@
 
 use crate::error::{Error, Operation, Result, VerbsError};
 use rdma_core::Sge;
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock};
 
-/// A protection domain's identity: the address of its `ibv_pd`. A region
-/// keeps its domain alive, and so does a channel, so two live domains
-/// never share one.
-pub(crate) type Domain = usize;
+/// Keys a queue pair remembers.
+const KNOWN_KEYS: usize = 4;
+/// Marks a used entry of [`Domain`]'s remembered keys.
+const KNOWN: u64 = 1 << 32;
+
+/// A queue pair's protection domain, as the check knows it: its identity
+/// (the address of its `ibv_pd`; a region keeps its domain alive, and so
+/// does a queue pair, so two live domains never share one) and the last
+/// keys found registered in it.
+#[derive(Debug)]
+pub(crate) struct Domain {
+    id: usize,
+    /// `KNOWN | lkey` per entry (0: empty).
+    known: [AtomicU64; KNOWN_KEYS],
+    /// The entry the next key found replaces.
+    next: AtomicUsize,
+}
+
+impl Domain {
+    /// The domain of `pd`, no key known yet.
+    pub(crate) fn of(pd: &rdma_core::ProtectionDomain) -> Self {
+        Domain {
+            id: domain_of(pd),
+            known: Default::default(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    #[inline]
+    fn knows(&self, lkey: u32) -> bool {
+        let want = KNOWN | u64::from(lkey);
+        self.known.iter().any(|k| k.load(Ordering::Relaxed) == want)
+    }
+
+    fn remember(&self, lkey: u32) {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % KNOWN_KEYS;
+        self.known[i].store(KNOWN | u64::from(lkey), Ordering::Relaxed);
+    }
+}
 
 /// The identity of `pd`.
-pub(crate) fn domain_of(pd: &rdma_core::ProtectionDomain) -> Domain {
+fn domain_of(pd: &rdma_core::ProtectionDomain) -> usize {
     pd.as_ptr() as usize
 }
 
 /// Registered `(domain, lkey)` pairs, counted (a provider may hand the
 /// same key out again once a region is gone; counting keeps an entry that
 /// is removed late from hiding a new one).
-static REGISTERED: RwLock<Option<HashMap<(Domain, u32), u32>>> = RwLock::new(None);
-
-/// Deregistrations so far: a thread's cached answer is good while this is
-/// unchanged.
-static REMOVALS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// The last pair this thread found registered, with `REMOVALS` then.
-    static LAST: Cell<(Domain, u32, u64)> = const { Cell::new((0, 0, u64::MAX)) };
-}
+static REGISTERED: RwLock<Option<HashMap<(usize, u32), u32>>> = RwLock::new(None);
 
 /// A region's entry in the table, removed when the region is dropped.
 #[derive(Debug)]
 pub(crate) struct Entry {
-    key: (Domain, u32),
+    key: (usize, u32),
 }
 
 impl Entry {
@@ -79,8 +108,6 @@ impl Drop for Entry {
                 }
             }
         }
-        // After the removal: a thread that sees the new count looks again.
-        REMOVALS.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -90,29 +117,27 @@ impl Drop for Entry {
 /// # Errors
 /// [`Error::Post`] naming the element and the mistake; nothing was posted.
 #[inline]
-pub(crate) fn check_domain(op: Operation, domain: Domain, sges: &[Sge]) -> Result<()> {
+pub(crate) fn check_domain(op: Operation, domain: &Domain, sges: &[Sge]) -> Result<()> {
     for (i, sge) in sges.iter().enumerate() {
-        let removals = REMOVALS.load(Ordering::Acquire);
-        let hit = LAST.with(|last| last.get() == (domain, sge.lkey(), removals));
-        if !hit {
-            look_up(op, domain, sge.lkey(), removals, i)?;
+        if !domain.knows(sge.lkey()) {
+            look_up(op, domain, sge.lkey(), i)?;
         }
     }
     Ok(())
 }
 
-/// The table's answer for `(domain, lkey)`, cached for this thread when
-/// it is registered.
+/// The table's answer for `lkey` in `domain`, remembered by the domain
+/// when it is registered there.
 #[cold]
 #[inline(never)]
-fn look_up(op: Operation, domain: Domain, lkey: u32, removals: u64, index: usize) -> Result<()> {
+fn look_up(op: Operation, domain: &Domain, lkey: u32, index: usize) -> Result<()> {
     let registered = REGISTERED
         .read()
         .unwrap_or_else(PoisonError::into_inner)
         .as_ref()
-        .is_some_and(|t| t.contains_key(&(domain, lkey)));
+        .is_some_and(|t| t.contains_key(&(domain.id, lkey)));
     if registered {
-        LAST.with(|last| last.set((domain, lkey, removals)));
+        domain.remember(lkey);
         return Ok(());
     }
     Err(Error::Post {

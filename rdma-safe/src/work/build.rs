@@ -6,7 +6,7 @@
 use crate::atomic::{AtomicOp, AtomicWorkRequest, ATOMIC_SIZE};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::{gather_sges, scatter_sges, GatherElement};
-use crate::memory::keys::{check_domain, domain_of, Domain};
+use crate::memory::keys::{check_domain, Domain};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::{ReadWorkRequest, SendWorkRequest, WriteWorkRequest};
 use rdma_core::{
@@ -16,7 +16,7 @@ use rdma_core::{
 use std::ops::Range;
 
 /// What a request may carry, fixed when the queue pair was created.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Limits {
     /// The capacities the device granted, the queue depths at most what
     /// was asked for (the completion queue was sized for those).
@@ -43,7 +43,7 @@ impl Limits {
         Limits {
             caps,
             inline_default: granted.max_inline_data.min(asked.max_inline_data),
-            domain: domain_of(qp.pd()),
+            domain: Domain::of(qp.pd()),
         }
     }
 
@@ -88,7 +88,7 @@ impl Limits {
     #[inline]
     fn check_send_sges(&self, op: Operation, sges: &[Sge]) -> Result<()> {
         Self::check_sges(op, sges.len(), self.caps.max_send_sge)?;
-        check_domain(op, self.domain, sges)
+        check_domain(op, &self.domain, sges)
     }
 
     /// Refuses more receive SGEs than the queue pair takes, and an SGE of
@@ -97,7 +97,7 @@ impl Limits {
     pub(crate) fn check_receive_sges(&self, sges: &[Sge]) -> Result<()> {
         let op = Operation::Receive;
         Self::check_sges(op, sges.len(), self.caps.max_recv_sge)?;
-        check_domain(op, self.domain, sges)
+        check_domain(op, &self.domain, sges)
     }
 }
 
@@ -202,7 +202,7 @@ impl<'s> SendQueueWork<'s> for &'s mut AtomicWorkRequest<'_, '_> {
         *len += ATOMIC_SIZE;
         let rkey = self.remote.rkey();
         let sges = scatter_sges(std::slice::from_mut(self.result));
-        check_domain(op, limits.domain, sges)?;
+        check_domain(op, &limits.domain, sges)?;
         let req = match self.op {
             AtomicOp::CompareAndSwap { compare, swap } => {
                 SendRequest::atomic_cmp_swap(0, sges, addr, rkey, compare, swap)
@@ -242,7 +242,7 @@ impl<'a> SendQueueWork<'a> for DatagramSend<'a, '_> {
         }
         *len += self.gather.iter().map(GatherElement::len).sum::<usize>();
         let sges = gather_sges(self.gather);
-        check_domain(op, limits.domain, sges)?;
+        check_domain(op, &limits.domain, sges)?;
         let req = SendRequest::send(0, sges).ud(self.ah, self.qpn, self.qkey);
         Ok((op, req))
     }
