@@ -49,6 +49,25 @@
 //! done with every request of the batch. This is what bandwidth needs on
 //! rxe, where every doorbell is a system call.
 //!
+//! # Timeouts and the stall watchdog
+//!
+//! Blocking calls are bounded by the channel's timeout
+//! ([`ChannelBuilder::timeout`](crate::ChannelBuilder::timeout),
+//! [`CmOptions::timeout`](crate::cm::CmOptions::timeout); default
+//! [`DEFAULT_TIMEOUT`](crate::channel::DEFAULT_TIMEOUT), 30 s) per request. The
+//! futures have no timer of their own; the completion driver (with a
+//! reactor) or the busy-polling future (without one) runs a **stall
+//! watchdog** instead: when no completion at all has been seen for the
+//! channel's timeout while anything is in flight — a posted receive
+//! included — the channel is shut down and every outstanding operation
+//! fails with [`Error::Timeout`]. A peer that
+//! sends nothing for longer than the timeout while receives are posted
+//! (a client that only reads one-sidedly, say) is therefore taken for a
+//! gone one: give such channels a timeout longer than the quietest
+//! period the protocol allows. Requests on the send queue are bounded by
+//! the transport as well (the connection's retry budget: a peer that
+//! stopped answering fails them with a retry error).
+//!
 //! # Sharing
 //!
 //! `SharedChannel` is a cheap clone (`Arc` of the engine). Every engine
