@@ -37,7 +37,9 @@ pub(crate) struct Control {
     acceptance: Option<Acceptance>,
 }
 
-/// The options of a control connection: one message at a time each way.
+/// The options of a control connection: one message at a time each way,
+/// its waits sleeping on completion events (a side may wait through the
+/// peer's whole run for the next message).
 fn options(timeout: Duration) -> CmOptions {
     let caps = QpCapabilities {
         max_send_wr: 2,
@@ -46,7 +48,10 @@ fn options(timeout: Duration) -> CmOptions {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    CmOptions::default().timeout(timeout).capabilities(caps)
+    CmOptions::default()
+        .timeout(timeout)
+        .capabilities(caps)
+        .completion_events(true)
 }
 
 impl Control {

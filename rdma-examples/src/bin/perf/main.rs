@@ -82,6 +82,7 @@ mod control;
 mod latency;
 mod measured;
 mod multi_qp;
+mod multi_threads;
 mod options;
 mod own_multi;
 mod perftest_wire;
@@ -89,6 +90,7 @@ mod protocol;
 mod rdma_cm;
 mod report;
 mod server;
+mod watch;
 
 use bandwidth::{read_chunks, ring_slots};
 use options::Options;
