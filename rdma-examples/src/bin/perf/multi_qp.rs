@@ -32,7 +32,7 @@
 
 use crate::bandwidth::{batch_size, read_chunks, BwRun};
 use crate::measured::measured_loop;
-use crate::protocol::AtomicKind;
+pub(crate) use crate::multi_plan::{Plan, Post, Shape};
 use crate::watch::{self, Peer};
 use crate::{check_message, Side};
 use rdma_examples::clock::{self, Stamp, Timeline};
@@ -40,61 +40,12 @@ use rdma_examples::fail;
 use rdma_examples::Result;
 use rdma_safe::{
     scope::ScopedPendingWork, work::ATOMIC_SIZE, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
+    ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// What a lane posts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Post<'a> {
-    /// Nothing (a receiving or passive side).
-    Nothing,
-    /// RDMA writes of the lane's message buffer to the region.
-    Write(RemoteMemoryRegion),
-    /// RDMA reads from the region into the lane's chunks.
-    Read(RemoteMemoryRegion),
-    /// Sends of the message buffer, immediate data = index in the lane.
-    Send,
-    /// 64-bit atomics on the word at `remote`, one per post (operation `i`
-    /// as [`crate::atomic`] runs it), each old value into word `i % -t` of
-    /// `results` and from there into the lane's `olds` once it completed.
-    Atomic {
-        kind: AtomicKind,
-        remote: RemoteMemoryRegion,
-        results: &'a RemoteAccessBuffer,
-    },
-}
-
-/// What one lane does in a run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan<'a> {
-    pub(crate) post: Post<'a>,
-    /// Whether the lane receives `iters` messages (send_bw).
-    pub(crate) receive: bool,
-}
-
-/// The shape of a run, the same on every lane.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
-    /// Message size.
-    pub(crate) size: usize,
-    /// Operations each lane posts, and messages each receiving lane takes.
-    pub(crate) iters: usize,
-    /// Operations in flight per lane (`-t`).
-    pub(crate) depth: usize,
-    /// Receives posted per lane (`-r`).
-    pub(crate) rx_depth: usize,
-    /// Bytes between receive slots in a lane's `rx` buffer.
-    pub(crate) stride: usize,
-    /// Whether every received message must carry its index as immediate
-    /// data (`perf`'s own protocol; perftest sends none).
-    pub(crate) check_immediate: bool,
-    /// How long no lane may make progress.
-    pub(crate) timeout: Duration,
-}
 
 /// Post and completion times of a lane's operations (from the run's
 /// origin, shared by every lane), and the messages it received.
@@ -468,6 +419,8 @@ fn drive(
     ready()?;
     let mut last = Stamp::now();
     let (mut turns, mut idle) = (0u32, 0u32);
+    // Quiet for `watch::QUIET` at the last look: every idle turn rests.
+    let mut resting = false;
     loop {
         let turn = lanes()?;
         if turn.done {
@@ -478,14 +431,14 @@ fn drive(
             return Err(fail(STOPPED));
         }
         if turn.events > 0 {
-            idle = 0;
+            (idle, resting) = (0, false);
             last = Stamp::now();
             continue;
         }
         idle = idle.wrapping_add(1);
-        // The clock is read now and then only: an idle turn is a few
-        // polls.
-        if !idle.is_multiple_of(64) {
+        // While spinning the clock is read now and then only: an idle turn
+        // is a few polls.
+        if !resting && !idle.is_multiple_of(64) {
             continue;
         }
         let quiet = last.elapsed();
@@ -496,6 +449,7 @@ fn drive(
             )));
         }
         if quiet >= watch::QUIET {
+            resting = true;
             if watch.stop.load(Ordering::Acquire) {
                 return Err(fail(STOPPED));
             }

@@ -23,7 +23,7 @@ use crate::control::Control;
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::Result;
-use rdma_safe::{scope::ScopedPendingWork, Error, WorkSuccess};
+use rdma_safe::{scope::ScopedPendingWork, Channel, Error, WorkSuccess};
 use std::time::{Duration, Instant};
 
 /// How long a wait spins without a completion before it rests.
@@ -68,10 +68,16 @@ impl Peer for Link {
     }
 }
 
-impl Peer for Control {
+/// A channel made through the connection manager as a control
+/// connection: its rests sleep, and its peer is gone once it disconnected
+/// (the connection manager says so at once when the peer's process ends).
+#[derive(Debug)]
+pub(crate) struct Connected<'a>(pub(crate) &'a Channel);
+
+impl Peer for Connected<'_> {
     fn rest(&mut self) -> Result<()> {
         std::thread::sleep(REST);
-        if self.channel().peer_disconnected() {
+        if self.0.peer_disconnected() {
             return Err(peer_gone("disconnected the control connection"));
         }
         Ok(())
@@ -80,7 +86,7 @@ impl Peer for Control {
     fn gone_within(&mut self, limit: Duration) -> bool {
         let start = Instant::now();
         loop {
-            if self.channel().peer_disconnected() {
+            if self.0.peer_disconnected() {
                 return true;
             }
             if start.elapsed() >= limit {
@@ -88,6 +94,16 @@ impl Peer for Control {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+impl Peer for Control {
+    fn rest(&mut self) -> Result<()> {
+        Connected(self.channel()).rest()
+    }
+
+    fn gone_within(&mut self, limit: Duration) -> bool {
+        Connected(self.channel()).gone_within(limit)
     }
 }
 
@@ -116,6 +132,7 @@ pub(crate) fn explain(e: Error, peer: &mut dyn Peer) -> Error {
             operation, status, ..
         } => format!("{operation} failed with {}", status.name()),
         Error::Timeout { operation, .. } => format!("{operation} did not complete"),
+        Error::Unusable(_) => "a queue pair failed".to_string(),
         _ => return e,
     };
     let start = Instant::now();
@@ -140,25 +157,27 @@ pub(crate) fn wait(
     peer: &mut dyn Peer,
     what: &str,
 ) -> Result<WorkSuccess> {
-    // The clock is read every few polls only.
+    // While spinning the clock is read every few polls only; once resting,
+    // before every rest.
     let start = Instant::now();
-    let mut polls = 0u32;
+    let (mut polls, mut resting) = (0u32, false);
     loop {
         match work.poll() {
             Ok(outcome) => return outcome,
             Err(pending) => work = pending,
         }
         polls = polls.wrapping_add(1);
-        if !polls.is_multiple_of(64) {
+        if !resting && !polls.is_multiple_of(64) {
             continue;
         }
         let quiet = start.elapsed();
+        resting = quiet >= QUIET;
         if quiet > timeout {
             return Err(fail(format!(
                 "no {what} within {timeout:?} (peer silent or stopped?)"
             )));
         }
-        if quiet >= QUIET {
+        if resting {
             peer.rest()?;
         }
     }
