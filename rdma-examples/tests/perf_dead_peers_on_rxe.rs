@@ -329,7 +329,7 @@ fn rdma_cm_send_bw_on_four_queue_pairs_client_killed() {
 fn write_bw_both_ways_server_stopped() {
     // The client's own writes keep completing into the stopped server's
     // memory (the kernel answers them): it gives up T after its own run
-    // (about 10 s in the emulated VM), working until then.
+    // (a few seconds of work at rxe's rate), working until then.
     run(
         &Case {
             test: "write_bw",
