@@ -389,8 +389,8 @@ fn one_sided_client_refuses_an_oversized_region() {
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn perf_passive_server_gives_up_on_a_client_that_stops() {
     // The client says GO's parameters, gets past the handshake, then goes
-    // quiet where a real one would be writing: the server's wait for DONE
-    // is the timeout plus a floor-rate allowance for 10 x 4 KiB.
+    // quiet where a real one would be writing and saying ALIVE: the
+    // server's wait for DONE is the timeout after the last line.
     let line_ =
         "PERF1 test=write_bw iters=10 tx_depth=4 rx_depth=1 inline=auto events=0 sizes=4096\n";
     let (p, mut s) = perf_server_gets("write_bw", 19350, line_.as_bytes());

@@ -210,6 +210,7 @@ pub(crate) fn plan(progs: &Programs) -> Plan {
     pairs_library::peer_test_steps(&mut p, progs);
     pairs_perf::perf_steps(&mut p, progs);
     pairs_perf::async_echo_step(&mut p, progs);
+    pairs_perf::dead_host_step(&mut p, progs);
     faults::fault_steps(&mut p, progs);
     p
 }
@@ -226,7 +227,8 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        assert_eq!(steps.len(), 12 + 2 + 10 + 29, "{text}");
+        // ... + 1: the dead host under perf -q 4.
+        assert_eq!(steps.len(), 12 + 2 + 10 + 1 + 29, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),

@@ -158,6 +158,46 @@ pub(super) fn async_echo_step(p: &mut Plan, progs: &Programs) {
 /// (as the shell pattern of the step that checks it).
 const REFUSAL: &str = "\"the server takes messages of at most 65536 bytes; -s 1048576 is larger\"";
 
+/// The client's host dies under `perf send_bw -q 4`: B's link drops
+/// everything it sends (no FIN, no ACK reaches A) and its client is
+/// killed, 3 s into the run. A's server, its four queue pairs receiving,
+/// rests on the control connection once they are quiet and fails
+/// [`DEAD_PERF_TIMEOUT`] after the last message, all four flushed in one
+/// drain: within [`DEAD_PERF_BOUND`] of its start (set-up, the 3 s, the
+/// timeout, slack for two emulated hosts).
+pub(super) fn dead_host_step(p: &mut Plan, progs: &Programs) {
+    let perf = progs.ours("perf");
+    let port = 18660;
+    let (t, bound) = (DEAD_PERF_TIMEOUT, DEAD_PERF_BOUND);
+    let dev = "-d \"$RXE_DEVICE\" -x \"$RXE_GID_INDEX\"";
+    let client = format!(
+        "{perf} send_bw {dev} -q 4 -s 65536 -n 200000 -p {port} --timeout {t} \"$PEER_IPV4\" & c=$!; \
+         sleep 3; modprobe sch_netem; tc qdisc replace dev \"$RXE_NETDEV\" root netem loss 100% && \
+         kill -9 $c; wait $c; echo 'host B died (its link dead, its client killed)'; sleep {}",
+        bound + 10
+    );
+    p.pair_step(
+        &format!(
+            "perf send_bw -q 4: the client's host dies mid-run: A's server fails within {bound} s"
+        ),
+        port,
+        Side {
+            host: A,
+            cmd: &format!("fails_within {bound} {perf} send_bw {dev} -p {port} --timeout {t}"),
+            expect: &format!("no completion on any of the queue pairs within {t}s"),
+        },
+        Side {
+            host: B,
+            cmd: &client,
+            expect: "host B died",
+        },
+    );
+}
+
+/// [`dead_host_step`]'s `--timeout` and bound, in seconds.
+const DEAD_PERF_TIMEOUT: u32 = 10;
+const DEAD_PERF_BOUND: u32 = 45;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +240,15 @@ mod tests {
             steps[9]
         );
         assert!(steps[9].contains("at most 65536 bytes"), "{}", steps[9]);
+
+        let mut p = Plan::new();
+        dead_host_step(&mut p, &progs);
+        let step = p.text();
+        assert!(
+            step.contains("'fails_within 45 /t/perf send_bw -d"),
+            "{step}"
+        );
+        assert!(step.contains("-q 4 -s 65536 -n 200000 -p 18660"), "{step}");
+        assert!(step.contains("netem loss 100% && kill -9 $c"), "{step}");
     }
 }

@@ -23,10 +23,11 @@ use crate::options::Options;
 use crate::protocol::{self, AtomicKind, Params, Test};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report};
 use crate::report::{BW_HEADER, LAT_HEADER, RULE};
+use crate::watch;
 use crate::{recv_region, send_region, Side};
 use rdma_examples::clock::{self, Laps, Stamp, Timeline};
 use rdma_examples::fail;
-use rdma_examples::net::{self, Link};
+use rdma_examples::net::Link;
 use rdma_examples::stats::Latency;
 use rdma_examples::Result;
 use rdma_safe::{
@@ -109,17 +110,7 @@ pub(crate) fn serve(p: &Params, side: &mut Side, link: &mut Link, out: &Out) -> 
 fn serve_size(p: &Params, size: usize, word: &RemoteAccessBuffer, link: &mut Link) -> Result<()> {
     word.words()[0].store(0, Ordering::Release);
     link.write_line(&format!("GO {size}"))?;
-    let limit = p.run_allowance(size, link.timeout());
-    let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE")
-        .ok_or_else(|| {
-            format!(
-                "expected `DONE {size}` from the client, got `{}`",
-                line.escape_debug()
-            )
-        })
-        .map_err(fail)?;
-    protocol::expect_size(done, size, "the client finished")?;
+    protocol::expect_done(link, size)?;
     // The client's atomics have all completed: the word holds their sum.
     check_final_value(p.iters, word.words()[0].load(Ordering::Acquire))
 }
@@ -153,6 +144,7 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
         let mut olds = vec![0u64; p.iters];
+        let beat = watch::heartbeat(link)?;
         let report = match p.test {
             Test::AtomicBw => Report::Bw(run_bw(p, o.verbose, side, &results, remote, &mut olds)?),
             _ => {
@@ -160,6 +152,7 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
+        beat.stop();
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         check_old_values(p.atomic, &olds).map_err(|e| fail(format!("{size} bytes: {e}")))?;

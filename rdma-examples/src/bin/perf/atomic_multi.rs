@@ -12,18 +12,18 @@
 //! `-b` does not apply to the atomic tests.
 
 use crate::atomic::{check_final_value, check_old_values};
-use crate::cm_loops::run_allowance;
 use crate::multi_qp::{self, Plan, Post, Shape};
+use crate::multi_threads;
 use crate::options::Options;
 use crate::protocol::{self, Params};
 use crate::report::{clock_cost, print_report, print_server_size, Out, Report, BW_HEADER, RULE};
+use crate::watch;
 use crate::{recv_region, send_region, Side};
 use rdma_examples::fail;
-use rdma_examples::net::{self, Link};
+use rdma_examples::net::Link;
 use rdma_examples::Result;
 use rdma_safe::{memory::AccessFlags, work::ATOMIC_SIZE, RemoteAccessBuffer};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 /// The result words of each lane: one per atomic in flight (`-t`), written
 /// only by our NIC, read atomically once their atomic has completed.
@@ -81,8 +81,19 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
             check_immediate: false,
             timeout: o.timeout,
         };
-        let times =
-            multi_qp::run_lanes_threaded(&mut sides, &plans, &shape, o.threads, &mut || Ok(()))?;
+        // Our heartbeat runs from the start of the run until DONE.
+        let mut beat = None;
+        let mut ready = |link: &mut Link| -> Result<()> {
+            beat = Some(watch::heartbeat(link)?);
+            Ok(())
+        };
+        let times = multi_threads::run_lanes_threaded(
+            &mut sides, &plans, &shape, o.threads, link, &mut ready,
+        );
+        if let Some(beat) = beat {
+            beat.stop();
+        }
+        let times = times?;
         let run = multi_qp::bandwidth(ATOMIC_SIZE, &times)?;
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
@@ -99,19 +110,13 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
 }
 
 /// The server: exposes one word per lane, checks each after every size.
-pub(crate) fn serve(
-    timeout: Duration,
-    p: &Params,
-    sides: Vec<Side>,
-    link: &mut Link,
-    out: &Out,
-) -> Result<()> {
+pub(crate) fn serve(p: &Params, sides: Vec<Side>, link: &mut Link, out: &Out) -> Result<()> {
     let n = sides.len();
     let words = RemoteAccessBuffer::new(sides[0].channel.pd(), n * ATOMIC_SIZE)
         .map_err(|e| fail(format!("the exposed words: {e}")))?;
     send_region(link, &words.remote())?;
     for &size in &p.sizes {
-        let outcome = serve_size(timeout, p, size, &words, link);
+        let outcome = serve_size(p, size, &words, link);
         // Tell the client either way, then stop on failure.
         protocol::send_verdict(link, size, outcome)?;
         print_server_size(out, p, size);
@@ -121,27 +126,12 @@ pub(crate) fn serve(
     Ok(())
 }
 
-fn serve_size(
-    timeout: Duration,
-    p: &Params,
-    size: usize,
-    words: &RemoteAccessBuffer,
-    link: &mut Link,
-) -> Result<()> {
+fn serve_size(p: &Params, size: usize, words: &RemoteAccessBuffer, link: &mut Link) -> Result<()> {
     for w in words.words() {
         w.store(0, Ordering::Release);
     }
     link.write_line(&format!("GO {size}"))?;
-    let n = words.words().len();
-    let limit = run_allowance(p.iters * n, size, timeout);
-    let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
-        fail(format!(
-            "expected `DONE {size}` from the client, got `{}`",
-            line.escape_debug()
-        ))
-    })?;
-    protocol::expect_size(done, size, "the client finished")?;
+    protocol::expect_done(link, size)?;
     // Every atomic has completed: each word holds its lane's count.
     for (lane, w) in words.words().iter().enumerate() {
         check_final_value(p.iters, w.load(Ordering::Acquire))

@@ -5,6 +5,7 @@
 
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
+use crate::watch;
 use crate::{check_message, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp, Timeline};
 use rdma_examples::fail;
@@ -20,7 +21,9 @@ use std::time::{Duration, Instant};
 
 /// send_bw, server side: receives posted in a ring of slots, `GO`, then
 /// every message is checked for order (immediate data) and length. Used
-/// receives are re-posted in batches (one `ibv_post_recv` call each).
+/// receives are re-posted in batches (one `ibv_post_recv` call each). A
+/// quiet wait rests on `link` ([`watch::wait`]); a failure flushes the
+/// receives at once.
 pub(crate) fn serve_send_bw(
     p: &Params,
     size: usize,
@@ -30,8 +33,10 @@ pub(crate) fn serve_send_bw(
     let (iters, slots, stride) = (p.iters, side.slots, p.max_size());
     let (rx_mr, rx) = side.rx.split_mut();
     let refill = batch_size(p.rx_depth);
+    let timeout = side.channel.timeout();
     measured_loop(|| {
         side.channel.scope(|s| -> Result<()> {
+            s.cancel_on_error();
             let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = rx
                 .chunks_mut(stride)
                 .take(slots)
@@ -51,10 +56,9 @@ pub(crate) fn serve_send_bw(
             link.write_line(&format!("GO {size}"))?;
             let mut used = 0;
             for i in 0..iters {
-                let got = recvs
-                    .pop_front()
-                    .ok_or_else(|| fail("no receive posted"))?
-                    .wait()?;
+                let next = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
+                let got = watch::wait(next, timeout, &mut *link, "message from the client")
+                    .map_err(|e| watch::explain(e, &mut *link))?;
                 check_message(i, size, got.bytes(), got.immediate())?;
                 used += 1;
                 if used >= refill && posted < iters {

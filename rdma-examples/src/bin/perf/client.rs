@@ -8,6 +8,7 @@ use crate::latency::run_lat;
 use crate::options::Options;
 use crate::protocol::{self, Test};
 use crate::report::{clock_cost, print_report, Checks, Out, Report, BW_HEADER, LAT_HEADER, RULE};
+use crate::watch;
 use crate::{mark, recv_region, seed, send_region, setup, setup_lanes, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
@@ -67,6 +68,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     for &size in &p.sizes {
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
+        let beat = watch::heartbeat(&link)?;
         let report = match p.test {
             Test::WriteBw | Test::ReadBw | Test::SendBw if o.asynchronous => Report::Bw(
                 asynchronous::run_bw(p, o.verbose, size, &mut side, server_region)?,
@@ -85,6 +87,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
+        beat.stop();
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         // Our own checks, now that the server is idle.

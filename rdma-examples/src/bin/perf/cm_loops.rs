@@ -17,6 +17,7 @@ use crate::control::Control;
 use crate::latency::wait_for_byte;
 use crate::measured::measured_loop;
 use crate::perftest_wire::DEST_LEN;
+use crate::watch;
 use rdma_examples::clock::{self, Laps, Stamp};
 use rdma_examples::fail;
 use rdma_examples::Result;
@@ -28,7 +29,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// send_bw, receiving side: posts `rx_depth` receives, gives the go-ahead
-/// (one handshake on `ctl`), then takes `iters` messages of `size` bytes.
+/// (one handshake on `ctl`), then takes `iters` messages of `size` bytes,
+/// resting on `ctl` while none comes ([`watch::wait`]).
 pub(crate) fn receive_bw(
     channel: &mut Channel,
     rx: &mut RegisteredBuffer,
@@ -40,8 +42,10 @@ pub(crate) fn receive_bw(
 ) -> Result<()> {
     let slots = (rx.len() / size.max(1)).max(1);
     let (mr, buf) = rx.split_mut();
+    let timeout = channel.timeout();
     measured_loop(|| {
         channel.scope(|s| -> Result<()> {
+            s.cancel_on_error();
             let mut lists: Vec<[rdma_safe::ScatterElement<'_>; 1]> = buf
                 .chunks_mut(size.max(1))
                 .take(slots)
@@ -56,10 +60,9 @@ pub(crate) fn receive_bw(
             }
             ctl.hand_shake(dest)?;
             for i in 0..iters {
-                let got = recvs
-                    .pop_front()
-                    .ok_or_else(|| fail("no receive posted"))?
-                    .wait()?;
+                let next = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
+                let got = watch::wait(next, timeout, &mut *ctl, "message from the client")
+                    .map_err(|e| watch::explain(e, &mut *ctl))?;
                 if got.bytes() != size {
                     return Err(fail(format!(
                         "message {i} has {} bytes, expected {size}",

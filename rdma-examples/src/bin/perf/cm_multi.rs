@@ -32,6 +32,7 @@ use crate::cm_exposed::Exposed;
 use crate::cm_loops::run_allowance;
 use crate::control::Control;
 use crate::multi_qp::{self, Plan, Post, Shape};
+use crate::multi_threads;
 use crate::options::Options;
 use crate::perftest_wire::{Dest, DEST_LEN};
 use crate::protocol::Test;
@@ -161,14 +162,15 @@ pub(crate) fn run(
         };
         let started = Instant::now();
         // send_bw's go-ahead: every receive is posted.
-        let mut ready = || -> Result<()> {
+        let mut ready = |ctl: &mut Control| -> Result<()> {
             if send {
                 ctl.hand_shake(&mine[0])?;
             }
             Ok(())
         };
-        let times =
-            multi_qp::run_lanes_threaded(&mut sides, &plans, &shape, o.threads, &mut ready)?;
+        let times = multi_threads::run_lanes_threaded(
+            &mut sides, &plans, &shape, o.threads, &mut ctl, &mut ready,
+        )?;
         if posts {
             let mut r = multi_qp::bandwidth(size, &times)?;
             let total = p.iters * n;

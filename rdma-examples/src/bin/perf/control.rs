@@ -9,6 +9,7 @@
 //! queue here) and, as the server, waits for the question first.
 
 use crate::perftest_wire::DEST_LEN;
+use crate::watch::{self, Connected};
 use rdma_core::{QpCapabilities, WcStatus};
 use rdma_examples::fail;
 use rdma_examples::Result;
@@ -20,6 +21,8 @@ use std::time::{Duration, Instant};
 
 /// Room for the largest message either side sends (a destination).
 const MSG_MAX: usize = 256;
+/// What a control exchange waits for, in its timeout's error.
+const ANSWER: &str = "message on the perftest control connection";
 /// How long a client waits between attempts when the server is not
 /// listening yet (perftest's own retry delay).
 pub(crate) const RETRY_DELAY: Duration = Duration::from_millis(100);
@@ -170,6 +173,10 @@ impl Control {
         let got = self
             .channel
             .scope(|s| -> Result<(usize, T)> {
+                // A side may wait through the peer's whole run for the next
+                // message: the waits rest once quiet (see `watch`), and a
+                // failure flushes the other request at once.
+                s.cancel_on_error();
                 let gather = [tx.gather(..mine.len())];
                 let mut scatter = [rx.scatter(..)];
                 let recv = s.post_receive(ReceiveWorkRequest::new(&mut scatter))?;
@@ -186,24 +193,29 @@ impl Control {
                     // server answers only what it received, so an answer
                     // proves delivery, whatever the send's completion says.
                     let sent = s.post_send(SendWorkRequest::new(&gather))?;
-                    let answer = recv.wait();
-                    let sent = sent.wait();
+                    let answer = watch::wait(recv, limit, &mut Connected(s.channel()), ANSWER);
+                    // Without an answer the send's outcome only if it has
+                    // one: the scope flushes it otherwise.
+                    let sent = if answer.is_ok() {
+                        Some(sent.wait())
+                    } else {
+                        sent.poll().ok()
+                    };
                     match (answer, sent) {
                         (Ok(got), _) => Ok(got.bytes()),
                         // No answer, and the send failed on its own (not
                         // flushed): that is the cause, the receive was
                         // flushed after it.
-                        (Err(_), Err(e @ rdma_safe::Error::WorkCompletion { status, .. }))
-                            if status != WcStatus::WrFlushError =>
-                        {
-                            Err(e)
-                        }
+                        (
+                            Err(_),
+                            Some(Err(e @ rdma_safe::Error::WorkCompletion { status, .. })),
+                        ) if status != WcStatus::WrFlushError => Err(e),
                         // Otherwise the receive's error says what happened
                         // (a timeout flushes the send too).
                         (Err(e), _) => Err(e),
                     }
                 } else {
-                    let n = recv.wait()?.bytes();
+                    let n = watch::wait(recv, limit, &mut Connected(s.channel()), ANSWER)?.bytes();
                     match s.post_send(SendWorkRequest::new(&gather))?.wait() {
                         // The client disconnects once it has the answer (the
                         // last exchange), which can flush this send before

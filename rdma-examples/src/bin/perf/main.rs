@@ -32,10 +32,13 @@
 //!    checks what it read or received.
 //!
 //! Both print `data verified` at the end, or exit with status 1. Every wait
-//! for the peer is bounded (`--timeout`, 30 s by default; a server that
-//! only exposes memory allows a client's run the time it takes at a floor
-//! rate on top), and every number the client sends is checked against the
-//! command line's limits before the server allocates anything
+//! for the peer is bounded (`--timeout`, 30 s by default: the client says
+//! `ALIVE` every 250 ms during a run, so a server that only exposes memory
+//! waits that long after the last; with `-R`, which has no heartbeat, it
+//! allows the client's run the time it takes at a floor rate on top); a
+//! quiet wait sleeps on the control connection and ends when the peer
+//! closes it ([`watch`]). Every number the client sends is checked against
+//! the command line's limits before the server allocates anything
 //! ([`protocol`]).
 //!
 //! Latency tests send messages of up to 220 (write) or 236 (send) bytes
@@ -81,7 +84,9 @@ mod cm_multi;
 mod control;
 mod latency;
 mod measured;
+mod multi_plan;
 mod multi_qp;
+mod multi_threads;
 mod options;
 mod own_multi;
 mod perftest_wire;
@@ -89,6 +94,7 @@ mod protocol;
 mod rdma_cm;
 mod report;
 mod server;
+mod watch;
 
 use bandwidth::{read_chunks, ring_slots};
 use options::Options;

@@ -17,8 +17,14 @@
 //! done. Buffers, request arrays and handle rings are set up per lane
 //! before the run; a turn allocates nothing.
 //!
-//! A turn that sees no completion on any lane for the channel's timeout
-//! ends the run with an error (the scopes then drain, each bounded too).
+//! A run ends on the first error of any lane, and every lane's scope
+//! cancels on error: the queue pairs are moved to the error state and
+//! flushed together as the scopes unwind, so a failure costs one drain
+//! whatever the number of lanes. A turn that sees no completion on any
+//! lane for the channel's timeout is such an error; once no lane has
+//! completed anything for [`watch::QUIET`], the turns rest on the control
+//! connection between polls, which also ends the run when the peer is
+//! gone ([`crate::watch`]).
 //!
 //! Each thread's lanes, scopes and turns run inside one
 //! [`measured_loop`] (`cargo xtask bench --instructions` counts there):
@@ -26,69 +32,20 @@
 
 use crate::bandwidth::{batch_size, read_chunks, BwRun};
 use crate::measured::measured_loop;
-use crate::protocol::AtomicKind;
+pub(crate) use crate::multi_plan::{Plan, Post, Shape};
+use crate::watch::{self, Peer};
 use crate::{check_message, Side};
 use rdma_examples::clock::{self, Stamp, Timeline};
 use rdma_examples::fail;
 use rdma_examples::Result;
 use rdma_safe::{
     scope::ScopedPendingWork, work::ATOMIC_SIZE, ReadWorkRequest, ReceiveWorkRequest,
-    RemoteAccessBuffer, RemoteMemoryRegion, ScatterElement, SendWorkRequest, WriteWorkRequest,
+    ScatterElement, SendWorkRequest, WriteWorkRequest,
 };
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
 use std::time::Duration;
-
-/// What a lane posts.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Post<'a> {
-    /// Nothing (a receiving or passive side).
-    Nothing,
-    /// RDMA writes of the lane's message buffer to the region.
-    Write(RemoteMemoryRegion),
-    /// RDMA reads from the region into the lane's chunks.
-    Read(RemoteMemoryRegion),
-    /// Sends of the message buffer, immediate data = index in the lane.
-    Send,
-    /// 64-bit atomics on the word at `remote`, one per post (operation `i`
-    /// as [`crate::atomic`] runs it), each old value into word `i % -t` of
-    /// `results` and from there into the lane's `olds` once it completed.
-    Atomic {
-        kind: AtomicKind,
-        remote: RemoteMemoryRegion,
-        results: &'a RemoteAccessBuffer,
-    },
-}
-
-/// What one lane does in a run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan<'a> {
-    pub(crate) post: Post<'a>,
-    /// Whether the lane receives `iters` messages (send_bw).
-    pub(crate) receive: bool,
-}
-
-/// The shape of a run, the same on every lane.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
-    /// Message size.
-    pub(crate) size: usize,
-    /// Operations each lane posts, and messages each receiving lane takes.
-    pub(crate) iters: usize,
-    /// Operations in flight per lane (`-t`).
-    pub(crate) depth: usize,
-    /// Receives posted per lane (`-r`).
-    pub(crate) rx_depth: usize,
-    /// Bytes between receive slots in a lane's `rx` buffer.
-    pub(crate) stride: usize,
-    /// Whether every received message must carry its index as immediate
-    /// data (`perf`'s own protocol; perftest sends none).
-    pub(crate) check_immediate: bool,
-    /// How long no lane may make progress.
-    pub(crate) timeout: Duration,
-}
 
 /// Post and completion times of a lane's operations (from the run's
 /// origin, shared by every lane), and the messages it received.
@@ -110,18 +67,38 @@ struct Turn {
 }
 
 /// Runs `plans[i]` on `sides[i]`, every lane in one thread; `ready` is
-/// called once every lane has posted its first receives and before any
-/// lane posts. Returns each lane's times.
+/// called with the control connection `ctl` once every lane has posted
+/// its first receives and before any lane posts, and the quiet turns rest
+/// on `ctl`. Returns each lane's times.
 ///
 /// # Errors
-/// A post or a completion failed, a completion's length or immediate data
-/// is wrong, `ready` failed, or no lane progressed for `shape.timeout`.
-pub(crate) fn run_lanes(
+/// A post or a completion failed ([`watch::explain`]ed), a completion's
+/// length or immediate data is wrong, `ready` failed, the peer is gone, or
+/// no lane progressed for `shape.timeout`.
+pub(crate) fn run_lanes<C: Peer>(
     sides: &mut [Side],
     plans: &[Plan],
     shape: &Shape,
-    ready: &mut dyn FnMut() -> Result<()>,
+    ctl: &mut C,
+    ready: &mut dyn FnMut(&mut C) -> Result<()>,
 ) -> Result<Vec<LaneTimes>> {
+    check_lanes(sides, plans)?;
+    let _ = clock::ticks_per_sec(); // calibrate before timing
+    let origin = Stamp::now();
+    let ctl = RefCell::new(ctl);
+    let mut say_ready = || ready(&mut **ctl.borrow_mut());
+    let mut rest = || ctl.borrow_mut().rest();
+    let stop = AtomicBool::new(false);
+    let watch = Watch {
+        rest: &mut rest,
+        stop: &stop,
+    };
+    lanes_from(sides, plans, shape, origin, &mut say_ready, watch)
+        .map_err(|e| watch::explain(e, &mut **ctl.borrow_mut()))
+}
+
+/// As many plans as lanes, and at least one.
+pub(crate) fn check_lanes(sides: &[Side], plans: &[Plan]) -> Result<()> {
     if sides.len() != plans.len() || sides.is_empty() {
         return Err(fail(format!(
             "{} lanes for {} plans",
@@ -129,18 +106,26 @@ pub(crate) fn run_lanes(
             plans.len()
         )));
     }
-    let _ = clock::ticks_per_sec(); // calibrate before timing
-    let origin = Stamp::now();
-    lanes_from(sides, plans, shape, origin, ready)
+    Ok(())
+}
+
+/// What the turns of a run look at besides their lanes.
+pub(crate) struct Watch<'a> {
+    /// One rest of a quiet run ([`Peer::rest`]).
+    pub(crate) rest: &'a mut dyn FnMut() -> Result<()>,
+    /// Set when another thread's lanes failed (`--threads`) or its peer
+    /// is gone: the turns stop.
+    pub(crate) stop: &'a AtomicBool,
 }
 
 /// [`run_lanes`]' body, the times counted from `origin`.
-fn lanes_from(
+pub(crate) fn lanes_from(
     sides: &mut [Side],
     plans: &[Plan],
     shape: &Shape,
     origin: Stamp,
     ready: &mut dyn FnMut() -> Result<()>,
+    mut watch: Watch<'_>,
 ) -> Result<Vec<LaneTimes>> {
     let mut times: Vec<LaneTimes> = plans
         .iter()
@@ -155,122 +140,11 @@ fn lanes_from(
     // The lanes' scopes and every turn, as the one-lane loops wrap their
     // scope; once per thread with `--threads` (callgrind toggles its
     // collection per thread).
-    measured_loop(|| nest(sides, plans, shape, &mut times, &mut none, ready))?;
+    measured_loop(|| {
+        let mut last = |lanes: &mut Lanes<'_>| drive(shape.timeout, lanes, ready, &mut watch);
+        nest(sides, plans, shape, &mut times, &mut none, &mut last)
+    })?;
     Ok(times)
-}
-
-/// As [`run_lanes`], with the lanes split over `threads` threads, each
-/// driving its share in turn as `run_lanes` does, on channels of its own
-/// (nothing is shared between the threads but the clock's origin). `ready`
-/// runs on this thread once every thread's lanes have posted their first
-/// receives, before any lane posts. One thread: `run_lanes`.
-///
-/// # Errors
-/// As [`run_lanes`]; the first thread's error if several failed.
-pub(crate) fn run_lanes_threaded(
-    sides: &mut [Side],
-    plans: &[Plan],
-    shape: &Shape,
-    threads: usize,
-    ready: &mut dyn FnMut() -> Result<()>,
-) -> Result<Vec<LaneTimes>> {
-    if threads <= 1 || sides.len() <= 1 {
-        return run_lanes(sides, plans, shape, ready);
-    }
-    if sides.len() != plans.len() {
-        return Err(fail(format!(
-            "{} lanes for {} plans",
-            sides.len(),
-            plans.len()
-        )));
-    }
-    let per = sides.len().div_ceil(threads);
-    let groups = sides.len().div_ceil(per);
-    let _ = clock::ticks_per_sec(); // calibrate before timing
-    let origin = Stamp::now();
-    // Every thread and this one meet twice: once every receive is posted
-    // (this thread then says `ready`), and once it has (the lanes post).
-    let (posted, go) = (Barrier::new(groups + 1), Barrier::new(groups + 1));
-    let abort = AtomicBool::new(false);
-    std::thread::scope(|t| {
-        let workers: Vec<_> = sides
-            .chunks_mut(per)
-            .zip(plans.chunks(per))
-            .map(|(sides, plans)| {
-                let (posted, go, abort) = (&posted, &go, &abort);
-                t.spawn(move || {
-                    let met = Cell::new(false);
-                    // Failing (or panicking) before the meeting still meets,
-                    // so that nobody waits for this thread, and stops the
-                    // others.
-                    let _meet = MeetOnExit {
-                        met: &met,
-                        posted,
-                        go,
-                        abort,
-                    };
-                    let mut gate = || -> Result<()> {
-                        met.set(true);
-                        posted.wait();
-                        go.wait();
-                        if abort.load(Ordering::Acquire) {
-                            return Err(fail(
-                                "stopped: another thread's queue pairs failed to start",
-                            ));
-                        }
-                        Ok(())
-                    };
-                    lanes_from(sides, plans, shape, origin, &mut gate)
-                })
-            })
-            .collect();
-        posted.wait();
-        // The threads wait at `go` whatever `ready` does, even unwind.
-        let said = if abort.load(Ordering::Acquire) {
-            Ok(Ok(()))
-        } else {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *ready))
-        };
-        if !matches!(said, Ok(Ok(()))) {
-            abort.store(true, Ordering::Release);
-        }
-        go.wait();
-        let said = said.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let mut times = Vec::with_capacity(plans.len());
-        let mut first_error = said.err();
-        for w in workers {
-            match w.join() {
-                Ok(Ok(t)) => times.extend(t),
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(times),
-        }
-    })
-}
-
-/// A lane thread's side of the meeting in [`run_lanes_threaded`] if it
-/// leaves (returns or unwinds) without having met.
-struct MeetOnExit<'a> {
-    met: &'a Cell<bool>,
-    posted: &'a Barrier,
-    go: &'a Barrier,
-    abort: &'a AtomicBool,
-}
-
-impl Drop for MeetOnExit<'_> {
-    fn drop(&mut self) {
-        if !self.met.get() {
-            self.abort.store(true, Ordering::Release);
-            self.posted.wait();
-            self.go.wait();
-        }
-    }
 }
 
 /// A lane's empty record, with room for its operations.
@@ -307,24 +181,29 @@ pub(crate) fn bandwidth(size: usize, lanes: &[LaneTimes]) -> Result<BwRun> {
     })
 }
 
+/// A turn over every lane opened so far.
+type Lanes<'a> = dyn FnMut() -> Result<Turn> + 'a;
+/// What the innermost level does with the turn over all lanes.
+type Innermost<'a> = dyn FnMut(&mut Lanes<'_>) -> Result<()> + 'a;
+
 /// One level of the recursion: opens the first lane's scope, sets the lane
 /// up (request arrays, receive ring, first receives), and recurses with a
 /// turn that steps `outer` (the lanes opened so far) and this lane. With
-/// no lane left, [`drive`]s them all.
+/// no lane left, hands the turn of all of them to `last` ([`drive`]).
 fn nest(
     sides: &mut [Side],
     plans: &[Plan],
     shape: &Shape,
     times: &mut [LaneTimes],
     outer: &mut dyn FnMut() -> Result<Turn>,
-    ready: &mut dyn FnMut() -> Result<()>,
+    last: &mut Innermost<'_>,
 ) -> Result<()> {
     let (Some((side, sides)), Some((&plan, plans)), Some((tl, times))) = (
         sides.split_first_mut(),
         plans.split_first(),
         times.split_first_mut(),
     ) else {
-        return drive(shape.timeout, outer, ready);
+        return last(outer);
     };
     let Shape {
         size,
@@ -345,6 +224,8 @@ fn nest(
     let (rx_mr, rx) = side.rx.split_mut();
     side.channel
         .scope(|s| -> Result<()> {
+            // A failure anywhere flushes this lane's queue pair at once.
+            s.cancel_on_error();
             // The requests of every batch, built once: a write or send
             // batch is one request repeated, a read batch one request per
             // chunk.
@@ -521,41 +402,64 @@ fn nest(
                     events: a.events + b.events,
                 })
             };
-            nest(sides, plans, shape, times, &mut turn, ready)
+            nest(sides, plans, shape, times, &mut turn, last)
         })
         .map_err(rdma_safe::Error::from)
 }
 
 /// The innermost level: every lane is open and has posted its first
-/// receives; says `ready`, then turns until every lane is done.
+/// receives; says `ready`, then turns until every lane is done, resting
+/// once no lane has completed anything for [`watch::QUIET`].
 fn drive(
     timeout: Duration,
     lanes: &mut dyn FnMut() -> Result<Turn>,
     ready: &mut dyn FnMut() -> Result<()>,
+    watch: &mut Watch<'_>,
 ) -> Result<()> {
     ready()?;
     let mut last = Stamp::now();
-    let mut idle = 0u32;
+    let (mut turns, mut idle) = (0u32, 0u32);
+    // Quiet for `watch::QUIET` at the last look: every idle turn rests.
+    let mut resting = false;
     loop {
         let turn = lanes()?;
         if turn.done {
             return Ok(());
         }
+        turns = turns.wrapping_add(1);
+        if turns.is_multiple_of(1024) && watch.stop.load(Ordering::Acquire) {
+            return Err(fail(STOPPED));
+        }
         if turn.events > 0 {
-            idle = 0;
+            (idle, resting) = (0, false);
             last = Stamp::now();
-        } else {
-            idle = idle.wrapping_add(1);
-            // The clock is read now and then only: an idle turn is a few
-            // polls.
-            if idle.is_multiple_of(1024) && last.elapsed() > timeout {
-                return Err(fail(format!(
-                    "no completion on any of the queue pairs within {timeout:?}"
-                )));
+            continue;
+        }
+        idle = idle.wrapping_add(1);
+        // While spinning the clock is read now and then only: an idle turn
+        // is a few polls.
+        if !resting && !idle.is_multiple_of(64) {
+            continue;
+        }
+        let quiet = last.elapsed();
+        if quiet > timeout {
+            return Err(fail(format!(
+                "no completion on any of the queue pairs within {timeout:?} \
+                 (peer silent or stopped?)"
+            )));
+        }
+        if quiet >= watch::QUIET {
+            resting = true;
+            if watch.stop.load(Ordering::Acquire) {
+                return Err(fail(STOPPED));
             }
+            (watch.rest)()?;
         }
     }
 }
+
+/// The error of a thread's lanes stopped because another's failed.
+pub(crate) const STOPPED: &str = "stopped: the queue pairs of another thread failed";
 
 #[cfg(test)]
 mod tests {

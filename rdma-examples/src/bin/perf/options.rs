@@ -20,7 +20,12 @@ use std::time::Duration;
                       perf [options] --test <test> [<host>]",
     after_help = "Tests: write_bw read_bw send_bw write_lat read_lat send_lat atomic_bw atomic_lat\n\
                   The client's -s/-a/-n/-t/-r/-I/-e/-A/-q/-b are sent to the server; both check the data.\n\
-                  Atomic tests operate on 8 bytes: -s other than 8 and -a do not apply."
+                  Atomic tests operate on 8 bytes: -s other than 8 and -a do not apply.\n\
+                  A peer that dies ends the run with status 1, T = --timeout: a killed peer\n\
+                  (its control connection closed) in about a second, at most T + 2 s; a stopped\n\
+                  one T after the last completion or, in perf's own protocol, the client's last\n\
+                  heartbeat (ALIVE every 250 ms); a -R server that waits through its client's\n\
+                  run T + n/1000 + n*s/2^20 seconds (n operations of s bytes on all queue pairs)."
 )]
 struct Args {
     /// write_bw|read_bw|send_bw|write_lat|read_lat|send_lat|atomic_bw|atomic_lat

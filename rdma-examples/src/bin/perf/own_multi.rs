@@ -26,11 +26,12 @@
 //!    or left unchanged in its exposed buffer (`-b`).
 
 use crate::bandwidth::{read_chunks, BwRun};
-use crate::cm_loops::run_allowance;
 use crate::multi_qp::{self, Plan, Post, Shape};
+use crate::multi_threads;
 use crate::options::Options;
 use crate::protocol::{self, Params, Test};
 use crate::report::{self, clock_cost, print_report, Out, Report, BW_HEADER, RULE};
+use crate::watch;
 use crate::{recv_region, seed, send_region, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
@@ -86,19 +87,27 @@ pub(crate) fn client(o: &Options, mut sides: Vec<Side>, link: &mut Link, out: &O
         // posted.
         let answer_ready = p.bidirectional && p.test == Test::SendBw;
         let plans = plans(p, true, answer_ready, server_region, size, n)?;
-        let mut ready = || -> Result<()> {
+        // Our heartbeat runs from then until DONE.
+        let mut beat = None;
+        let mut ready = |link: &mut Link| -> Result<()> {
             if answer_ready {
                 link.write_line(&format!("READY {size}"))?;
             }
+            beat = Some(watch::heartbeat(link)?);
             Ok(())
         };
-        let times = multi_qp::run_lanes_threaded(
+        let times = multi_threads::run_lanes_threaded(
             &mut sides,
             &plans,
             &shape(p, size, o.timeout),
             o.threads,
+            link,
             &mut ready,
-        )?;
+        );
+        if let Some(beat) = beat {
+            beat.stop();
+        }
+        let times = times?;
         let mut run = multi_qp::bandwidth(size, &times)?;
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
@@ -203,7 +212,7 @@ fn serve_size(
         // Every receive is posted: GO (and with -b on send_bw, wait until
         // the client's are posted too).
         let wait_ready = p.bidirectional && receives;
-        let mut ready = || -> Result<()> {
+        let mut ready = |link: &mut Link| -> Result<()> {
             link.write_line(&format!("GO {size}"))?;
             if wait_ready {
                 let r = link.expect_line("READY")?;
@@ -211,7 +220,7 @@ fn serve_size(
             }
             Ok(())
         };
-        let times = multi_qp::run_lanes(sides, &plans, &shape(p, size, timeout), &mut ready)?;
+        let times = multi_qp::run_lanes(sides, &plans, &shape(p, size, timeout), link, &mut ready)?;
         if p.bidirectional {
             Some(multi_qp::bandwidth(size, &times)?)
         } else {
@@ -221,15 +230,7 @@ fn serve_size(
         link.write_line(&format!("GO {size}"))?;
         None
     };
-    let limit = run_allowance(p.iters * n, size, timeout);
-    let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
-        fail(format!(
-            "expected `DONE {size}` from the client, got `{}`",
-            line.escape_debug()
-        ))
-    })?;
-    protocol::expect_size(done, size, "the client finished")?;
+    protocol::expect_done(link, size)?;
 
     // The client's operations have all completed, and so have ours.
     if p.test == Test::SendBw {

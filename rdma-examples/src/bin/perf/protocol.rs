@@ -11,7 +11,8 @@
 //!    the server for write, read and atomic tests, the client too for
 //!    write_lat).
 //! 3. Per size: server `GO <size>`, client `DONE <size>` after its last
-//!    operation, server `OK <size>` or `BAD <size> <why>`.
+//!    operation (and `ALIVE` every 250 ms until then), server `OK <size>`
+//!    or `BAD <size> <why>`.
 //! 4. client `BYE`.
 //!
 //! Every number the peer sends is checked against the same [`Limit`]s as
@@ -22,7 +23,6 @@ use rdma_examples::limit::Limit;
 use rdma_examples::net::{self, Link, MAX_LINE};
 use rdma_examples::Result;
 use rdma_safe::RemoteMemoryRegion;
-use std::time::Duration;
 
 /// Largest size of `-a`.
 pub(crate) const MAX_ALL: usize = 8 << 20;
@@ -345,17 +345,24 @@ impl Params {
     pub(crate) fn max_size(&self) -> usize {
         self.sizes.iter().copied().max().unwrap_or(1).max(1)
     }
+}
 
-    /// How long a passive server (one that only exposes memory) waits for
-    /// `DONE` of a size: the timeout, plus the run at a floor rate far
-    /// below any device's (1000 operations and 1 MiB per second), so that a
-    /// stopped client is noticed in bounded time however long a healthy run
-    /// takes.
-    pub(crate) fn run_allowance(&self, size: usize, timeout: Duration) -> Duration {
-        let ops = self.iters as f64 / 1000.0;
-        let bytes = self.iters as f64 * size as f64 / 1_048_576.0;
-        timeout + Duration::from_secs_f64(ops + bytes)
-    }
+/// The server's wait for the client's `DONE <size>`: the client sends
+/// `ALIVE` every [`crate::watch::HEARTBEAT`] from `GO` on, so each line
+/// must come within the link's timeout, however long the run takes, and a
+/// stopped client is given up on that long after its last heartbeat.
+///
+/// # Errors
+/// The client is silent for the timeout, gone, or sent another line.
+pub(crate) fn expect_done(link: &mut Link, size: usize) -> Result<()> {
+    let line = link.read_line_after_heartbeats(link.timeout(), "the client's DONE")?;
+    let done = net::rest_after(&line, "DONE").ok_or_else(|| {
+        fail(format!(
+            "expected `DONE {size}` from the client, got `{}`",
+            line.escape_debug()
+        ))
+    })?;
+    expect_size(done, size, "the client finished")
 }
 
 /// A `0`/`1` parameter of the client's line.
@@ -541,8 +548,6 @@ mod tests {
         let r = |len| RemoteMemoryRegion::new(0x1000, len, 7).to_bytes();
         assert!(decode_region(&r(4096), 4096).is_ok());
         assert!(decode_region(&r(4095), 4096).is_err());
-        let d = Duration::from_secs(2);
-        assert_eq!(sample().run_allowance(0, d), d + Duration::from_secs(1));
     }
 
     #[test]

@@ -53,7 +53,7 @@ pub(crate) fn server(o: &Options) -> Result<()> {
     if p.many_lanes() {
         let sides = setup_lanes(o, &p, &pd, &mut link, &out)?;
         if p.test.is_atomic() {
-            return crate::atomic_multi::serve(o.timeout, &p, sides, &mut link, &out);
+            return crate::atomic_multi::serve(&p, sides, &mut link, &out);
         }
         return crate::own_multi::serve(o.timeout, &p, sides, &mut link, &out);
     }
@@ -127,23 +127,8 @@ fn server_size(
         Test::AtomicBw | Test::AtomicLat => return Err(fail(ATOMIC_ELSEWHERE)),
     }
     // A server that only exposes memory sees nothing of the client's run
-    // but its DONE: the wait allows for the run. The others served every
-    // operation; DONE follows at once.
-    let limit = if p.test.server_exposes() && p.test != Test::WriteLat {
-        p.run_allowance(size, link.timeout())
-    } else {
-        link.timeout()
-    };
-    let line = link.read_line_within(limit, "the client's DONE")?;
-    let done = net::rest_after(&line, "DONE")
-        .ok_or_else(|| {
-            format!(
-                "expected `DONE {size}` from the client, got `{}`",
-                line.escape_debug()
-            )
-        })
-        .map_err(fail)?;
-    protocol::expect_size(done, size, "the client finished")?;
+    // but its heartbeats and DONE.
+    protocol::expect_done(link, size)?;
 
     // Verification: the client's operations have all completed.
     let check = |what: &str, data: &[u8], seed: u64| -> Result<()> {

@@ -7,11 +7,12 @@
 use rdma_safe::error::HandshakeError;
 use rdma_safe::exchange::Bounded;
 use rdma_safe::{channel::Endpoint, Channel, RemoteMemoryRegion};
-use std::io::{self, Write};
+
+mod watch;
+use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+pub use watch::{Heartbeat, ALIVE};
 
 /// How long clients keep retrying a refused connection.
 pub const CONNECT_RETRY: Duration = Duration::from_secs(15);
@@ -315,63 +316,10 @@ pub fn rest_after<'l>(line: &'l str, word: &str) -> Option<&'l str> {
     (first == word).then_some(rest)
 }
 
-/// The line a [`Heartbeat`] sends.
-pub const ALIVE: &str = "ALIVE";
-
-/// A thread that writes [`ALIVE`] lines to a connection every `interval`
-/// while the program works without talking, so that the peer can bound its
-/// wait by its timeout however long the work takes. Nothing else may write
-/// to the connection until [`stop`](Self::stop).
-#[derive(Debug)]
-pub struct Heartbeat {
-    stop: mpsc::Sender<()>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Heartbeat {
-    /// Starts beating on a clone of `link`'s socket.
-    ///
-    /// # Errors
-    /// The socket could not be cloned.
-    pub fn start(link: &Link, interval: Duration) -> io::Result<Heartbeat> {
-        let mut stream = link.stream.try_clone()?;
-        let (stop, stopped) = mpsc::channel::<()>();
-        let line = format!("{ALIVE}\n");
-        let thread = std::thread::spawn(move || {
-            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                if stream.write_all(line.as_bytes()).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Heartbeat {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Stops the beating and waits for the thread.
-    pub fn stop(mut self) {
-        self.end();
-    }
-
-    fn end(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.end();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn pair(timeout: Duration) -> (Link, TcpStream) {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
@@ -476,15 +424,5 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e} after {rest:?}");
         assert_eq!(rest_after("DONE 7", "DONE"), Some("7"));
         assert_eq!(rest_after("DONEX", "DONE"), None);
-    }
-
-    #[test]
-    fn heartbeat_beats_until_stopped() {
-        let (link, peer) = pair(Duration::from_secs(20));
-        let mut reader = Link::new(peer, Duration::from_secs(20)).unwrap();
-        let beat = Heartbeat::start(&link, Duration::from_millis(10)).unwrap();
-        assert_eq!(reader.read_line("a beat").unwrap(), ALIVE);
-        assert_eq!(reader.read_line("a beat").unwrap(), ALIVE);
-        beat.stop();
     }
 }

@@ -1,0 +1,192 @@
+//! How a run keeps an eye on its peer while the queue pairs work.
+//!
+//! A wait that has seen no completion for [`QUIET`] stops spinning: it
+//! rests [`REST`] at a time on the control connection ([`Peer::rest`]),
+//! which both sleeps and notices the peer go — a TCP connection closed
+//! ([`Link::closed_within`]), an rdma_cm control connection disconnected
+//! ([`Control`]) — and polls its queue pairs between rests. A peer that
+//! is gone ends the run at once, whatever the queue pairs say; one that
+//! stopped (frozen) is given up on after the timeout.
+//!
+//! An operation that failed (a remote access error, retries exceeded)
+//! just before the peer closed its control connection failed because the
+//! peer went away: [`explain`] says so instead of the status's usual
+//! cause.
+//!
+//! In `perf`'s own protocol the client also sends [`net::ALIVE`] lines
+//! every [`HEARTBEAT`] between `GO` and `DONE`, so that a server waiting
+//! for `DONE` gives up on a stopped client its timeout after the last of
+//! them ([`Link::read_line_after_heartbeats`]). `-R` keeps perftest's
+//! wire: nothing is added to it.
+
+use crate::control::Control;
+use rdma_examples::fail;
+use rdma_examples::net::{self, Link};
+use rdma_examples::Result;
+use rdma_safe::{scope::ScopedPendingWork, Channel, Error, WorkSuccess};
+use std::time::{Duration, Instant};
+
+/// How long a wait spins without a completion before it rests.
+pub(crate) const QUIET: Duration = Duration::from_millis(50);
+/// One rest on the control connection.
+pub(crate) const REST: Duration = Duration::from_millis(2);
+/// How soon after a failed operation the peer must close its control
+/// connection for the failure to be its going away.
+pub(crate) const GONE_WITHIN: Duration = Duration::from_secs(2);
+/// How often a client of `perf`'s own protocol says `ALIVE` during a run.
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// The control connection as a run's waits see it.
+pub(crate) trait Peer {
+    /// Rests about [`REST`], watching the connection.
+    ///
+    /// # Errors
+    /// The peer is gone.
+    fn rest(&mut self) -> Result<()>;
+
+    /// Whether the peer is gone, or goes within `limit`.
+    fn gone_within(&mut self, limit: Duration) -> bool;
+}
+
+/// The error of a run whose peer went away.
+pub(crate) fn peer_gone(how: &str) -> Error {
+    fail(format!(
+        "the peer is gone: it {how} (it exited or was killed)"
+    ))
+}
+
+impl Peer for Link {
+    fn rest(&mut self) -> Result<()> {
+        if self.closed_within(REST)? {
+            return Err(peer_gone("closed the control connection"));
+        }
+        Ok(())
+    }
+
+    fn gone_within(&mut self, limit: Duration) -> bool {
+        self.closed_within(limit).unwrap_or(true)
+    }
+}
+
+/// A channel made through the connection manager as a control
+/// connection: its rests sleep, and its peer is gone once it disconnected
+/// (the connection manager says so at once when the peer's process ends).
+#[derive(Debug)]
+pub(crate) struct Connected<'a>(pub(crate) &'a Channel);
+
+impl Peer for Connected<'_> {
+    fn rest(&mut self) -> Result<()> {
+        std::thread::sleep(REST);
+        if self.0.peer_disconnected() {
+            return Err(peer_gone("disconnected the control connection"));
+        }
+        Ok(())
+    }
+
+    fn gone_within(&mut self, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.0.peer_disconnected() {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Peer for Control {
+    fn rest(&mut self) -> Result<()> {
+        Connected(self.channel()).rest()
+    }
+
+    fn gone_within(&mut self, limit: Duration) -> bool {
+        Connected(self.channel()).gone_within(limit)
+    }
+}
+
+/// A thread without the control connection (`--threads`): its rests only
+/// sleep; the thread that holds the connection watches it for all.
+#[derive(Debug)]
+pub(crate) struct Nobody;
+
+impl Peer for Nobody {
+    fn rest(&mut self) -> Result<()> {
+        std::thread::sleep(REST);
+        Ok(())
+    }
+
+    fn gone_within(&mut self, _: Duration) -> bool {
+        false
+    }
+}
+
+/// `e`, a run's error, in the peer's words if an operation failed and the
+/// peer then closed its control connection within [`GONE_WITHIN`]: the
+/// status's usual cause (a key, the receiver not ready) is not the cause.
+pub(crate) fn explain(e: Error, peer: &mut dyn Peer) -> Error {
+    let what = match &e {
+        Error::WorkCompletion {
+            operation, status, ..
+        } => format!("{operation} failed with {}", status.name()),
+        Error::Timeout { operation, .. } => format!("{operation} did not complete"),
+        Error::Unusable(_) => "a queue pair failed".to_string(),
+        _ => return e,
+    };
+    let start = Instant::now();
+    if !peer.gone_within(GONE_WITHIN) {
+        return e;
+    }
+    fail(format!(
+        "the peer is gone: {what} and it closed its control connection {} ms later \
+         (it exited or was killed)",
+        start.elapsed().as_millis()
+    ))
+}
+
+/// Waits for `work` within `timeout`, spinning for [`QUIET`] and then
+/// resting on `peer` between polls; `what` names the awaited work.
+///
+/// # Errors
+/// The work failed, the peer is gone, or nothing came within `timeout`.
+pub(crate) fn wait(
+    mut work: ScopedPendingWork<'_>,
+    timeout: Duration,
+    peer: &mut dyn Peer,
+    what: &str,
+) -> Result<WorkSuccess> {
+    // While spinning the clock is read every few polls only; once resting,
+    // before every rest.
+    let start = Instant::now();
+    let (mut polls, mut resting) = (0u32, false);
+    loop {
+        match work.poll() {
+            Ok(outcome) => return outcome,
+            Err(pending) => work = pending,
+        }
+        polls = polls.wrapping_add(1);
+        if !resting && !polls.is_multiple_of(64) {
+            continue;
+        }
+        let quiet = start.elapsed();
+        resting = quiet >= QUIET;
+        if quiet > timeout {
+            return Err(fail(format!(
+                "no {what} within {timeout:?} (peer silent or stopped?)"
+            )));
+        }
+        if resting {
+            peer.rest()?;
+        }
+    }
+}
+
+/// A heartbeat on `link` ([`HEARTBEAT`]).
+///
+/// # Errors
+/// The socket could not be cloned.
+pub(crate) fn heartbeat(link: &Link) -> Result<net::Heartbeat> {
+    Ok(net::Heartbeat::start(link, HEARTBEAT)?)
+}
