@@ -69,7 +69,14 @@ impl Channel {
     }
 
     /// Posts a receive and blocks until a message arrives in it (bounded by
-    /// the timeout).
+    /// the timeout). The request borrows its buffer for the call only:
+    /// when this returns, the first [`bytes()`](WorkSuccess::bytes) bytes
+    /// of the buffer are the message, readable at once. Inside a
+    /// [`scope`](Self::scope), where a receive is posted ahead of the
+    /// request that answers it, the same is had from
+    /// [`PollingScope::post_receive_lent`], whose handle gives the buffer
+    /// back when the message has arrived (see the performance guide,
+    /// [`docs::performance`](crate::docs::performance)).
     ///
     /// # Errors
     /// As [`run`](Self::run).
