@@ -197,7 +197,7 @@ impl Tracker {
     /// `sq` send-queue entries (0 for a receive), keeping `att` until its
     /// completion is seen. Its id. Inlined: a plain request's empty
     /// attachment is then written in place.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn track(&mut self, op: Operation, len: usize, sq: u32, att: Attached) -> u64 {
         let id = self.next_wr_id;
         self.next_wr_id += 1;
@@ -303,7 +303,7 @@ impl Tracker {
     /// waits for it: a waker is moved to [`Later`], woken once the lock is
     /// released, so every completion of the poll is recorded before any
     /// user code runs.
-    #[inline]
+    #[inline(always)]
     fn deliver(&mut self, wc: &WorkCompletion) {
         let raw_id = wc.wr_id();
         if raw_id & BATCH_MEMBER != 0 {
