@@ -321,7 +321,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn pair(timeout: Duration) -> (Link, TcpStream) {
+    /// A link and the peer's end of its socket, on the loopback.
+    pub(super) fn pair(timeout: Duration) -> (Link, TcpStream) {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = l.local_addr().unwrap().port();
         let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();

@@ -144,16 +144,8 @@ fn gone(e: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::pair;
     use super::*;
-    use std::net::{Ipv4Addr, TcpListener, TcpStream};
-
-    fn pair(timeout: Duration) -> (Link, TcpStream) {
-        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = l.local_addr().unwrap().port();
-        let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
-        let (s, _) = l.accept().unwrap();
-        (Link::new(s, timeout).unwrap(), c)
-    }
 
     #[test]
     fn heartbeat_beats_until_stopped() {
