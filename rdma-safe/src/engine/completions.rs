@@ -172,7 +172,7 @@ pub(crate) enum Completions {
 impl Completions {
     /// Moves up to `out.len()` of this queue pair's completions into `out`;
     /// how many.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> rdma_core::Result<usize> {
         match self {
             Completions::Own(cq) => Ok(cq.poll(out)?.len()),

@@ -139,6 +139,27 @@ impl WorkQueue {
         }
     }
 
+    /// [`claim`](Self::claim) for a wait spinning on `id` without a waker:
+    /// `seen` as [`Tracker::spin_take`](super::tracker::Tracker::spin_take)
+    /// keeps it, so that an empty poll does not look `id` up.
+    #[inline(always)]
+    fn spin_claim<R>(
+        &self,
+        id: u64,
+        seen: &mut u64,
+        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
+    ) -> Option<Result<R, Error>> {
+        match self
+            .lock()
+            .spin_take(id, seen, |wcs| self.cq.poll(wcs), &f)
+        {
+            Ok(Take::Done(r)) => Some(Ok(r)),
+            Ok(Take::Pending) => None,
+            Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
+            Err(e) => Some(self.claim_after_poll_failure(id, e, f)),
+        }
+    }
+
     /// The CQ cannot be read, so completion of `id` cannot be observed:
     /// shuts the QP down and drains before claiming, so that no outcome is
     /// ever returned while `id` is in flight.
@@ -165,6 +186,7 @@ impl WorkQueue {
     #[inline]
     pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
         let guard = AbortOnUnwind("waiting for a completion");
+        let mut seen = u64::MAX;
         // Fast path: already complete (the common case when a bandwidth
         // loop waits for its oldest request). No clock read: under
         // virtualised clock sources `Instant::now` costs microseconds.
@@ -177,7 +199,12 @@ impl WorkQueue {
                 Duration::ZERO,
                 self.events,
                 #[inline(always)]
-                || self.try_take(id),
+                || {
+                    self.spin_claim(id, &mut seen, |op, len, wc, _| {
+                        self.ending.outcome(op, len, wc)
+                    })
+                    .map(|r| r.unwrap_or_else(Err))
+                },
             ) {
                 Ok(outcome) => outcome,
                 Err(Expired::Broken(why)) => self.try_take(id).unwrap_or(Err(Error::Unusable(why))),
@@ -200,7 +227,14 @@ impl WorkQueue {
             return r;
         }
         let events = self.cq.channel().is_some();
-        match self.wait_loop(id, timeout, spin, events, || self.take_owned(id, None)) {
+        let mut seen = u64::MAX;
+        let take = || {
+            self.spin_claim(id, &mut seen, |op, len, wc, held: &mut Held| {
+                (self.ending.outcome(op, len, wc), std::mem::take(held))
+            })
+            .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
+        };
+        match self.wait_loop(id, timeout, spin, events, take) {
             Ok(r) => r,
             Err(expired) => {
                 let taken = self.take_owned(id, None);

@@ -90,6 +90,53 @@ impl Tracker {
         Ok(self.take_at(pos, f))
     }
 
+    /// [`poll_take`](Self::poll_take) for a wait that spins on `id`
+    /// alone, without a waker. `seen` is the count of completions seen at
+    /// the wait's last look that found `id` in flight (`u64::MAX` before
+    /// the first): while no completion was seen since, `id` is still in
+    /// flight (only a completion seen ends a request), so an empty poll
+    /// costs the poll and two comparisons, without looking `id` up.
+    #[inline(always)]
+    pub(crate) fn spin_take<R>(
+        &mut self,
+        id: u64,
+        seen: &mut u64,
+        poll: impl FnOnce(&mut [WorkCompletion]) -> rdma_core::Result<usize>,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
+    ) -> Result<Take<R>> {
+        if *seen != self.completed_total {
+            let taken = self.poll_take(id, poll, None, f);
+            *seen = self.completed_total;
+            return taken;
+        }
+        let n = match poll(&mut self.wcs[..]) {
+            Ok(n) => n,
+            Err(e) => return Err(Error::Poll(e)),
+        };
+        if n == 0 {
+            return Ok(Take::Pending);
+        }
+        Ok(self.spun(id, seen, n, f))
+    }
+
+    /// The rest of [`spin_take`](Self::spin_take) once its poll found `n`
+    /// completions.
+    #[inline(never)]
+    fn spun<R>(
+        &mut self,
+        id: u64,
+        seen: &mut u64,
+        n: usize,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
+    ) -> Take<R> {
+        let taken = match self.slots.position(id) {
+            Some(pos) => self.polled(pos, id, n, None, f),
+            None => Take::Unknown,
+        };
+        *seen = self.completed_total;
+        taken
+    }
+
     /// [`take`](Self::take) of the request at `pos`, completed.
     #[inline(never)]
     fn take_at<R>(

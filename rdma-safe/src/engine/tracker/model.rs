@@ -36,6 +36,11 @@ enum Step {
     /// The `pick`th tracked request is claimed (`poll`: through
     /// `poll_take`, its completion polled at the same time if in flight).
     Take { pick: usize, poll: bool },
+    /// A spinning wait's look at the `pick`th tracked request
+    /// (`spin_take`, with what that wait saw at its last look); its poll
+    /// finds its own completion if `own` and it is in flight, else
+    /// nothing.
+    Spin { pick: usize, own: bool },
     /// Everything in flight is discarded (a reset).
     Flush,
 }
@@ -47,6 +52,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(pick, fail, member)| Step::Complete { pick, fail, member }),
         1 => any::<usize>().prop_map(|pick| Step::Abandon { pick }),
         3 => (any::<usize>(), any::<bool>()).prop_map(|(pick, poll)| Step::Take { pick, poll }),
+        3 => (any::<usize>(), prop::bool::weighted(0.3)).prop_map(|(pick, own)| Step::Spin { pick, own }),
         1 => Just(Step::Flush),
     ]
 }
@@ -68,6 +74,8 @@ struct Model {
     released: Arc<Mutex<Vec<u64>>>,
     /// Ids whose memory came back through a claim.
     claimed: Vec<u64>,
+    /// Each spinning wait's `seen` (by the id it waits for).
+    seen: BTreeMap<u64, u64>,
     posted: u64,
     completed: u64,
 }
@@ -79,6 +87,7 @@ impl Model {
             requests: BTreeMap::new(),
             released: Arc::new(Mutex::new(Vec::new())),
             claimed: Vec::new(),
+            seen: BTreeMap::new(),
             posted: 0,
             completed: 0,
         }
@@ -186,20 +195,39 @@ impl Model {
                 } else {
                     self.t.take(id, outcome)
                 };
-                match (taken, self.requests[&id].done) {
-                    (Take::Done((status, held)), Some(expected)) => {
-                        assert_eq!(status, expected, "id {id} got another outcome");
-                        assert!(
-                            matches!(&held, Held::Probe(p) if p.id == id),
-                            "id {id}'s memory"
-                        );
-                        drop(held);
-                        self.claimed.push(id);
-                        self.requests.remove(&id);
-                    }
-                    (Take::Pending, None) => {}
-                    (taken, expected) => panic!("id {id}: took {taken:?}, expected {expected:?}"),
+                self.settle_take(id, taken);
+            }
+            Step::Spin { pick, own } => {
+                let ids: Vec<u64> = self.requests.keys().copied().collect();
+                let Some(id) = Self::pick(&ids, pick) else {
+                    return;
+                };
+                if self.requests[&id].abandoned {
+                    return;
                 }
+                let mut wcs = Vec::new();
+                if own && self.requests[&id].done.is_none() {
+                    wcs.push(WorkCompletion::synthetic(id, WcStatus::Success));
+                    let r = self.requests.get_mut(&id).unwrap();
+                    r.done = Some(r.member.unwrap_or(WcStatus::Success));
+                    self.completed += u64::from(r.entries.max(1));
+                }
+                let n = wcs.len();
+                let mut seen = self.seen.get(&id).copied().unwrap_or(u64::MAX);
+                let taken = self
+                    .t
+                    .spin_take(
+                        id,
+                        &mut seen,
+                        |buf| {
+                            buf[..n].copy_from_slice(&wcs);
+                            Ok(n)
+                        },
+                        |_, _, wc, held| (wc.status(), std::mem::take(held)),
+                    )
+                    .expect("a synthetic poll");
+                self.seen.insert(id, seen);
+                self.settle_take(id, taken);
             }
             Step::Flush => {
                 for id in self.in_flight() {
@@ -213,6 +241,26 @@ impl Model {
         }
         self.t.later().run_now();
         self.check();
+    }
+
+    /// Checks a claim of `id` against the model: its own outcome and
+    /// memory once complete, pending while in flight.
+    fn settle_take(&mut self, id: u64, taken: Take<(WcStatus, Held)>) {
+        match (taken, self.requests[&id].done) {
+            (Take::Done((status, held)), Some(expected)) => {
+                assert_eq!(status, expected, "id {id} got another outcome");
+                assert!(
+                    matches!(&held, Held::Probe(p) if p.id == id),
+                    "id {id}'s memory"
+                );
+                drop(held);
+                self.claimed.push(id);
+                self.requests.remove(&id);
+                self.seen.remove(&id);
+            }
+            (Take::Pending, None) => {}
+            (taken, expected) => panic!("id {id}: took {taken:?}, expected {expected:?}"),
+        }
     }
 
     fn abandon(&mut self, id: u64) {
