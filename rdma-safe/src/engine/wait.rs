@@ -149,10 +149,7 @@ impl WorkQueue {
         seen: &mut u64,
         f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
     ) -> Option<Result<R, Error>> {
-        match self
-            .lock()
-            .spin_take(id, seen, |wcs| self.cq.poll(wcs), &f)
-        {
+        match self.lock().spin_take(id, seen, |wcs| self.cq.poll(wcs), &f) {
             Ok(Take::Done(r)) => Some(Ok(r)),
             Ok(Take::Pending) => None,
             Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
