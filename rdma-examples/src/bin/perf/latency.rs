@@ -266,6 +266,7 @@ pub(crate) fn run_lat(
                 let _ = clock::ticks_per_sec();
                 for _ in 0..iters {
                     laps.start();
+                    side.beat.tick();
                     let (mr, local) = side.local.split_mut();
                     side.channel.read(ReadWorkRequest::new(
                         &mut [mr.scatter_element(&mut local[..size])],
@@ -284,6 +285,7 @@ pub(crate) fn run_lat(
                 shared::zero(exposed, 0..size)?;
                 for i in 0..iters {
                     laps.start();
+                    side.beat.tick();
                     side.local[size - 1] = mark(i);
                     write_and_claim(side, size, remote)?;
                     wait_for_byte(exposed, size - 1, mark(i), timeout)?;
@@ -297,7 +299,7 @@ pub(crate) fn run_lat(
                 let (rx_mr, rx) = side.rx.split_mut();
                 let rx = &mut rx[..size];
                 let (local, local_mr) = (&side.local[..size], side.local.region());
-                let laps = &mut laps;
+                let (laps, beat) = (&mut laps, &mut side.beat);
                 side.channel
                     .scope(|s| -> Result<()> {
                         let mut scatter = [rx_mr.scatter_element(rx)];
@@ -307,6 +309,7 @@ pub(crate) fn run_lat(
                         let mut ring = LatRing::new(s, &mut scatter, iters)?;
                         for i in 0..iters {
                             laps.start();
+                            beat.tick();
                             ring.send(s, &mut scatter, &mut message, i as u32)?;
                             let got = ring.next_message(s, &mut scatter)?;
                             check_message(i, size, got.bytes(), got.immediate())?;

@@ -160,6 +160,9 @@ struct Side {
     /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
     rx: RegisteredBuffer,
     slots: usize,
+    /// The heartbeat the side's loops send (a client of `perf`'s own
+    /// protocol during a run; silent otherwise).
+    beat: watch::Beat,
 }
 
 /// Builds the channel for `p` on `pd`, connects it over `link`, prints the
@@ -314,6 +317,7 @@ fn setup_lane(
         local,
         rx,
         slots,
+        beat: watch::Beat::silent(),
     })
 }
 
