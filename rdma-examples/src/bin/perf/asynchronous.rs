@@ -395,15 +395,17 @@ async fn send_lat(
     ch.start_receives(owed.drain(..), &mut recvs);
     // Each send's request is made in the idle time before the answer it
     // follows, so that between an answer and the next send there is only
-    // the post.
-    let make = |i: usize| Request::send(data.clone()).with_immediate(i as u32);
-    let mut next = Some(make(0));
+    // the post. It sends the payload the last send gave back with its
+    // completion: one handle on it for the run, not one per message.
+    let make = |i: usize, data: PoolBytes| Request::send(data).with_immediate(i as u32);
+    let mut next = Some(make(0, data));
     let mut answered: Option<(usize, PoolBuf)> = None;
     for i in 0..iters {
         laps.start();
         beat.tick();
         let send = next.take().ok_or_else(|| fail("no send made"))?;
-        ch.submit(send).await.0?;
+        let (outcome, sent) = ch.submit(send).await;
+        outcome?;
         if let Some((j, buf)) = answered.take() {
             check(j, &buf)?;
             // Answered buffers are posted again in bulk, with one verb
@@ -416,7 +418,7 @@ async fn send_lat(
             }
         }
         if i + 1 < iters {
-            next = Some(make(i + 1));
+            next = Some(make(i + 1, sent));
         }
         let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
         let (outcome, buf) = answer.await;
