@@ -144,7 +144,7 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
         let mut olds = vec![0u64; p.iters];
-        side.beat = watch::Beat::start(link)?;
+        let thread = watch::heartbeat_for(p.test, link, &mut side.beat)?;
         let report = match p.test {
             Test::AtomicBw => Report::Bw(run_bw(p, o.verbose, side, &results, remote, &mut olds)?),
             _ => {
@@ -153,6 +153,9 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
             }
         };
         side.beat.stop();
+        if let Some(t) = thread {
+            t.stop();
+        }
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         check_old_values(p.atomic, &olds).map_err(|e| fail(format!("{size} bytes: {e}")))?;

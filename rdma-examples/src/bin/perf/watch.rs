@@ -16,12 +16,13 @@
 //! In `perf`'s own protocol the client also sends [`net::ALIVE`] lines
 //! every [`HEARTBEAT`] between `GO` and `DONE`, so that a server waiting
 //! for `DONE` gives up on a stopped client its timeout after the last of
-//! them ([`Link::read_line_after_heartbeats`]). A single-lane client's
-//! loops send them themselves ([`Beat`]); the many-lane clients keep a
-//! thread ([`heartbeat`]). `-R` keeps perftest's wire: nothing is added
+//! them ([`Link::read_line_after_heartbeats`]). A single-lane latency
+//! client's loops send them themselves ([`Beat`]); the bandwidth and
+//! many-lane clients keep a thread ([`heartbeat`]). `-R` keeps perftest's wire: nothing is added
 //! to it.
 
 use crate::control::Control;
+use crate::protocol::Test;
 use rdma_examples::clock::{self, Stamp};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
@@ -188,6 +189,26 @@ pub(crate) fn wait(
     }
 }
 
+/// The heartbeat of a single-lane client's run of `test` on `link`: a
+/// latency run's loop beats itself (`beat` is started; no thread), a
+/// bandwidth run keeps a thread (returned): after its loop and before
+/// `DONE` it searches its timeline for the peak, tens of millions of
+/// steps (seconds under emulation), during which no loop ticks.
+///
+/// # Errors
+/// The socket could not be cloned.
+pub(crate) fn heartbeat_for(
+    test: Test,
+    link: &mut Link,
+    beat: &mut Beat,
+) -> Result<Option<net::Heartbeat>> {
+    if test.is_bw() {
+        return heartbeat(link).map(Some);
+    }
+    *beat = Beat::start(link)?;
+    Ok(None)
+}
+
 /// A heartbeat on `link` ([`HEARTBEAT`]).
 ///
 /// # Errors
@@ -199,7 +220,7 @@ pub(crate) fn heartbeat(link: &Link) -> Result<net::Heartbeat> {
 /// [`net::ALIVE`] as it travels, in one write.
 const ALIVE_LINE: &[u8] = b"ALIVE\n";
 
-/// The heartbeat of a single-lane client, sent by its own loop: the loop
+/// The heartbeat of a single-lane latency client, sent by its own loop: the loop
 /// calls [`tick`](Self::tick) once per iteration (or batch), which reads
 /// the time-stamp counter and writes an [`net::ALIVE`] line once
 /// [`HEARTBEAT`] has passed since the last. No thread, so the process
