@@ -15,6 +15,7 @@ use crate::bandwidth::{batch_size, ring_slots, BwRun};
 use crate::latency::wait_for_byte;
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
+use crate::watch::Beat;
 use crate::{check_message, mark, seed, Side, BY_CLIENT, BY_SERVER};
 use rdma_examples::clock::{self, Laps, Stamp, Timeline};
 use rdma_examples::fail;
@@ -22,7 +23,7 @@ use rdma_examples::shared;
 use rdma_examples::{pattern, Result};
 use rdma_safe::owned::Request;
 use rdma_safe::{
-    owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool, RemoteAccessBuffer,
+    owned::OwnedRequest, pool::PoolBuf, pool::PoolBytes, BufferPool, Channel, RemoteAccessBuffer,
     RemoteMemoryRegion, SharedChannel,
 };
 use std::collections::VecDeque;
@@ -43,7 +44,7 @@ const BUSY_SPIN: Duration = Duration::from_millis(1);
 /// handle (on the completion channel's reactor with `-e`, spinning
 /// otherwise).
 fn on_runtime<T>(
-    side: &Side,
+    channel: &Channel,
     events: bool,
     f: impl AsyncFnOnce(&SharedChannel) -> Result<T>,
 ) -> Result<T> {
@@ -54,7 +55,7 @@ fn on_runtime<T>(
     // The runtime runs the loop on this thread: the marker holds it.
     measured_loop(|| {
         rt.block_on(async {
-            let shared = side.channel.shared();
+            let shared = channel.shared();
             let shared = if events {
                 shared.with_tokio()?
             } else {
@@ -100,10 +101,12 @@ pub(crate) fn run_bw(
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let mut tl = Timeline::with_capacity(Stamp::now(), iters);
     let mut post_time = Duration::ZERO;
-    let end = on_runtime(side, p.events, async |ch| -> Result<Instant> {
+    let beat = &mut side.beat;
+    let end = on_runtime(&side.channel, p.events, async |ch| -> Result<Instant> {
         let mut pump = Pump {
             ch,
             tl: &mut tl,
+            beat,
             post_time: verbose.then_some(&mut post_time),
             iters,
             depth,
@@ -165,6 +168,8 @@ pub(crate) fn run_bw(
 struct Pump<'a, 't> {
     ch: &'a SharedChannel,
     tl: &'t mut Timeline,
+    /// Ticks once per turn.
+    beat: &'t mut Beat,
     /// Where the time spent posting adds up (`-v`).
     post_time: Option<&'t mut Duration>,
     iters: usize,
@@ -189,6 +194,7 @@ impl Pump<'_, '_> {
         let mut spare: Vec<Vec<OwnedRequest>> = Vec::new();
         let (mut next, mut outstanding) = (0, 0);
         while self.tl.completed() < iters {
+            self.beat.tick();
             while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
                 let mut reqs = spare.pop().unwrap_or_else(|| Vec::with_capacity(batch));
                 while reqs.len() < batch.min(iters - next) {
@@ -257,7 +263,8 @@ pub(crate) fn run_lat(
     let _ = clock::ticks_per_sec();
     let mut laps = Laps::with_capacity(iters);
     let per_sample = if test == Test::ReadLat { 1.0 } else { 2.0 };
-    on_runtime(side, p.events, async |ch| -> Result<()> {
+    let beat = &mut side.beat;
+    on_runtime(&side.channel, p.events, async |ch| -> Result<()> {
         match test {
             Test::ReadLat => {
                 let remote = remote.ok_or_else(|| fail("no remote region"))?;
@@ -266,6 +273,7 @@ pub(crate) fn run_lat(
                 buf.fill(0);
                 for _ in 0..iters {
                     laps.start();
+                    beat.tick();
                     let (outcome, back) = ch.submit(Request::read(buf, remote)).await;
                     outcome?;
                     buf = back;
@@ -276,9 +284,21 @@ pub(crate) fn run_lat(
             }
             Test::WriteLat => {
                 let remote = remote.ok_or_else(|| fail("no remote region"))?;
-                write_lat(ch, &pool, remote, exposed, size, iters, timeout, &mut laps).await?;
+                let run = LatRun {
+                    iters,
+                    laps: &mut laps,
+                    beat,
+                };
+                write_lat(ch, &pool, remote, exposed, size, timeout, run).await?;
             }
-            Test::SendLat => send_lat(ch, &pool, size, iters, &mut laps).await?,
+            Test::SendLat => {
+                let run = LatRun {
+                    iters,
+                    laps: &mut laps,
+                    beat,
+                };
+                send_lat(ch, &pool, size, run).await?
+            }
             _ => return Err(fail(format!("{} is not a latency test", test.name()))),
         }
         Ok(())
@@ -290,23 +310,29 @@ pub(crate) fn run_lat(
         .collect())
 }
 
+/// A latency loop's length and record: its samples and its heartbeat.
+struct LatRun<'a> {
+    iters: usize,
+    laps: &'a mut Laps,
+    beat: &'a mut Beat,
+}
+
 /// write_lat's client loop: each iteration writes its message (pattern,
 /// then its mark), then spins for the server's answer. A written slice is
 /// immutable while it may be in flight; once the write has completed its
 /// slice is the buffer's only handle again, so the next message is that
 /// buffer with its mark changed ([`PoolBytes::try_into_mut`]), made while
 /// the answer is on its way.
-#[allow(clippy::too_many_arguments)]
 async fn write_lat(
     ch: &SharedChannel,
     pool: &BufferPool,
     remote: RemoteMemoryRegion,
     exposed: &RemoteAccessBuffer,
     size: usize,
-    iters: usize,
     timeout: Duration,
-    laps: &mut Laps,
+    run: LatRun<'_>,
 ) -> Result<()> {
+    let LatRun { iters, laps, beat } = run;
     let mut buf = pool.try_alloc()?;
     buf.set_len(size);
     pattern::fill(&mut buf, seed(size, BY_CLIENT), 0);
@@ -317,6 +343,7 @@ async fn write_lat(
     let mut next = buf.freeze();
     for i in 0..iters {
         laps.start();
+        beat.tick();
         let (outcome, sent) = ch.submit(Request::write(next, remote)).await;
         outcome?;
         let mut buf = sent
@@ -348,9 +375,9 @@ async fn send_lat(
     ch: &SharedChannel,
     pool: &BufferPool,
     size: usize,
-    iters: usize,
-    laps: &mut Laps,
+    run: LatRun<'_>,
 ) -> Result<()> {
+    let LatRun { iters, laps, beat } = run;
     let data = payload(pool, size)?;
     // Every reply is checked whole, against the pattern computed once.
     let reply = pattern::Expected::new(size, seed(size, BY_SERVER), 0);
@@ -368,14 +395,17 @@ async fn send_lat(
     ch.start_receives(owed.drain(..), &mut recvs);
     // Each send's request is made in the idle time before the answer it
     // follows, so that between an answer and the next send there is only
-    // the post.
-    let make = |i: usize| Request::send(data.clone()).with_immediate(i as u32);
-    let mut next = Some(make(0));
+    // the post. It sends the payload the last send gave back with its
+    // completion: one handle on it for the run, not one per message.
+    let make = |i: usize, data: PoolBytes| Request::send(data).with_immediate(i as u32);
+    let mut next = Some(make(0, data));
     let mut answered: Option<(usize, PoolBuf)> = None;
     for i in 0..iters {
         laps.start();
+        beat.tick();
         let send = next.take().ok_or_else(|| fail("no send made"))?;
-        ch.submit(send).await.0?;
+        let (outcome, sent) = ch.submit(send).await;
+        outcome?;
         if let Some((j, buf)) = answered.take() {
             check(j, &buf)?;
             // Answered buffers are posted again in bulk, with one verb
@@ -388,7 +418,7 @@ async fn send_lat(
             }
         }
         if i + 1 < iters {
-            next = Some(make(i + 1));
+            next = Some(make(i + 1, sent));
         }
         let answer = recvs.pop_front().ok_or_else(|| fail("no receive posted"))?;
         let (outcome, buf) = answer.await;

@@ -144,7 +144,7 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
         let mut olds = vec![0u64; p.iters];
-        let beat = watch::heartbeat(link)?;
+        let thread = watch::heartbeat_for(p.test, link, &mut side.beat)?;
         let report = match p.test {
             Test::AtomicBw => Report::Bw(run_bw(p, o.verbose, side, &results, remote, &mut olds)?),
             _ => {
@@ -152,7 +152,10 @@ pub(crate) fn client(o: &Options, side: &mut Side, link: &mut Link, out: &Out) -
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
-        beat.stop();
+        side.beat.stop();
+        if let Some(t) = thread {
+            t.stop();
+        }
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         check_old_values(p.atomic, &olds).map_err(|e| fail(format!("{size} bytes: {e}")))?;
@@ -241,6 +244,7 @@ fn run_bw(
     let _ = clock::ticks_per_sec(); // calibrate before timing
     let mut tl = Timeline::with_capacity(Stamp::now(), iters);
     let (tl_ref, post_time_ref) = (&mut tl, &mut post_time);
+    let beat = &mut side.beat;
     let closure_end = measured_loop(|| {
         side.channel.scope(|s| -> Result<Instant> {
             // (handle, first operation, operations) of each batch in flight.
@@ -248,6 +252,7 @@ fn run_bw(
                 VecDeque::with_capacity(depth);
             let (mut next, mut in_ops) = (0, 0);
             while tl_ref.completed() < iters {
+                beat.tick();
                 // Operation `k` uses word `k % depth`; at most `depth` are in
                 // flight, so a word is reused only after its operation completed
                 // and its old value was read.
@@ -322,9 +327,12 @@ fn run_lat(
     let word = &results.words()[0];
     let _ = clock::ticks_per_sec();
     measured_loop(|| -> Result<()> {
+        // One result element for the run, checked once: each request
+        // borrows it for its own call.
+        let mut result = results.scatter(..ATOMIC_SIZE)?;
         for (i, old) in olds.iter_mut().enumerate() {
             laps.start();
-            let mut result = results.scatter(..ATOMIC_SIZE)?;
+            side.beat.tick();
             let wr = request(p.atomic, i, remote, &mut result);
             side.channel.run(wr)?;
             *old = word.load(Ordering::Acquire);

@@ -5,7 +5,7 @@
 
 use crate::measured::measured_loop;
 use crate::protocol::{Params, Test};
-use crate::watch;
+use crate::watch::{self, Beat};
 use crate::{check_message, seed, Side, BY_CLIENT};
 use rdma_examples::clock::{self, Stamp, Timeline};
 use rdma_examples::fail;
@@ -119,6 +119,7 @@ pub(crate) fn run_bw(
     let mut tl = Timeline::with_capacity(Stamp::now(), iters);
     let mut post_time = Duration::ZERO;
     let (tl_ref, post_time_ref) = (&mut tl, &mut post_time);
+    let beat = &mut side.beat;
     let closure_end = measured_loop(|| {
         side.channel.scope(|s| -> Result<Instant> {
             match test {
@@ -131,6 +132,7 @@ pub(crate) fn run_bw(
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
+                        beat,
                         iters,
                         depth,
                         size,
@@ -157,6 +159,7 @@ pub(crate) fn run_bw(
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
+                        beat,
                         iters,
                         depth,
                         size,
@@ -174,6 +177,7 @@ pub(crate) fn run_bw(
                     pump(
                         verbose.then_some(&mut *post_time_ref),
                         tl_ref,
+                        beat,
                         iters,
                         depth,
                         size,
@@ -246,11 +250,12 @@ pub(crate) const MAX_BATCH: usize = 8;
 /// batches of up to `batch` (`post(first, n)` posts operations
 /// `first..first + n` with one handle), waiting for the oldest batch when
 /// full; checks every completion's length. Timestamps are taken per batch
-/// (cheap TSC reads, as perftest).
+/// (cheap TSC reads, as perftest), and `beat` ticks once per turn.
 #[allow(clippy::too_many_arguments)]
 fn pump<'scope>(
     mut post_time: Option<&mut Duration>,
     tl: &mut Timeline,
+    beat: &mut Beat,
     iters: usize,
     depth: usize,
     size: usize,
@@ -260,6 +265,7 @@ fn pump<'scope>(
     let mut inflight: VecDeque<(ScopedPendingWork<'scope>, usize)> = VecDeque::with_capacity(depth);
     let (mut next, mut outstanding) = (0, 0);
     while tl.completed() < iters {
+        beat.tick();
         while next < iters && outstanding + batch.min(iters - next) <= depth.max(batch) {
             let n = batch.min(iters - next);
             let t0 = Stamp::now();

@@ -68,7 +68,7 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
     for &size in &p.sizes {
         let go = link.expect_line("GO")?;
         protocol::expect_size(&go, size, "the server is ready")?;
-        let beat = watch::heartbeat(&link)?;
+        let thread = watch::heartbeat_for(p.test, &mut link, &mut side.beat)?;
         let report = match p.test {
             Test::WriteBw | Test::ReadBw | Test::SendBw if o.asynchronous => Report::Bw(
                 asynchronous::run_bw(p, o.verbose, size, &mut side, server_region)?,
@@ -87,7 +87,10 @@ pub(crate) fn client(o: &Options, host: &str) -> Result<()> {
                 Report::Lat(Latency::from_samples(&mut samples).ok_or_else(|| fail("no samples"))?)
             }
         };
-        beat.stop();
+        side.beat.stop();
+        if let Some(t) = thread {
+            t.stop();
+        }
         link.write_line(&format!("DONE {size}"))?;
         protocol::decode_verdict(&link.read_line("the server's data check")?, size)?;
         // Our own checks, now that the server is idle.

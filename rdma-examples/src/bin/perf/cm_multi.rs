@@ -235,6 +235,7 @@ fn lane_side(
         local,
         rx,
         slots,
+        beat: crate::watch::Beat::silent(),
     })
 }
 

@@ -127,6 +127,7 @@ impl<'scope> LatRing<'scope> {
 
     /// Waits for the next message, doing owed bookkeeping while it has not
     /// arrived.
+    #[inline(always)]
     fn next_message(
         &mut self,
         s: &mut PollingScope<'scope, '_>,
@@ -153,6 +154,7 @@ impl<'scope> LatRing<'scope> {
     /// perftest builds its request) with immediate `imm`, after claiming
     /// the previous send (one in flight) and making sure receives wait for
     /// the answer.
+    #[inline(always)]
     fn send(
         &mut self,
         s: &mut PollingScope<'scope, '_>,
@@ -216,14 +218,16 @@ pub(crate) fn wait_for_byte(
 ) -> Result<()> {
     // The timeout is checked with the TSC (`Stamp`), once the wait has spun
     // a while: `Instant::now` is a system call and an emulated HPET read on
-    // a VM whose clock source is not the TSC, microseconds each.
-    let mut start = None;
+    // a VM whose clock source is not the TSC, microseconds each. The check
+    // compares raw ticks, the timeout converted once per wait.
+    let mut start: Option<(Stamp, u64)> = None;
     let mut spins: u32 = 0;
     let (word, shift) = shared::byte_word(buf, i);
     while (word.load(Ordering::Acquire) >> shift) as u8 != want {
         spins = spins.wrapping_add(1);
         if spins & 1023 == 0 {
-            if start.get_or_insert_with(Stamp::now).elapsed() > timeout {
+            let (t0, limit) = *start.get_or_insert_with(|| (Stamp::now(), timeout_ticks(timeout)));
+            if Stamp::now().ticks_since(t0) > limit {
                 return Err(fail(format!(
                     "the peer's RDMA write did not arrive within {timeout:?}"
                 )));
@@ -240,6 +244,11 @@ pub(crate) fn wait_for_byte(
         // completion wait had, see rdma-safe's poller).
     }
     Ok(())
+}
+
+/// `timeout` in clock ticks ([`Stamp::ticks_since`]'s unit).
+fn timeout_ticks(timeout: Duration) -> u64 {
+    (timeout.as_secs_f64() * clock::ticks_per_sec()) as u64
 }
 
 /// Latency, client side: one operation at a time; returns samples in usec.
@@ -266,6 +275,7 @@ pub(crate) fn run_lat(
                 let _ = clock::ticks_per_sec();
                 for _ in 0..iters {
                     laps.start();
+                    side.beat.tick();
                     let (mr, local) = side.local.split_mut();
                     side.channel.read(ReadWorkRequest::new(
                         &mut [mr.scatter_element(&mut local[..size])],
@@ -284,6 +294,7 @@ pub(crate) fn run_lat(
                 shared::zero(exposed, 0..size)?;
                 for i in 0..iters {
                     laps.start();
+                    side.beat.tick();
                     side.local[size - 1] = mark(i);
                     write_and_claim(side, size, remote)?;
                     wait_for_byte(exposed, size - 1, mark(i), timeout)?;
@@ -297,7 +308,7 @@ pub(crate) fn run_lat(
                 let (rx_mr, rx) = side.rx.split_mut();
                 let rx = &mut rx[..size];
                 let (local, local_mr) = (&side.local[..size], side.local.region());
-                let laps = &mut laps;
+                let (laps, beat) = (&mut laps, &mut side.beat);
                 side.channel
                     .scope(|s| -> Result<()> {
                         let mut scatter = [rx_mr.scatter_element(rx)];
@@ -307,6 +318,7 @@ pub(crate) fn run_lat(
                         let mut ring = LatRing::new(s, &mut scatter, iters)?;
                         for i in 0..iters {
                             laps.start();
+                            beat.tick();
                             ring.send(s, &mut scatter, &mut message, i as u32)?;
                             let got = ring.next_message(s, &mut scatter)?;
                             check_message(i, size, got.bytes(), got.immediate())?;

@@ -138,18 +138,27 @@ fn mark(i: usize) -> u8 {
 }
 
 /// Checks message `i` of a send test: its length and immediate data.
+/// Inlined into the loops: two comparisons, the message out of line.
+#[inline]
 fn check_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> Result<()> {
+    if bytes == size && imm == Some(i as u32) {
+        Ok(())
+    } else {
+        Err(wrong_message(i, size, bytes, imm))
+    }
+}
+
+/// What [`check_message`] found wrong.
+#[cold]
+#[inline(never)]
+fn wrong_message(i: usize, size: usize, bytes: usize, imm: Option<u32>) -> rdma_safe::Error {
     if bytes != size {
-        return Err(fail(format!(
-            "message {i} has {bytes} bytes, expected {size}"
-        )));
-    }
-    if imm != Some(i as u32) {
-        return Err(fail(format!(
+        fail(format!("message {i} has {bytes} bytes, expected {size}"))
+    } else {
+        fail(format!(
             "message {i} carries immediate {imm:?}: lost or reordered"
-        )));
+        ))
     }
-    Ok(())
 }
 
 /// Everything one side needs: device, channel, buffers.
@@ -160,6 +169,9 @@ struct Side {
     /// Receive buffers (send tests): `slots` slots of `max_size` bytes.
     rx: RegisteredBuffer,
     slots: usize,
+    /// The heartbeat the side's loops send (a client of `perf`'s own
+    /// protocol during a run; silent otherwise).
+    beat: watch::Beat,
 }
 
 /// Builds the channel for `p` on `pd`, connects it over `link`, prints the
@@ -314,6 +326,7 @@ fn setup_lane(
         local,
         rx,
         slots,
+        beat: watch::Beat::silent(),
     })
 }
 

@@ -235,6 +235,7 @@ pub(crate) fn run(o: &Options) -> Result<()> {
         local,
         rx,
         slots,
+        beat: crate::watch::Beat::silent(),
     };
     let allowance = run_allowance(p.iters, size, o.timeout);
     match (p.test, client) {

@@ -16,14 +16,20 @@
 //! In `perf`'s own protocol the client also sends [`net::ALIVE`] lines
 //! every [`HEARTBEAT`] between `GO` and `DONE`, so that a server waiting
 //! for `DONE` gives up on a stopped client its timeout after the last of
-//! them ([`Link::read_line_after_heartbeats`]). `-R` keeps perftest's
-//! wire: nothing is added to it.
+//! them ([`Link::read_line_after_heartbeats`]). A single-lane latency
+//! client's loops send them themselves ([`Beat`]); the bandwidth and
+//! many-lane clients keep a thread ([`heartbeat`]). `-R` keeps perftest's wire: nothing is added
+//! to it.
 
 use crate::control::Control;
+use crate::protocol::Test;
+use rdma_examples::clock::{self, Stamp};
 use rdma_examples::fail;
 use rdma_examples::net::{self, Link};
 use rdma_examples::Result;
 use rdma_safe::{scope::ScopedPendingWork, Channel, Error, WorkSuccess};
+use std::io::Write;
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// How long a wait spins without a completion before it rests.
@@ -183,10 +189,140 @@ pub(crate) fn wait(
     }
 }
 
+/// The heartbeat of a single-lane client's run of `test` on `link`: a
+/// latency run's loop beats itself (`beat` is started; no thread), a
+/// bandwidth run keeps a thread (returned): after its loop and before
+/// `DONE` it searches its timeline for the peak, tens of millions of
+/// steps (seconds under emulation), during which no loop ticks.
+///
+/// # Errors
+/// The socket could not be cloned.
+pub(crate) fn heartbeat_for(
+    test: Test,
+    link: &mut Link,
+    beat: &mut Beat,
+) -> Result<Option<net::Heartbeat>> {
+    if test.is_bw() {
+        return heartbeat(link).map(Some);
+    }
+    *beat = Beat::start(link)?;
+    Ok(None)
+}
+
 /// A heartbeat on `link` ([`HEARTBEAT`]).
 ///
 /// # Errors
 /// The socket could not be cloned.
 pub(crate) fn heartbeat(link: &Link) -> Result<net::Heartbeat> {
     Ok(net::Heartbeat::start(link, HEARTBEAT)?)
+}
+
+/// [`net::ALIVE`] as it travels, in one write.
+const ALIVE_LINE: &[u8] = b"ALIVE\n";
+
+/// The heartbeat of a single-lane latency client, sent by its own loop: the loop
+/// calls [`tick`](Self::tick) once per iteration (or batch), which reads
+/// the time-stamp counter and writes an [`net::ALIVE`] line once
+/// [`HEARTBEAT`] has passed since the last. No thread, so the process
+/// stays single-threaded as perftest's is: once a second thread exists,
+/// glibc brackets every cancellable system call (the provider's doorbell
+/// `write` among them) with changes of the thread's cancellation state.
+///
+/// An iteration longer than [`HEARTBEAT`] delays the next line; each of
+/// the loops' waits is bounded by the channel's timeout, which is also
+/// how long the server waits for a line.
+#[derive(Debug)]
+pub(crate) struct Beat {
+    /// A clone of the control connection's socket; `None`: silent.
+    stream: Option<TcpStream>,
+    last: Stamp,
+    /// Clock ticks between lines (`u64::MAX`: never).
+    every: u64,
+}
+
+impl Beat {
+    /// A heartbeat that sends nothing (servers, `-R`, and a client
+    /// between runs).
+    pub(crate) fn silent() -> Beat {
+        Beat {
+            stream: None,
+            last: Stamp::now(),
+            every: u64::MAX,
+        }
+    }
+
+    /// Starts beating on `link` (the first line [`HEARTBEAT`] from now).
+    ///
+    /// # Errors
+    /// The socket could not be cloned.
+    pub(crate) fn start(link: &mut Link) -> Result<Beat> {
+        let stream = link.stream()?.try_clone()?;
+        Ok(Beat {
+            stream: Some(stream),
+            last: Stamp::now(),
+            every: (HEARTBEAT.as_secs_f64() * clock::ticks_per_sec()) as u64,
+        })
+    }
+
+    /// Stops beating: nothing is written after this.
+    pub(crate) fn stop(&mut self) {
+        *self = Beat::silent();
+    }
+
+    /// Sends a line if one is due.
+    #[inline]
+    pub(crate) fn tick(&mut self) {
+        let now = Stamp::now();
+        if now.ticks_since(self.last) >= self.every {
+            self.send(now);
+        }
+    }
+
+    /// Writes the line; a connection that fails silences the beat (the
+    /// peer is gone, which the run finds out by itself).
+    #[cold]
+    #[inline(never)]
+    fn send(&mut self, now: Stamp) {
+        self.last = now;
+        let sent = match &mut self.stream {
+            Some(s) => s.write_all(ALIVE_LINE).is_ok(),
+            None => false,
+        };
+        if !sent {
+            *self = Beat::silent();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    #[test]
+    fn a_beat_writes_alive_when_due_and_nothing_once_stopped() {
+        assert_eq!(ALIVE_LINE, format!("{}\n", net::ALIVE).as_bytes());
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        peer.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut link = Link::new(c, Duration::from_secs(5)).unwrap();
+        let mut beat = Beat::start(&mut link).unwrap();
+        let mut buf = [0u8; 16];
+        beat.tick();
+        assert!(peer.read(&mut buf).is_err(), "nothing before it is due");
+        std::thread::sleep(HEARTBEAT + Duration::from_millis(20));
+        beat.tick();
+        beat.tick();
+        peer.read_exact(&mut buf[..ALIVE_LINE.len()]).unwrap();
+        assert_eq!(&buf[..ALIVE_LINE.len()], ALIVE_LINE);
+        assert!(peer.read(&mut buf).is_err(), "one line per interval");
+        beat.stop();
+        std::thread::sleep(HEARTBEAT + Duration::from_millis(20));
+        beat.tick();
+        assert!(peer.read(&mut buf).is_err(), "silent once stopped");
+    }
 }
