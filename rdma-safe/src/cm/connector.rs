@@ -150,8 +150,7 @@ impl Connector {
             self.id,
             &self.pd,
             queue,
-            self.opts.completion_events,
-            self.opts.timeout,
+            &self.opts,
             private_data,
             true,
         )

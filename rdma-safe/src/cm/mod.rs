@@ -112,6 +112,13 @@ pub struct CmOptions {
     pub min_rnr_timer: u8,
     /// Connect requests the kernel queues for a [`Listener`] (default 64).
     pub backlog: i32,
+    /// Probe a quiet peer after this long without a completion (default
+    /// `None`: no keepalive). A dead quiet peer is then reported as
+    /// [`Error::PeerDisconnected`](crate::Error::PeerDisconnected) within
+    /// `keepalive` + 4.096 µs · 2^`ack_timeout` · (`retry_count` + 1),
+    /// ≈ `keepalive` + 3.76 s with the defaults; see
+    /// [`Channel::set_keepalive`].
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for CmOptions {
@@ -126,6 +133,7 @@ impl Default for CmOptions {
             rnr_retry_count: 7,
             min_rnr_timer: 12,
             backlog: 64,
+            keepalive: None,
         }
     }
 }
@@ -187,6 +195,13 @@ impl CmOptions {
     /// [`Listener`] (default 64).
     pub fn backlog(mut self, n: i32) -> Self {
         self.backlog = n;
+        self
+    }
+
+    /// Sets the keepalive interval (see [`CmOptions::keepalive`] and
+    /// [`Channel::set_keepalive`]; default none).
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
 

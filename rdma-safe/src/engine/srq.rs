@@ -116,7 +116,7 @@ impl SrqQueue {
         };
         // A queue of the crate's own memory breaks only with its device,
         // which the attached channels' waits report.
-        let taken = wait_for(&self.cq, timeout, Duration::ZERO, self.events, take, |_| {
+        let taken = wait_for(&self.cq, timeout, Duration::ZERO, self.events, take, |_, _| {
             None
         });
         if let Some(e) = failure {
