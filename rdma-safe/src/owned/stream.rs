@@ -134,10 +134,15 @@ impl RecvStream {
         }
         loop {
             if self.chan.unusable_reason().is_none() {
-                if let Err(e) = self.refill(cx) {
-                    if self.posted.is_empty() {
-                        return Poll::Ready(Some(Err(e)));
+                match self.refill(cx) {
+                    // The peer left between the look and the post: the
+                    // same clean end as a flushed receive's.
+                    Err(Error::PeerDisconnected { .. }) if self.posted.is_empty() => {
+                        self.end();
+                        return Poll::Ready(None);
                     }
+                    Err(e) if self.posted.is_empty() => return Poll::Ready(Some(Err(e))),
+                    _ => {}
                 }
             }
             let Some(&front) = self.posted.front() else {

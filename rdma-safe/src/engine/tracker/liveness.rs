@@ -135,6 +135,7 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdma_core::WorkCompletion;
 
     fn reap(t: &mut Tracker, wc: WorkCompletion) {
         t.reap(|buf| {
