@@ -41,7 +41,8 @@ impl Attached {
     /// callback to release.
     #[inline]
     pub(crate) fn owns_nothing(&self) -> bool {
-        matches!(self.held, Held::None) && matches!(
+        matches!(self.held, Held::None)
+            && matches!(
                 self.notify,
                 Notify::Claim | Notify::Abandoned | Notify::Keepalive
             )

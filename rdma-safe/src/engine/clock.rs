@@ -76,7 +76,8 @@ impl WaitClock {
     /// the wait's start: the time of that read, without reading the clock
     /// again.
     pub(super) fn at(&self, elapsed: Duration) -> Instant {
-        self.start.map_or_else(Instant::now, |start| start + elapsed)
+        self.start
+            .map_or_else(Instant::now, |start| start + elapsed)
     }
 
     /// Counts one poll that found nothing; the time waited so far when the

@@ -131,7 +131,6 @@ impl Tracker {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
