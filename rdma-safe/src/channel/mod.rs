@@ -143,9 +143,11 @@ impl Channel {
     /// [`CmOptions::ack_timeout`](crate::cm::CmOptions::ack_timeout)/
     /// [`CmOptions::retry_count`](crate::cm::CmOptions::retry_count)):
     /// with the defaults (17, 6), `interval` + 0.537 s · 7 ≈ `interval` +
-    /// 3.76 s. To that comes the watchdog's look — a completion driver
+    /// 3.76 s. To that come the watchdog's look — a completion driver
     /// round, a busy-polling future's every 256 empty polls, a blocking
-    /// wait's every 10 ms — and, on a device that does not flush the
+    /// wait's every 10 ms —, the granularity of the device's retransmission
+    /// timer and the scheduler's delays (tenths of a second on a loaded,
+    /// emulated host), and, on a device that does not flush the
     /// receives of a queue pair in error, up to 2 s of flush patience
     /// (the receives are then discarded by a reset). rxe takes a retry
     /// count of 7 as "retry forever": a probe then never fails. A blocking
