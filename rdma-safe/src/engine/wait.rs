@@ -181,11 +181,13 @@ impl WorkQueue {
                 || self.try_take(id),
             ) {
                 Ok(outcome) => outcome,
-                Err(Expired::Broken(why)) => self.try_take(id).unwrap_or(Err(Error::Unusable(why))),
+                Err(Expired::Broken(why)) => self
+                    .try_take(id)
+                    .unwrap_or_else(|| Err(self.broken_error(id, why))),
                 Err(Expired::Timeout(operation)) => {
                     // The request is now complete (flushed); forget it.
                     self.lock().forget(id);
-                    Err(Error::Timeout { operation, timeout })
+                    Err(self.expired(operation, timeout))
                 }
             },
         };
@@ -207,15 +209,26 @@ impl WorkQueue {
                 let taken = self.take_owned(id, None);
                 match expired {
                     Expired::Broken(why) => {
-                        taken.unwrap_or_else(|| (Err(Error::Unusable(why)), Held::None))
+                        taken.unwrap_or_else(|| (Err(self.broken_error(id, why)), Held::None))
                     }
                     Expired::Timeout(operation) => (
-                        Err(Error::Timeout { operation, timeout }),
+                        Err(self.expired(operation, timeout)),
                         taken.map_or(Held::None, |(_, held)| held),
                     ),
                 }
             }
         }
+    }
+
+    /// The error of a wait for `operation` that expired after `timeout`:
+    /// the peer's departure if it is known by now (its disconnect raced
+    /// the timeout), the timeout otherwise.
+    #[cold]
+    fn expired(&self, operation: Operation, timeout: Duration) -> Error {
+        if self.ending.is_peer_gone() {
+            return Error::PeerDisconnected { operation };
+        }
+        Error::Timeout { operation, timeout }
     }
 
     /// [`wait_for`] on this queue pair: at each clock read it looks for a
@@ -439,6 +452,19 @@ impl WorkQueue {
         }
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
+    }
+}
+
+impl WorkQueue {
+    /// The error of a wait for `id` that found the queue pair broken for
+    /// `why` and no completion to claim: the peer's departure if it is
+    /// known.
+    #[cold]
+    fn broken_error(&self, id: u64, why: String) -> Error {
+        match self.lock().operation_of(id) {
+            Some(operation) if self.ending.is_peer_gone() => Error::PeerDisconnected { operation },
+            _ => Error::Unusable(why),
+        }
     }
 }
 
