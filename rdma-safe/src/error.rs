@@ -195,8 +195,22 @@ pub enum Error {
         /// The wait.
         timeout: Duration,
     },
-    /// The peer of a channel made by the connection manager disconnected;
-    /// the request was flushed and the channel is unusable.
+    /// The peer is gone: the peer of a channel made by the connection
+    /// manager disconnected (it closed the connection, or its process
+    /// ended), or the peer of a channel with a keepalive
+    /// ([`Channel::set_keepalive`](crate::Channel::set_keepalive)) did not
+    /// answer a probe. The one error every operation on the connection
+    /// reports from then on — a request in flight (flushed), a request
+    /// posted later, a wait that expired or found the queue pair broken
+    /// meanwhile — whether blocking, scoped, a future or a callback. Only
+    /// a [`RecvStream`](crate::owned::RecvStream) says it differently: it
+    /// ends (yields `None`). The channel is unusable.
+    ///
+    /// A request of the user's that runs out of transport retries on its
+    /// own (a channel without the connection manager or a keepalive whose
+    /// peer vanished) reports [`WorkCompletion`](Self::WorkCompletion) with
+    /// `WcStatus::RetryExceeded`, and the requests flushed after it a
+    /// flush: nothing told the channel the peer left.
     #[error("{operation} failed: the peer disconnected")]
     PeerDisconnected {
         /// The operation.

@@ -239,9 +239,11 @@ impl Channel {
     }
 
     /// Whether the peer of a CM-made channel has disconnected. Its pending
-    /// work was then flushed, and whatever waits for it — a blocking
-    /// operation, a scope's handle, a [`SharedChannel`](crate::SharedChannel)
-    /// future or callback — reports [`Error::PeerDisconnected`].
+    /// work was then flushed, and whatever waits for it or is posted later
+    /// — a blocking operation, a scope's handle, a
+    /// [`SharedChannel`](crate::SharedChannel) future or callback — reports
+    /// [`Error::PeerDisconnected`]; a
+    /// [`RecvStream`](crate::owned::RecvStream) ends.
     pub fn peer_disconnected(&self) -> bool {
         self.cm
             .as_ref()

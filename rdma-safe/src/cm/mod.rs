@@ -48,8 +48,13 @@
 //! Register the memory a channel uses in its domain: an element of another
 //! domain is refused before posting. Everything else — blocking operations, scopes, batches, timeouts — is the same as
 //! for any channel. When the peer disconnects, pending work is flushed at
-//! once and blocking operations fail with
-//! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected).
+//! once, and every operation — pending or posted later, blocking, scoped
+//! or async — fails with
+//! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected); a
+//! [`RecvStream`](crate::owned::RecvStream) ends instead. A peer that is
+//! quiet (sends nothing, or only reads one-sidedly) keeps its connection;
+//! one whose host died without a disconnect is found by
+//! [`CmOptions::keepalive`].
 //!
 //! # Example
 //!
