@@ -111,6 +111,18 @@ pub enum PoolError {
     InvalidSize(String),
 }
 
+/// What usually keeps `operation` from completing within its timeout.
+fn timeout_hint(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Receive => {
+            "no message arrived: the peer sent none (a quiet peer is not a gone one; a keepalive \
+             tells them apart)"
+        }
+        Operation::Send => "the peer posted no receive for it, or the path to it is gone",
+        _ => "the peer's NIC did not answer, or the path to it is gone",
+    }
+}
+
 /// Every error of this crate.
 ///
 /// ```no_run
@@ -169,8 +181,9 @@ pub enum Error {
     /// and all its outstanding work was drained before this was returned, so
     /// no borrowed memory is still in use; the channel is now unusable.
     #[error(
-        "{operation} did not complete within {timeout:?} (peer gone or not posting receives?); \
-         the channel was shut down and its outstanding work drained"
+        "{operation} did not complete within {timeout:?} ({hint}); the channel was shut down \
+         and its outstanding work drained",
+        hint = timeout_hint(*operation)
     )]
     Timeout {
         /// The operation waited for.
@@ -195,8 +208,22 @@ pub enum Error {
         /// The wait.
         timeout: Duration,
     },
-    /// The peer of a channel made by the connection manager disconnected;
-    /// the request was flushed and the channel is unusable.
+    /// The peer is gone: the peer of a channel made by the connection
+    /// manager disconnected (it closed the connection, or its process
+    /// ended), or the peer of a channel with a keepalive
+    /// ([`Channel::set_keepalive`](crate::Channel::set_keepalive)) did not
+    /// answer a probe. The one error every operation on the connection
+    /// reports from then on — a request in flight (flushed), a request
+    /// posted later, a wait that expired or found the queue pair broken
+    /// meanwhile — whether blocking, scoped, a future or a callback. Only
+    /// a [`RecvStream`](crate::owned::RecvStream) says it differently: it
+    /// ends (yields `None`). The channel is unusable.
+    ///
+    /// A request of the user's that runs out of transport retries on its
+    /// own (a channel without the connection manager or a keepalive whose
+    /// peer vanished) reports [`WorkCompletion`](Self::WorkCompletion) with
+    /// `WcStatus::RetryExceeded`, and the requests flushed after it a
+    /// flush: nothing told the channel the peer left.
     #[error("{operation} failed: the peer disconnected")]
     PeerDisconnected {
         /// The operation.
@@ -459,6 +486,12 @@ mod tests {
         };
         assert_eq!(timeout.kind(), ErrorKind::TimedOut);
         assert_eq!(timeout.operation(), Some(Operation::Read));
+        assert!(timeout.to_string().contains("did not answer"), "{timeout}");
+        let quiet = Error::Timeout {
+            operation: Operation::Receive,
+            timeout: Duration::from_millis(5),
+        };
+        assert!(quiet.to_string().contains("no message arrived"), "{quiet}");
         assert_eq!(timeout.status(), None);
         let failed = Error::WorkCompletion {
             operation: Operation::Write,

@@ -349,18 +349,15 @@ fn a_broken_connection_fails_waiting_futures_at_once() {
     });
 }
 
-/// A peer that goes silent without a disconnect (its host died, say) ends
-/// the server's receive stream with the channel's timeout — a
-/// [`Error::Timeout`] of the receive, not a bare flush that reads
-/// like the stream's clean end — while the same one-worker runtime (the
-/// two-host VMs have one vCPU) keeps serving another connection. (The
-/// two-host step "the peer host dies mid-transfer" lost a dead host's
-/// connection this way: closed by the stall watchdog, logged as closed
-/// normally.)
+/// A peer that stays silent (connected, sending nothing) for longer than
+/// the server's timeout keeps its receive stream — posted receives are not
+/// a stall — while the same one-worker runtime (the two-host VMs have one
+/// vCPU) keeps serving another connection; its disconnect then ends the
+/// stream cleanly. (A silent peer whose host died is the keepalive's to
+/// find: `tests/liveness.rs`.)
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
-fn a_silent_peer_ends_the_receive_stream_with_a_timeout_while_others_are_served() {
-    use rdma_safe::error::Operation;
+fn a_silent_peer_keeps_its_receive_stream_while_others_are_served() {
     const IDLE: Duration = Duration::from_secs(2);
     const BUSY_REQUESTS: usize = 40;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -437,20 +434,8 @@ fn a_silent_peer_ends_the_receive_stream_with_a_timeout_while_others_are_served(
                 drop(buf);
                 tokio::time::sleep(IDLE * 2 / BUSY_REQUESTS as u32).await;
             }
-            let (echoed, end, took) = silent.await.expect("the silent connection's task");
-            eprintln!("silent peer: {echoed} echoed, ended after {took:?} with {end:?}");
-            assert_eq!(echoed, 0);
-            match end {
-                Some(Error::Timeout {
-                    operation: Operation::Receive,
-                    timeout,
-                }) => assert_eq!(timeout, IDLE),
-                other => panic!("expected the receive's timeout, got {other:?}"),
-            }
-            // Not before the timeout; the upper bound only catches a hang
-            // (a loaded machine may be late, never seconds early).
-            assert!(took >= IDLE - Duration::from_millis(50), "{took:?}");
-            assert!(took < Duration::from_secs(30), "{took:?}");
+            // Twice the timeout has passed: the silent connection is up.
+            assert!(!silent.is_finished(), "the silent peer's stream ended");
             // Dropping a connected channel on the runtime's one worker
             // does not wait for its CM watcher thread (up to 50 ms before)
             // nor destroy the identifier there: measured, and bounded only
@@ -470,6 +455,14 @@ fn a_silent_peer_ends_the_receive_stream_with_a_timeout_while_others_are_served(
                 "dropping the silent peer's channel took {:?}",
                 start.elapsed()
             );
+            let (echoed, end, took) = silent.await.expect("the silent connection's task");
+            eprintln!("silent peer: {echoed} echoed, ended after {took:?} with {end:?}");
+            assert_eq!(echoed, 0);
+            assert!(
+                end.is_none(),
+                "the disconnect ends the stream cleanly: {end:?}"
+            );
+            assert!(took >= IDLE * 2, "{took:?}");
         })
         .await
         .expect("within the bound");

@@ -556,3 +556,88 @@ fn connection_manager_blocking_and_async() {
         },
     );
 }
+
+/// A quiet peer whose queue pair stops answering, with no disconnect (as
+/// when its host dies), is found by the server's keepalive: the server's
+/// blocking receive, waiting for a message that never comes, reports
+/// `PeerDisconnected` within the keepalive's bound. Before that the peer
+/// is alive and quiet, and the probes it answers keep the channel up.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_quiet_peer_that_stops_answering_is_found_by_the_keepalive() {
+    use rdma_safe::error::Operation;
+    use rdma_safe::Error;
+    use std::time::Instant;
+    const INTERVAL: Duration = Duration::from_millis(300);
+    const ACK_TIMEOUT: u8 = 14;
+    const RETRIES: u8 = 3;
+    peer::run(
+        "a_quiet_peer_that_stops_answering_is_found_by_the_keepalive",
+        |mut link| {
+            let pd = pd();
+            let opts = cm_options()
+                .ack_timeout(ACK_TIMEOUT)
+                .retry_count(RETRIES)
+                .keepalive(INTERVAL);
+            let listener =
+                Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts).expect("listen");
+            link.send(listener.local_addr().expect("bound").to_string().as_bytes());
+            let mut server = listener
+                .incoming()
+                .expect("a request")
+                .accept(&[])
+                .expect("accept");
+            let (posted_before, _) = server.totals();
+            let mut buf = registered(&pd, vec![FILL; 64]);
+            let (outcome, ended, died) = std::thread::scope(|t| {
+                let died = t.spawn(|| {
+                    link.wait_for("stopped answering");
+                    Instant::now()
+                });
+                let outcome = server.receive(ReceiveWorkRequest::new(&mut [buf.scatter(..)]));
+                let ended = Instant::now();
+                (outcome, ended, died.join().expect("the link reader"))
+            });
+            let bound = INTERVAL
+                + Duration::from_nanos(4096 * (1 << ACK_TIMEOUT) * (u64::from(RETRIES) + 1));
+            eprintln!(
+                "{outcome:?} {:?} after the peer stopped answering (bound {bound:?})",
+                ended.saturating_duration_since(died)
+            );
+            match outcome {
+                Err(Error::PeerDisconnected {
+                    operation: Operation::Receive,
+                }) => {}
+                other => panic!("expected the peer gone, got {other:?}"),
+            }
+            let (posted_after, _) = server.totals();
+            assert!(
+                posted_after - posted_before >= 3,
+                "probes answered while the peer lived: {posted_before} → {posted_after}"
+            );
+            // A hang bound only: the documented bound plus a slow machine.
+            assert!(ended.saturating_duration_since(died) < WAIT / 2);
+            assert!(buf.iter().all(|&b| b == FILL), "nothing was received");
+            link.signal("found");
+        },
+        |mut link| {
+            let pd = pd();
+            let addr: SocketAddr = String::from_utf8(link.receive())
+                .expect("an address")
+                .parse()
+                .expect("a socket address");
+            let client = Connector::resolve_in(&pd, addr, &cm_options())
+                .expect("resolve")
+                .connect(&[])
+                .expect("connect");
+            // Alive and quiet for a few intervals, then silent: the queue
+            // pair stops answering and no disconnect is sent until the
+            // server has found it.
+            std::thread::sleep(INTERVAL * 5);
+            client.shared().shutdown();
+            link.signal("stopped answering");
+            link.wait_for("found");
+            drop(client);
+        },
+    );
+}

@@ -22,6 +22,7 @@ pub struct ChannelBuilder<'f1> {
     caps: QpCapabilities,
     cq_size: Option<u32>,
     timeout: Duration,
+    keepalive: Option<Duration>,
     completion_events: bool,
     mtu: Option<Mtu>,
     srq: Option<&'f1 SharedReceiveQueue>,
@@ -38,6 +39,7 @@ impl<'f1> ChannelBuilder<'f1> {
             caps: QpCapabilities::default(),
             cq_size: None,
             timeout: DEFAULT_TIMEOUT,
+            keepalive: None,
             completion_events: false,
             mtu: None,
             srq: None,
@@ -97,6 +99,13 @@ impl<'f1> ChannelBuilder<'f1> {
     /// Bound on every blocking wait (default [`DEFAULT_TIMEOUT`], 30 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+    /// Probe a quiet peer after `interval` without a completion (default:
+    /// no keepalive); see [`Channel::set_keepalive`] for what it finds and
+    /// within what bound.
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
     /// The reliable connection's attributes that
@@ -223,7 +232,7 @@ impl<'f1> ChannelBuilder<'f1> {
             mtu,
         };
         let limits = Limits::granted(&qp, &self.caps);
-        Ok(Channel {
+        let channel = Channel {
             needs_grh: port_attr.needs_grh(),
             queue: Arc::new(WorkQueue::new(
                 qp,
@@ -242,7 +251,9 @@ impl<'f1> ChannelBuilder<'f1> {
             remote: None,
             scope_ids: Vec::new(),
             cm: None,
-        })
+        };
+        channel.set_keepalive(self.keepalive);
+        Ok(channel)
     }
 }
 

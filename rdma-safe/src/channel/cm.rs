@@ -84,8 +84,7 @@ impl Channel {
         id: CmId,
         pd: &ProtectionDomain,
         queue: CmQueue,
-        completion_events: bool,
-        timeout: Duration,
+        opts: &crate::cm::CmOptions,
         private_data: Vec<u8>,
         watched: bool,
     ) -> Result<Channel> {
@@ -117,7 +116,7 @@ impl Channel {
         let work = Arc::new(WorkQueue::new(
             queue.qp,
             crate::engine::Completions::Own(queue.cq),
-            completion_events,
+            opts.completion_events,
             queue.limits,
             DeviceWatch::of(ctx),
             Some(link.clone()),
@@ -128,13 +127,14 @@ impl Channel {
             pd: pd.clone(),
             local,
             gid,
-            timeout,
+            timeout: opts.timeout,
             // The connection manager set the queue pair up itself.
             connect_opts: ConnectOptions::default(),
             remote: None,
             scope_ids: Vec::new(),
             cm: Some(link),
         };
+        channel.set_keepalive(opts.keepalive);
         if watched {
             channel.watch_cm()?;
         }
@@ -239,9 +239,11 @@ impl Channel {
     }
 
     /// Whether the peer of a CM-made channel has disconnected. Its pending
-    /// work was then flushed, and whatever waits for it — a blocking
-    /// operation, a scope's handle, a [`SharedChannel`](crate::SharedChannel)
-    /// future or callback — reports [`Error::PeerDisconnected`].
+    /// work was then flushed, and whatever waits for it or is posted later
+    /// — a blocking operation, a scope's handle, a
+    /// [`SharedChannel`](crate::SharedChannel) future or callback — reports
+    /// [`Error::PeerDisconnected`]; a
+    /// [`RecvStream`](crate::owned::RecvStream) ends.
     pub fn peer_disconnected(&self) -> bool {
         self.cm
             .as_ref()

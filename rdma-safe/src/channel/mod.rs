@@ -24,8 +24,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Default bound on every blocking wait: 30 s. A wait that expires shuts
-/// the channel down (see [`Error::Timeout`](crate::Error::Timeout)).
+/// Default bound on every blocking wait, and the stall watchdog's period:
+/// 30 s. A wait that expires shuts the channel down (see
+/// [`Error::Timeout`](crate::Error::Timeout)).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A safe RDMA communication endpoint built on a reliable-connected queue
@@ -112,6 +113,58 @@ impl Channel {
     /// Changes the bound on blocking waits.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
+    }
+
+    /// Sets the keepalive: after `interval` without any completion, with
+    /// nothing on the send queue, the channel posts a probe of its own (a
+    /// zero-length RDMA write, which the peer's NIC acknowledges without
+    /// its software, as librdmacm's rsocket keepalive does). `None` (the
+    /// default) or zero: no probes. Shared by every handle on the channel
+    /// ([`SharedChannel`](crate::SharedChannel)s, scopes).
+    ///
+    /// Without a keepalive, a peer that is quiet — sends no messages, or
+    /// only answers one-sided RDMA — keeps its connection for as long as
+    /// it likes: posted receives are not a stall (see the
+    /// [watchdog](crate::owned#timeouts-and-the-stall-watchdog)). But a
+    /// peer that *died* while quiet is then never noticed by the futures
+    /// and streams, only by a blocking wait's timeout or the CM's
+    /// disconnect (which a host that lost power or its link never sends).
+    /// With a keepalive, a dead quiet peer fails the probe once the
+    /// transport's retries are spent, and every operation waiting on the
+    /// channel — a blocking or async receive, a scope's, a stream's — then
+    /// reports [`Error::PeerDisconnected`](crate::Error::PeerDisconnected)
+    /// (a [`RecvStream`](crate::owned::RecvStream) ends, as on a
+    /// disconnect). The bound, from the moment the peer died:
+    ///
+    /// `interval` + 4.096 µs · 2^`ack_timeout` · (`retry_count` + 1)
+    ///
+    /// with the connection's ACK timeout exponent and retry count
+    /// ([`ConnectOptions::timeout`]/[`ConnectOptions::retry_count`], or
+    /// [`CmOptions::ack_timeout`](crate::cm::CmOptions::ack_timeout)/
+    /// [`CmOptions::retry_count`](crate::cm::CmOptions::retry_count)):
+    /// with the defaults (17, 6), `interval` + 0.537 s · 7 ≈ `interval` +
+    /// 3.76 s. To that come the watchdog's look — a completion driver
+    /// round, a busy-polling future's every 256 empty polls, a blocking
+    /// wait's every 10 ms —, the granularity of the device's retransmission
+    /// timer and the scheduler's delays (tenths of a second on a loaded,
+    /// emulated host), and, on a device that does not flush the
+    /// receives of a queue pair in error, up to 2 s of flush patience
+    /// (the receives are then discarded by a reset). rxe takes a retry
+    /// count of 7 as "retry forever": a probe then never fails. A blocking
+    /// wait reports the peer gone only if this bound is shorter than its
+    /// own timeout.
+    ///
+    /// Probes are posted only where the engine reads the clock anyway,
+    /// never per operation; each counts in [`totals`](Self::totals) and
+    /// takes a send-queue entry while in flight.
+    pub fn set_keepalive(&self, interval: Option<Duration>) {
+        self.queue.set_keepalive(interval);
+    }
+
+    /// The keepalive interval, if the channel has one (see
+    /// [`set_keepalive`](Self::set_keepalive)).
+    pub fn keepalive(&self) -> Option<Duration> {
+        self.queue.keepalive()
     }
 
     /// Why the channel is unusable, if an earlier failure or timeout shut it

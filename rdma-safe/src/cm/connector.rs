@@ -146,15 +146,7 @@ impl Connector {
     /// The channel over `queue`, once connected; `private_data` is what
     /// the peer sent with its accept.
     pub(super) fn into_channel(self, queue: CmQueue, private_data: Vec<u8>) -> Result<Channel> {
-        Channel::from_cm(
-            self.id,
-            &self.pd,
-            queue,
-            self.opts.completion_events,
-            self.opts.timeout,
-            private_data,
-            true,
-        )
+        Channel::from_cm(self.id, &self.pd, queue, &self.opts, private_data, true)
     }
 }
 

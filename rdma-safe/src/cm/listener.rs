@@ -249,8 +249,7 @@ impl Incoming {
             self.id,
             &self.pd,
             queue,
-            self.opts.completion_events,
-            self.opts.timeout,
+            &self.opts,
             self.params.private_data,
             true,
         )

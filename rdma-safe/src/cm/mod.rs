@@ -48,8 +48,13 @@
 //! Register the memory a channel uses in its domain: an element of another
 //! domain is refused before posting. Everything else — blocking operations, scopes, batches, timeouts — is the same as
 //! for any channel. When the peer disconnects, pending work is flushed at
-//! once and blocking operations fail with
-//! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected).
+//! once, and every operation — pending or posted later, blocking, scoped
+//! or async — fails with
+//! [`Error::PeerDisconnected`](crate::Error::PeerDisconnected); a
+//! [`RecvStream`](crate::owned::RecvStream) ends instead. A peer that is
+//! quiet (sends nothing, or only reads one-sidedly) keeps its connection;
+//! one whose host died without a disconnect is found by
+//! [`CmOptions::keepalive`].
 //!
 //! # Example
 //!
@@ -112,6 +117,13 @@ pub struct CmOptions {
     pub min_rnr_timer: u8,
     /// Connect requests the kernel queues for a [`Listener`] (default 64).
     pub backlog: i32,
+    /// Probe a quiet peer after this long without a completion (default
+    /// `None`: no keepalive). A dead quiet peer is then reported as
+    /// [`Error::PeerDisconnected`](crate::Error::PeerDisconnected) within
+    /// `keepalive` + 4.096 µs · 2^`ack_timeout` · (`retry_count` + 1),
+    /// ≈ `keepalive` + 3.76 s with the defaults; see
+    /// [`Channel::set_keepalive`].
+    pub keepalive: Option<Duration>,
 }
 
 impl Default for CmOptions {
@@ -126,6 +138,7 @@ impl Default for CmOptions {
             rnr_retry_count: 7,
             min_rnr_timer: 12,
             backlog: 64,
+            keepalive: None,
         }
     }
 }
@@ -187,6 +200,13 @@ impl CmOptions {
     /// [`Listener`] (default 64).
     pub fn backlog(mut self, n: i32) -> Self {
         self.backlog = n;
+        self
+    }
+
+    /// Sets the keepalive interval (see [`CmOptions::keepalive`] and
+    /// [`Channel::set_keepalive`]; default none).
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
 

@@ -72,8 +72,7 @@ impl Incoming {
             self.id,
             &self.pd,
             queue,
-            opts.completion_events,
-            opts.timeout,
+            &opts,
             self.params.private_data,
             false,
         )?;

@@ -23,6 +23,10 @@ pub(crate) enum Notify {
     /// The future was dropped: release the memory when the completion is
     /// seen, deliver nothing.
     Abandoned,
+    /// The engine's own keepalive probe (see the `keepalive` module): holds
+    /// no memory; its completion is looked at when seen, delivered to
+    /// nobody.
+    Keepalive,
 }
 
 /// The attachments of a slot.
@@ -37,7 +41,11 @@ impl Attached {
     /// callback to release.
     #[inline]
     pub(crate) fn owns_nothing(&self) -> bool {
-        matches!(self.held, Held::None) && matches!(self.notify, Notify::Claim | Notify::Abandoned)
+        matches!(self.held, Held::None)
+            && matches!(
+                self.notify,
+                Notify::Claim | Notify::Abandoned | Notify::Keepalive
+            )
     }
 }
 
@@ -66,6 +74,7 @@ impl fmt::Debug for Notify {
             Notify::Waker(_) => "Waker",
             Notify::Callback(_) => "Callback",
             Notify::Abandoned => "Abandoned",
+            Notify::Keepalive => "Keepalive",
         })
     }
 }

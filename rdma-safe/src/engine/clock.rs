@@ -72,6 +72,14 @@ impl WaitClock {
         }
     }
 
+    /// The instant `elapsed` (a value [`tick`](Self::tick) returned) after
+    /// the wait's start: the time of that read, without reading the clock
+    /// again.
+    pub(super) fn at(&self, elapsed: Duration) -> Instant {
+        self.start
+            .map_or_else(Instant::now, |start| start + elapsed)
+    }
+
     /// Counts one poll that found nothing; the time waited so far when the
     /// clock is due to be read, `None` between reads.
     #[inline]

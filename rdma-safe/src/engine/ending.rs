@@ -14,8 +14,10 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub(super) struct Ending {
     /// Set (before the queue pair is moved to ERR) when the peer of a
-    /// connection-manager channel disconnected: failed completions then
-    /// report [`Error::PeerDisconnected`].
+    /// connection-manager channel disconnected, or (when the completion is
+    /// seen, before any later completion is claimed) when a keepalive
+    /// probe ran out of transport retries: failed completions and refused
+    /// posts then report [`Error::PeerDisconnected`].
     peer_gone: AtomicBool,
     /// Set (before the queue pair is moved to ERR) when the stall watchdog
     /// shut the channel down after this many nanoseconds without a
@@ -60,9 +62,16 @@ impl Ending {
         Tracker::failure(op, wc)
     }
 
-    /// The peer disconnected (before the queue pair is moved to ERR).
+    /// The peer disconnected (before the queue pair is moved to ERR), or
+    /// did not answer a keepalive probe.
     pub(super) fn peer_gone(&self) {
         self.peer_gone.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the peer is known to be gone.
+    #[inline]
+    pub(super) fn is_peer_gone(&self) -> bool {
+        self.peer_gone.load(Ordering::SeqCst)
     }
 
     /// The stall watchdog is shutting the channel down after `timeout`

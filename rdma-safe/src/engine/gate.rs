@@ -27,7 +27,8 @@ impl Gate {
     /// before, one `ibv_query_qp`.
     ///
     /// # Errors
-    /// [`Error::Unusable`] after a failure or shutdown,
+    /// [`Error::PeerDisconnected`] once the peer is known to be gone,
+    /// [`Error::Unusable`] after another failure or shutdown,
     /// [`Error::NotReady`] before the channel is connected, and a
     /// refusal of receives on a channel whose receives come from a shared
     /// receive queue.
@@ -40,7 +41,7 @@ impl Gate {
         send: bool,
     ) -> Result<()> {
         if let Some(why) = st.unusable() {
-            return Err(unusable(why));
+            return Err(unusable(op, why, st.peer_gone()));
         }
         let need = if send { SQ_READY } else { RQ_READY };
         if self.ready.load(Ordering::Relaxed) & need != 0 {
@@ -106,7 +107,12 @@ impl Gate {
     }
 }
 
+/// The refusal of a post of `op` on a queue pair shut down for `why`: the
+/// peer's disconnect (`peer_gone`) is said as such, whatever failed first.
 #[cold]
-fn unusable(why: &str) -> Error {
+fn unusable(operation: Operation, why: &str, peer_gone: bool) -> Error {
+    if peer_gone {
+        return Error::PeerDisconnected { operation };
+    }
     Error::Unusable(why.to_owned())
 }

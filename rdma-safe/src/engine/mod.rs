@@ -20,6 +20,7 @@ mod clock;
 mod completions;
 mod ending;
 mod gate;
+mod keepalive;
 mod later;
 mod list;
 mod owned;
@@ -74,8 +75,10 @@ pub(crate) struct WorkQueue {
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
-    /// Why the queue pair was ended, for its failed requests' errors.
-    ending: Ending,
+    /// Why the queue pair was ended, for its failed requests' errors
+    /// (shared with the tracker, which marks a peer that did not answer a
+    /// keepalive probe).
+    ending: Arc<Ending>,
     gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
@@ -101,14 +104,16 @@ impl WorkQueue {
     ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         let rq_capacity = limits.caps.max_recv_wr as usize;
+        let tracker = Tracker::new(sq_capacity, rq_capacity);
+        let ending = tracker.ending().clone();
         WorkQueue {
             qp,
             cq,
             events,
             limits,
             watch,
-            state: Mutex::new(Tracker::new(sq_capacity, rq_capacity)),
-            ending: Ending::default(),
+            state: Mutex::new(tracker),
+            ending,
             gate: Gate::default(),
             idle_polls: AtomicU32::new(0),
             _keep_alive: keep_alive,

@@ -116,9 +116,14 @@ impl SrqQueue {
         };
         // A queue of the crate's own memory breaks only with its device,
         // which the attached channels' waits report.
-        let taken = wait_for(&self.cq, timeout, Duration::ZERO, self.events, take, |_| {
-            None
-        });
+        let taken = wait_for(
+            &self.cq,
+            timeout,
+            Duration::ZERO,
+            self.events,
+            take,
+            |_, _| None,
+        );
         if let Some(e) = failure {
             return Err(Error::Poll(e));
         }

@@ -50,7 +50,8 @@ pub(super) enum Expired {
 
 /// The one wait loop of the engine: calls `take` (which polls `cq` and
 /// claims) until it yields. The clock is read at [`WaitClock`]'s cadence;
-/// at each read `broken` (given the time waited) may end the wait, and so
+/// at each read `broken` (given the time waited and the time read) may
+/// end the wait, and so
 /// does the timeout; after `spin` the loop sleeps on completion events
 /// (`events`, arming the CQ and taking once more first: a completion that
 /// arrived before the arming raises none) or yields the thread. No PAUSE
@@ -63,7 +64,7 @@ pub(super) fn wait_for<R>(
     spin: Duration,
     events: bool,
     mut take: impl FnMut() -> Option<R>,
-    mut broken: impl FnMut(Duration) -> Option<String>,
+    mut broken: impl FnMut(Duration, Instant) -> Option<String>,
 ) -> Result<R, Expired> {
     let mut clock = WaitClock::new(timeout, events);
     loop {
@@ -73,7 +74,7 @@ pub(super) fn wait_for<R>(
         let Some(elapsed) = clock.tick() else {
             continue;
         };
-        if let Some(why) = broken(elapsed) {
+        if let Some(why) = broken(elapsed, clock.at(elapsed)) {
             return Err(Expired::Broken(why));
         }
         if elapsed >= timeout {
@@ -204,11 +205,13 @@ impl WorkQueue {
                 },
             ) {
                 Ok(outcome) => outcome,
-                Err(Expired::Broken(why)) => self.try_take(id).unwrap_or(Err(Error::Unusable(why))),
+                Err(Expired::Broken(why)) => self
+                    .try_take(id)
+                    .unwrap_or_else(|| Err(self.broken_error(id, why))),
                 Err(Expired::Timeout(operation)) => {
                     // The request is now complete (flushed); forget it.
                     self.lock().forget(id);
-                    Err(Error::Timeout { operation, timeout })
+                    Err(self.expired(operation, timeout))
                 }
             },
         };
@@ -237,10 +240,10 @@ impl WorkQueue {
                 let taken = self.take_owned(id, None);
                 match expired {
                     Expired::Broken(why) => {
-                        taken.unwrap_or_else(|| (Err(Error::Unusable(why)), Held::None))
+                        taken.unwrap_or_else(|| (Err(self.broken_error(id, why)), Held::None))
                     }
                     Expired::Timeout(operation) => (
-                        Err(Error::Timeout { operation, timeout }),
+                        Err(self.expired(operation, timeout)),
                         taken.map_or(Held::None, |(_, held)| held),
                     ),
                 }
@@ -248,8 +251,19 @@ impl WorkQueue {
         }
     }
 
+    /// The error of a wait for `operation` that expired after `timeout`:
+    /// the peer's departure if it is known by now (its disconnect raced
+    /// the timeout), the timeout otherwise.
+    #[cold]
+    fn expired(&self, operation: Operation, timeout: Duration) -> Error {
+        if self.ending.is_peer_gone() {
+            return Error::PeerDisconnected { operation };
+        }
+        Error::Timeout { operation, timeout }
+    }
+
     /// [`wait_for`] on this queue pair: at each clock read it looks for a
-    /// broken queue pair (async events; its state every
+    /// broken queue pair (async events; its state, and the keepalive, every
     /// [`STATE_QUERY_EVERY`]), and an expired wait shuts the queue pair
     /// down and drains it, so that `id` has its (flush) completion.
     #[inline(always)]
@@ -265,9 +279,10 @@ impl WorkQueue {
         // call (ibv_query_qp), so not at every clock read (on a slow link a
         // busy wait reads the clock once or twice per operation).
         let mut next_state_query = STATE_QUERY_EVERY;
-        let broken = |elapsed: Duration| {
+        let broken = |elapsed: Duration, now: Instant| {
             if elapsed >= next_state_query {
                 next_state_query = elapsed + STATE_QUERY_EVERY;
+                self.keep_alive(now);
                 self.broken()
             } else {
                 self.watch.broken(self.qp.qp_num())
@@ -382,32 +397,49 @@ impl WorkQueue {
 
     /// For busy-polling waits (no reactor): counts one poll that found
     /// nothing, and every [`SPIN_EVERY`]th time runs the stall watchdog
-    /// ([`stall_deadline`](Self::stall_deadline)), which reads the clock.
-    /// `false` when nothing is in flight any more or the queue pair was
-    /// just shut down and drained (look again: every request has its
-    /// completion).
+    /// and the keepalive ([`stall_deadline`](Self::stall_deadline)), which
+    /// read the clock. `false` when neither waits for anything or the
+    /// queue pair was just shut down and drained (look again: every
+    /// request has its completion).
     pub(crate) fn busy_poll_may_wait(&self, timeout: Duration) -> bool {
         let n = self.idle_polls.fetch_add(1, Ordering::Relaxed);
         n % SPIN_EVERY != 0 || self.stall_deadline(timeout).is_some()
     }
 
-    /// The stall watchdog of waits without a per-request timer: the instant
-    /// at which the queue pair will have made no progress (no completion
-    /// seen) for `timeout` while work is in flight. When it has passed,
-    /// shuts the queue pair down and drains it (every outstanding request
-    /// completes with a flush, reporting the timeout) and returns `None`;
-    /// also `None` with nothing in flight.
+    /// The watchdog of waits without a per-request timer, and the
+    /// keepalive: the instant by which it wants to look again — the
+    /// queue pair will have made no progress (no completion seen) for
+    /// `timeout` while the user's send-queue work is in flight, or a
+    /// keepalive probe will be due. A probe due now is posted. When the
+    /// stall deadline has passed, shuts the queue pair down and drains it
+    /// (every outstanding request completes with a flush, reporting the
+    /// timeout) and returns `None`; also `None` with nothing to wait for.
+    /// Receives posted for a quiet peer are not a stall.
+    ///
+    /// A failed completion has moved the queue pair to the error state:
+    /// what is still in flight (receives, which a quiet peer would never
+    /// fill) is drained now, so that their waiters learn of the failure.
     pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
         let now = clock::now();
-        let deadline = self.lock().progress_deadline(now, timeout)?;
-        if now < deadline {
-            return Some(deadline);
+        let mut st = self.lock();
+        if st.unusable().is_some() && st.in_flight() > 0 {
+            let why = st.unusable().unwrap_or_default().to_owned();
+            self.shut_down_locked(&mut st, &why);
+            return None;
         }
+        let probe = self.keep_alive_locked(&mut st, now);
+        let Some(deadline) = st.progress_deadline(now, timeout) else {
+            return probe;
+        };
+        if now < deadline {
+            return Some(probe.map_or(deadline, |p| p.min(deadline)));
+        }
+        drop(st);
         // Before the move to ERR: every request it flushes reports the
         // timeout.
         self.ending.stalled(timeout);
         self.shutdown_and_drain(&format!(
-            "no completion for {timeout:?} with work in flight"
+            "no completion for {timeout:?} with sends, reads, writes or atomics in flight"
         ));
         None
     }
@@ -425,7 +457,7 @@ impl WorkQueue {
         if let Err(e) = self.reap_now() {
             log::warn!("reaping in the completion driver failed: {e}");
         }
-        // Nothing in flight: wake up after `timeout` anyway, to start the
+        // Nothing to wait for: wake up after `timeout` anyway, to start the
         // watchdog of work posted meanwhile (so a stalled operation is
         // noticed within twice the timeout at most).
         let deadline = self
@@ -451,6 +483,19 @@ impl WorkQueue {
         }
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
+    }
+}
+
+impl WorkQueue {
+    /// The error of a wait for `id` that found the queue pair broken for
+    /// `why` and no completion to claim: the peer's departure if it is
+    /// known.
+    #[cold]
+    fn broken_error(&self, id: u64, why: String) -> Error {
+        match self.lock().operation_of(id) {
+            Some(operation) if self.ending.is_peer_gone() => Error::PeerDisconnected { operation },
+            _ => Error::Unusable(why),
+        }
     }
 }
 

@@ -54,19 +54,39 @@
 //! Blocking calls are bounded by the channel's timeout
 //! ([`ChannelBuilder::timeout`](crate::ChannelBuilder::timeout),
 //! [`CmOptions::timeout`](crate::cm::CmOptions::timeout); default
-//! [`DEFAULT_TIMEOUT`](crate::channel::DEFAULT_TIMEOUT), 30 s) per request. The
-//! futures have no timer of their own; the completion driver (with a
+//! [`DEFAULT_TIMEOUT`](crate::channel::DEFAULT_TIMEOUT), 30 s) per request,
+//! a blocking receive included: one that no message fills within the
+//! timeout shuts the channel down with [`Error::Timeout`]. The futures and
+//! streams have no timer of their own; the completion driver (with a
 //! reactor) or the busy-polling future (without one) runs a **stall
 //! watchdog** instead: when no completion at all has been seen for the
-//! channel's timeout while anything is in flight — a posted receive
-//! included — the channel is shut down and every outstanding operation
-//! fails with [`Error::Timeout`]. A peer that
-//! sends nothing for longer than the timeout while receives are posted
-//! (a client that only reads one-sidedly, say) is therefore taken for a
-//! gone one: give such channels a timeout longer than the quietest
-//! period the protocol allows. Requests on the send queue are bounded by
-//! the transport as well (the connection's retry budget: a peer that
-//! stopped answering fails them with a retry error).
+//! channel's timeout while a send, RDMA read or write, atomic or window
+//! operation is in flight, the channel is shut down and every
+//! outstanding operation fails with [`Error::Timeout`].
+//!
+//! **Posted receives alone are not a stall.** A peer that sends nothing —
+//! a client that only reads one-sidedly, say — keeps its connection however
+//! long it stays quiet, with receives posted for it: silence is not death.
+//! Whether the peer is alive is the transport's to say: work on the send
+//! queue is retried by the reliable connection and fails with
+//! `WcStatus::RetryExceeded` after 4.096 µs · 2^`ack_timeout` ·
+//! (`retry_count` + 1) (≈ 3.76 s with the defaults, 17 and 6) if the peer
+//! stopped answering; a CM peer that closes sends a disconnect
+//! ([`Error::PeerDisconnected`]). A peer that dies while quiet (a host
+//! that lost power or its link) says nothing: the opt-in **keepalive**
+//! ([`Channel::set_keepalive`], [`CmOptions::keepalive`](crate::cm::CmOptions::keepalive),
+//! [`ChannelBuilder::keepalive`](crate::ChannelBuilder::keepalive)) probes
+//! it after an interval without completions, and reports it gone
+//! ([`Error::PeerDisconnected`]) within the interval plus that retry
+//! budget.
+//!
+//! The defaults, in one place: the channel's timeout 30 s; no keepalive;
+//! ACK timeout exponent 17 (0.537 s) and 6 retries; receiver-not-ready
+//! retries unlimited (7), their NAK timer 0.64 ms (12); a busy-polling
+//! future looks at the watchdog every 256 empty polls, a blocking wait at
+//! the device's state every 10 ms; a drain of a shut-down queue pair
+//! waits up to 2 s without progress for flushes before it resets the
+//! queue pair.
 //!
 //! # Sharing
 //!
@@ -211,10 +231,12 @@ impl SharedChannel {
 
     /// Changes the bound on waits (default: the channel's timeout). Futures
     /// have no timer per operation: when no completion at all is seen for
-    /// `timeout` while work is in flight — posted receives count: a
-    /// [`RecvStream`] on a peer that stays silent (or whose host died) is
-    /// such work — the queue pair is shut down and every outstanding
-    /// operation ends with [`Error::Timeout`].
+    /// `timeout` while a send, RDMA read or write, atomic or window
+    /// operation is in flight, the queue pair is shut down and every
+    /// outstanding operation ends with [`Error::Timeout`]. Posted receives
+    /// alone do not count: a [`RecvStream`] on a quiet peer waits as long
+    /// as the peer is quiet (see the [module](self) docs; a keepalive,
+    /// [`Channel::set_keepalive`], finds a peer that died meanwhile).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self

@@ -110,16 +110,21 @@ impl RecvStream {
     }
 
     /// The next message, or `Pending` (registered to be woken). `None` — the
-    /// end of the stream — once the peer of a CM channel disconnected, or
-    /// the channel is unusable and every posted receive was delivered.
+    /// end of the stream — once the peer is gone (the peer of a CM channel
+    /// disconnected, or did not answer a keepalive probe: every receive
+    /// would report [`Error::PeerDisconnected`], and the stream ends
+    /// instead), or the channel is unusable and every posted receive was
+    /// delivered. A quiet peer does not end it: no message for any length
+    /// of time is not an error (see
+    /// [`Channel::set_keepalive`](crate::Channel::set_keepalive)).
     ///
     /// # Errors
-    /// The item is an error when a receive completes with one (then the
-    /// channel is shut down, and the remaining receives come out as flushed
-    /// errors), or when posting a receive fails. No message (no completion
-    /// at all) for the channel's timeout shuts the channel down too: the
-    /// receives then come out as [`Error::Timeout`] (see
-    /// [`SharedChannel::with_timeout`]).
+    /// The item is an error when a receive completes with one for another
+    /// reason than the peer's departure (then the channel is shut down, and
+    /// the remaining receives come out as flushed errors), or when posting
+    /// a receive fails; and [`Error::Timeout`] when the stall watchdog shut
+    /// the channel down because a send-queue operation on it made no
+    /// progress (see [`SharedChannel::with_timeout`]).
     pub fn poll_next(
         &mut self,
         cx: &mut Context<'_>,
@@ -129,10 +134,15 @@ impl RecvStream {
         }
         loop {
             if self.chan.unusable_reason().is_none() {
-                if let Err(e) = self.refill(cx) {
-                    if self.posted.is_empty() {
-                        return Poll::Ready(Some(Err(e)));
+                match self.refill(cx) {
+                    // The peer left between the look and the post: the
+                    // same clean end as a flushed receive's.
+                    Err(Error::PeerDisconnected { .. }) if self.posted.is_empty() => {
+                        self.end();
+                        return Poll::Ready(None);
                     }
+                    Err(e) if self.posted.is_empty() => return Poll::Ready(Some(Err(e))),
+                    _ => {}
                 }
             }
             let Some(&front) = self.posted.front() else {

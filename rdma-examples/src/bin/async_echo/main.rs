@@ -26,9 +26,9 @@
 //!
 //! The server closes a connection that stays silent for its `--timeout`
 //! (30 s by default): each holds receive buffers of the shared pool, and a
-//! client whose host died sends no disconnect. Its own idle timer and the
-//! channel's stall watchdog (no completion for the same timeout, see
-//! `SharedChannel::with_timeout`) race to do it; either way the end is
+//! client whose host died sends no disconnect. Its own idle timer does it
+//! (the channel's stall watchdog counts only sends in flight, not receives
+//! waiting for a quiet peer: see `SharedChannel::with_timeout`); the end is
 //! reported as an error with the client's address.
 //!
 //! With `--cm` (both sides) connections are made through the RDMA
@@ -382,8 +382,8 @@ async fn echo_all(
             Err(e) if e.status() == Some(WcStatus::WrFlushError) => break,
             // Anything else ends the connection with its error, reported
             // with the peer's address: a receive that failed, or the
-            // channel's stall watchdog (no completion for its timeout: a
-            // silent peer, e.g. a host that died) that shut it down.
+            // channel's stall watchdog (an echo that made no progress for
+            // its timeout) that shut it down.
             Err(e) => return Err(e),
         };
         // The received buffer goes back out as is: no copy.

@@ -26,12 +26,14 @@
 //! while the NIC may still use it.
 
 mod claim;
+mod liveness;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
 mod tests;
 
 use super::attached::{Attached, Notify};
+use super::ending::Ending;
 use super::later::Later;
 use super::room::RoomWaiters;
 use super::slots::SlotRing;
@@ -39,10 +41,12 @@ use crate::error::{Error, Operation, Result};
 use crate::work::WorkSuccess;
 use rdma_core::{WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 pub(crate) use claim::Take;
+pub(crate) use liveness::Keepalive;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.
 const POLL_BATCH: usize = 32;
@@ -114,6 +118,18 @@ pub(crate) struct Tracker {
     /// (completions seen, since when): the progress watchdog of waits that
     /// have no timer of their own.
     progress_mark: Option<(u64, Instant)>,
+    /// How long the queue pair may go without a completion before a
+    /// keepalive probe is posted (`None`: never).
+    keepalive: Option<Duration>,
+    /// The probe in flight, if one is.
+    probe: Option<u64>,
+    /// (completions seen, since when): how long the queue pair has been
+    /// quiet, for the keepalive.
+    quiet_mark: Option<(u64, Instant)>,
+    /// Why the queue pair was ended, shared with the engine: a probe the
+    /// peer did not answer marks the peer gone when its completion is
+    /// seen, before any later completion is claimed.
+    ending: Arc<Ending>,
     /// Tasks waiting for room in the send queue.
     room_waiters: RoomWaiters,
     /// Wakers, memory and log lines for once the lock is released.
@@ -137,6 +153,10 @@ impl Tracker {
             ready_callbacks: VecDeque::new(),
             abandoned_total: 0,
             progress_mark: None,
+            keepalive: None,
+            probe: None,
+            quiet_mark: None,
+            ending: Arc::default(),
             room_waiters: RoomWaiters::default(),
             later: Later::default(),
         }
@@ -343,6 +363,15 @@ impl Tracker {
                 }
             }
             Notify::Callback(_) => self.ready_callbacks.push_back(raw_id),
+            // The engine's probe: nobody claims it; a failure says whether
+            // the peer answered.
+            Notify::Keepalive => {
+                self.slots.remove(raw_id);
+                self.probe = None;
+                if status != WcStatus::Success && status != WcStatus::WrFlushError {
+                    self.probe_failed(status);
+                }
+            }
             // Nobody will claim it: release what it kept (the NIC is done
             // with it now) and forget it.
             Notify::Abandoned => {
@@ -390,26 +419,6 @@ impl Tracker {
 
     // ---- watchdog, counters, room list, later ----
 
-    /// The stall watchdog of waits without a timer of their own: the
-    /// instant by which the queue pair will have gone `timeout` without a
-    /// completion while work is in flight (at or before `now`: it has);
-    /// `None` with nothing in flight.
-    pub(crate) fn progress_deadline(&mut self, now: Instant, timeout: Duration) -> Option<Instant> {
-        if self.in_flight == 0 {
-            self.progress_mark = None;
-            return None;
-        }
-        let completed = self.completed_total;
-        let since = match self.progress_mark {
-            Some((mark, since)) if mark == completed => since,
-            _ => {
-                self.progress_mark = Some((completed, now));
-                now
-            }
-        };
-        Some(since + timeout)
-    }
-
     /// Requests posted and not yet seen on the CQ.
     #[inline]
     pub(crate) fn in_flight(&self) -> usize {
@@ -428,7 +437,8 @@ impl Tracker {
             completed: self.completed_total,
             in_flight: self.in_flight,
             abandoned: self.abandoned_total,
-            tracked: self.slots.len(),
+            // The engine's own probe is not the user's work.
+            tracked: self.slots.len() - usize::from(self.probe.is_some()),
             room_waiters: self.room_waiters.len(),
         }
     }
