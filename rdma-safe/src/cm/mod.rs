@@ -120,9 +120,8 @@ pub struct CmOptions {
     /// Probe a quiet peer after this long without a completion (default
     /// `None`: no keepalive). A dead quiet peer is then reported as
     /// [`Error::PeerDisconnected`](crate::Error::PeerDisconnected) within
-    /// `keepalive` + 4.096 µs · 2^`ack_timeout` · (`retry_count` + 1),
-    /// ≈ `keepalive` + 3.76 s with the defaults; see
-    /// [`Channel::set_keepalive`].
+    /// the interval plus the transport's retry budget (`ack_timeout`,
+    /// `retry_count`); [`Channel::set_keepalive`] gives the bound.
     pub keepalive: Option<Duration>,
 }
 

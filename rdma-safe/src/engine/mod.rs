@@ -20,7 +20,6 @@ mod clock;
 mod completions;
 mod ending;
 mod gate;
-mod keepalive;
 mod later;
 mod list;
 mod owned;
@@ -56,6 +55,7 @@ use rdma_core::{PostError, QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
+use std::time::Duration;
 pub(crate) use tracker::Counters;
 use tracker::Tracker;
 
@@ -256,6 +256,17 @@ impl WorkQueue {
             (Ok(()), None) => Ok(()),
         };
         (first..end, rc)
+    }
+
+    /// Sets the keepalive interval (`None` or zero: no probes; see the
+    /// tracker's `liveness` module).
+    pub(crate) fn set_keepalive(&self, interval: Option<Duration>) {
+        self.lock().set_keepalive(interval);
+    }
+
+    /// The keepalive interval.
+    pub(crate) fn keepalive(&self) -> Option<Duration> {
+        self.lock().keepalive()
     }
 
     /// The tracker's counters.

@@ -8,7 +8,7 @@
 
 use super::attached::Attached;
 use super::gate::Gate;
-use super::tracker::{Take, Tracker, BATCH_MEMBER};
+use super::tracker::{Keepalive, Take, Tracker, BATCH_MEMBER};
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
@@ -18,7 +18,7 @@ use crate::work::{Held, ReceiveWorkRequest, WorkSuccess};
 use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
 use std::cell::Cell;
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Builds `wrs` into one list (on the stack, see [`fill_list`]), each
 /// request written straight into its place, and lends it to `post` with
@@ -191,6 +191,38 @@ impl WorkQueue {
         // `post_failed`).
         // SAFETY: by the reasoning just above.
         unsafe { self.qp.post_send_list(reqs) }
+    }
+
+    /// The keepalive's look at `now` (a time the caller read): posts a
+    /// probe if one is due (see the tracker's `liveness` module); when the
+    /// next one will be, if the keepalive waits for a quiet period to end.
+    ///
+    /// The probe is a zero-length RDMA write without a scatter/gather
+    /// element and with remote key 0, as librdmacm's rsocket keepalive
+    /// posts: it touches no memory on either side (a zero-length RDMA
+    /// operation checks no key, IBA C9-88), and the peer's NIC acknowledges
+    /// it without the peer's software. It goes through the path of every
+    /// post; a probe not admitted now (the queue pair not ready) is tried
+    /// again at the next look.
+    pub(super) fn keep_alive(&self, st: &mut Tracker, now: Instant) -> Option<Instant> {
+        match st.keepalive_due(now) {
+            Keepalive::Off => None,
+            Keepalive::At(due) => Some(due),
+            Keepalive::Due => {
+                let mut req = [SendRequest::rdma_write(0, &[], 0, 0)];
+                match self.post_locked(st, Operation::Write, 0, 1, |id| {
+                    self.post_list(&mut req, id)
+                }) {
+                    Ok(id) => st.probe_posted(id),
+                    Err(e @ Error::Post { .. }) => st.later().log(
+                        log::Level::Warn,
+                        format_args!("posting a keepalive probe failed: {e}"),
+                    ),
+                    Err(_) => {}
+                }
+                None
+            }
+        }
     }
 
     pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {

@@ -48,6 +48,15 @@ pub(super) enum Expired {
     Timeout(Operation),
 }
 
+/// How a claim looks for a request still in flight.
+enum Look<'a> {
+    /// Polls once, leaving the waker (if any) to be woken at the completion.
+    Once(Option<&'a Waker>),
+    /// One poll of a wait spinning on it, with the count of completions the
+    /// wait saw at its last look (see `Tracker::spin_take`).
+    Spin(&'a mut u64),
+}
+
 /// The one wait loop of the engine: calls `take` (which polls `cq` and
 /// claims) until it yields. The clock is read at [`WaitClock`]'s cadence;
 /// at each read `broken` (given the time waited and the time read) may
@@ -103,8 +112,10 @@ impl WorkQueue {
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
     #[inline]
     pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
-        self.claim(id, None, |op, len, wc, _| self.ending.outcome(op, len, wc))
-            .map(|r| r.unwrap_or_else(Err))
+        self.claim(id, Look::Once(None), |op, len, wc, _| {
+            self.ending.outcome(op, len, wc)
+        })
+        .map(|r| r.unwrap_or_else(Err))
     }
 
     /// Takes the outcome and memory of `id` if its completion was seen
@@ -112,45 +123,29 @@ impl WorkQueue {
     /// any) to be woken when it is. `None` while in flight.
     #[inline]
     pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
-        self.claim(id, waker, |op, len, wc, held: &mut Held| {
+        self.claim(id, Look::Once(waker), |op, len, wc, held: &mut Held| {
             (self.ending.outcome(op, len, wc), std::mem::take(held))
         })
         .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
     }
 
-    /// The claim both takes are: `f`'s result once `id` completed (`Err`:
+    /// The claim every take is: `f`'s result once `id` completed (`Err`:
     /// `id` is not tracked, or the CQ could not be read, after which the
     /// queue pair was shut down and `id` has its completion, claimed
-    /// here).
+    /// here), looking for it as `look` says.
     #[inline(always)]
     fn claim<R>(
         &self,
         id: u64,
-        waker: Option<&Waker>,
+        look: Look<'_>,
         f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
     ) -> Option<Result<R, Error>> {
-        match self
-            .lock()
-            .poll_take(id, |wcs| self.cq.poll(wcs), waker, &f)
-        {
-            Ok(Take::Done(r)) => Some(Ok(r)),
-            Ok(Take::Pending) => None,
-            Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
-            Err(e) => Some(self.claim_after_poll_failure(id, e, f)),
-        }
-    }
-
-    /// [`claim`](Self::claim) for a wait spinning on `id` without a waker:
-    /// `seen` as [`Tracker::spin_take`](super::tracker::Tracker::spin_take)
-    /// keeps it, so that an empty poll does not look `id` up.
-    #[inline(always)]
-    fn spin_claim<R>(
-        &self,
-        id: u64,
-        seen: &mut u64,
-        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
-    ) -> Option<Result<R, Error>> {
-        match self.lock().spin_take(id, seen, |wcs| self.cq.poll(wcs), &f) {
+        let poll = |wcs: &mut [_]| self.cq.poll(wcs);
+        let taken = match look {
+            Look::Once(waker) => self.lock().poll_take(id, poll, waker, &f),
+            Look::Spin(seen) => self.lock().spin_take(id, seen, poll, &f),
+        };
+        match taken {
             Ok(Take::Done(r)) => Some(Ok(r)),
             Ok(Take::Pending) => None,
             Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
@@ -198,20 +193,20 @@ impl WorkQueue {
                 self.events,
                 #[inline(always)]
                 || {
-                    self.spin_claim(id, &mut seen, |op, len, wc, _| {
+                    self.claim(id, Look::Spin(&mut seen), |op, len, wc, _| {
                         self.ending.outcome(op, len, wc)
                     })
                     .map(|r| r.unwrap_or_else(Err))
                 },
             ) {
                 Ok(outcome) => outcome,
-                Err(Expired::Broken(why)) => self
+                Err(expired @ Expired::Broken(_)) => self
                     .try_take(id)
-                    .unwrap_or_else(|| Err(self.broken_error(id, why))),
-                Err(Expired::Timeout(operation)) => {
+                    .unwrap_or_else(|| Err(self.wait_error(id, expired, timeout))),
+                Err(expired) => {
                     // The request is now complete (flushed); forget it.
                     self.lock().forget(id);
-                    Err(self.expired(operation, timeout))
+                    Err(self.wait_error(id, expired, timeout))
                 }
             },
         };
@@ -229,7 +224,7 @@ impl WorkQueue {
         let events = self.cq.channel().is_some();
         let mut seen = u64::MAX;
         let take = || {
-            self.spin_claim(id, &mut seen, |op, len, wc, held: &mut Held| {
+            self.claim(id, Look::Spin(&mut seen), |op, len, wc, held: &mut Held| {
                 (self.ending.outcome(op, len, wc), std::mem::take(held))
             })
             .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
@@ -239,11 +234,11 @@ impl WorkQueue {
             Err(expired) => {
                 let taken = self.take_owned(id, None);
                 match expired {
-                    Expired::Broken(why) => {
-                        taken.unwrap_or_else(|| (Err(self.broken_error(id, why)), Held::None))
-                    }
-                    Expired::Timeout(operation) => (
-                        Err(self.expired(operation, timeout)),
+                    Expired::Broken(_) => taken.unwrap_or_else(|| {
+                        (Err(self.wait_error(id, expired, timeout)), Held::None)
+                    }),
+                    Expired::Timeout(_) => (
+                        Err(self.wait_error(id, expired, timeout)),
                         taken.map_or(Held::None, |(_, held)| held),
                     ),
                 }
@@ -251,15 +246,23 @@ impl WorkQueue {
         }
     }
 
-    /// The error of a wait for `operation` that expired after `timeout`:
-    /// the peer's departure if it is known by now (its disconnect raced
-    /// the timeout), the timeout otherwise.
+    /// The error of a wait for `id` that ended as `expired` without a
+    /// completion to report: the peer's departure if it is known by now
+    /// (its disconnect or an unanswered keepalive raced the wait), else the
+    /// timeout or why the queue pair broke.
     #[cold]
-    fn expired(&self, operation: Operation, timeout: Duration) -> Error {
-        if self.ending.is_peer_gone() {
-            return Error::PeerDisconnected { operation };
+    fn wait_error(&self, id: u64, expired: Expired, timeout: Duration) -> Error {
+        let operation = match &expired {
+            Expired::Timeout(operation) => Some(*operation),
+            Expired::Broken(_) => self.lock().operation_of(id),
+        };
+        match (expired, operation) {
+            (_, Some(operation)) if self.ending.is_peer_gone() => {
+                Error::PeerDisconnected { operation }
+            }
+            (Expired::Timeout(operation), _) => Error::Timeout { operation, timeout },
+            (Expired::Broken(why), _) => Error::Unusable(why),
         }
-        Error::Timeout { operation, timeout }
     }
 
     /// [`wait_for`] on this queue pair: at each clock read it looks for a
@@ -282,7 +285,7 @@ impl WorkQueue {
         let broken = |elapsed: Duration, now: Instant| {
             if elapsed >= next_state_query {
                 next_state_query = elapsed + STATE_QUERY_EVERY;
-                self.keep_alive(now);
+                self.keep_alive(&mut self.lock(), now);
                 self.broken()
             } else {
                 self.watch.broken(self.qp.qp_num())
@@ -422,12 +425,12 @@ impl WorkQueue {
     pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
         let now = clock::now();
         let mut st = self.lock();
-        if st.unusable().is_some() && st.in_flight() > 0 {
-            let why = st.unusable().unwrap_or_default().to_owned();
+        if let Some(why) = st.unusable().filter(|_| st.in_flight() > 0) {
+            let why = why.to_owned();
             self.shut_down_locked(&mut st, &why);
             return None;
         }
-        let probe = self.keep_alive_locked(&mut st, now);
+        let probe = self.keep_alive(&mut st, now);
         let Some(deadline) = st.progress_deadline(now, timeout) else {
             return probe;
         };
@@ -483,19 +486,6 @@ impl WorkQueue {
         }
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
-    }
-}
-
-impl WorkQueue {
-    /// The error of a wait for `id` that found the queue pair broken for
-    /// `why` and no completion to claim: the peer's departure if it is
-    /// known.
-    #[cold]
-    fn broken_error(&self, id: u64, why: String) -> Error {
-        match self.lock().operation_of(id) {
-            Some(operation) if self.ending.is_peer_gone() => Error::PeerDisconnected { operation },
-            _ => Error::Unusable(why),
-        }
     }
 }
 

@@ -69,9 +69,9 @@
 //! long it stays quiet, with receives posted for it: silence is not death.
 //! Whether the peer is alive is the transport's to say: work on the send
 //! queue is retried by the reliable connection and fails with
-//! `WcStatus::RetryExceeded` after 4.096 µs · 2^`ack_timeout` ·
-//! (`retry_count` + 1) (≈ 3.76 s with the defaults, 17 and 6) if the peer
-//! stopped answering; a CM peer that closes sends a disconnect
+//! `WcStatus::RetryExceeded` once its retry budget is spent (see
+//! [`CmOptions::retry_count`](crate::cm::CmOptions::retry_count)) if the
+//! peer stopped answering; a CM peer that closes sends a disconnect
 //! ([`Error::PeerDisconnected`]). A peer that dies while quiet (a host
 //! that lost power or its link) says nothing: the opt-in **keepalive**
 //! ([`Channel::set_keepalive`], [`CmOptions::keepalive`](crate::cm::CmOptions::keepalive),

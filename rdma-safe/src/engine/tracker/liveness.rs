@@ -11,11 +11,18 @@
 //! the engine posts a probe (a zero-length RDMA write) that the peer's NIC
 //! acknowledges without its software; a dead peer fails it with
 //! [`WcStatus::RetryExceeded`] once the retry budget is spent.
+//!
+//! The probe is signaled (its completion frees its send-queue entry in the
+//! counts) and delivered to nobody: a success is a completion like any
+//! other, which starts the next quiet period; a retry failure marks the
+//! peer gone (see [`Ending`]). Probes are posted only at the watchdog's
+//! looks, which read the clock anyway (the completion driver's rounds, the
+//! busy-polling futures' watchdog, a blocking wait's state queries), never
+//! from a poll.
 
 use super::Tracker;
-use crate::engine::attached::{Attached, Notify};
+use crate::engine::attached::Notify;
 use crate::engine::ending::Ending;
-use crate::error::Operation;
 use rdma_core::WcStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,14 +99,12 @@ impl Tracker {
         }
     }
 
-    /// Records the probe just posted with [`next_id`](Self::next_id)
-    /// (one signaled send-queue entry, no memory).
-    pub(crate) fn track_probe(&mut self) {
-        let att = Attached {
-            notify: Notify::Keepalive,
-            ..Attached::default()
-        };
-        let id = self.track(Operation::Write, 0, 1, att);
+    /// `id`, just posted and tracked, is the keepalive's probe: delivered
+    /// to nobody, it holds no memory and is not the user's work.
+    pub(crate) fn probe_posted(&mut self, id: u64) {
+        if let Some(slot) = self.slots.get_mut(id) {
+            slot.att.notify = Notify::Keepalive;
+        }
         self.probe = Some(id);
         self.quiet_mark = None;
     }
@@ -134,7 +139,15 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::attached::Attached;
+    use crate::error::Operation;
     use rdma_core::WorkCompletion;
+
+    /// The engine's post of a probe, as the tracker sees it.
+    fn post_probe(t: &mut Tracker) {
+        let id = t.track(Operation::Write, 0, 1, Attached::default());
+        t.probe_posted(id);
+    }
 
     fn reap(t: &mut Tracker, wc: WorkCompletion) {
         t.reap(|buf| {
@@ -179,7 +192,7 @@ mod tests {
         );
         assert_eq!(t.keepalive_due(now + interval), Keepalive::Due);
         let probe = t.next_id();
-        t.track_probe();
+        post_probe(&mut t);
         let then = now + interval * 30;
         assert_eq!(t.keepalive_due(then), Keepalive::Off, "one probe at a time");
         assert_eq!(
@@ -220,7 +233,7 @@ mod tests {
             let mut t = Tracker::new(8, 8);
             t.set_keepalive(Some(Duration::from_millis(1)));
             let probe = t.next_id();
-            t.track_probe();
+            post_probe(&mut t);
             reap(&mut t, WorkCompletion::synthetic(probe, status));
             assert_eq!(t.peer_gone(), gone, "{status}");
             assert_eq!(t.ending().is_peer_gone(), gone);
