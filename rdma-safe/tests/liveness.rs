@@ -7,12 +7,12 @@
 
 mod common;
 
-use common::{assert_bytes, device_name, pattern, seed};
+use common::{assert_bytes, cm_pair, device_name, ended_as_gone, pattern, seed};
 use rdma_safe::cm::CmOptions;
 use rdma_safe::error::Operation;
 use rdma_safe::owned::Request;
 use rdma_safe::{
-    BufferPool, Channel, Error, Listener, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest,
+    BufferPool, Channel, Error, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest,
     RegisteredBuffer, RemoteAccessBuffer, RemoteMemoryRegion, SendWorkRequest,
 };
 use std::time::{Duration, Instant};
@@ -22,38 +22,11 @@ const HANG: Duration = Duration::from_secs(60);
 const TABLE: usize = 4096;
 const MESSAGE: usize = 64;
 
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// A server channel (accepted with `server`'s options, sending
-/// `accept_data`) and the client channel connected to it (`client`'s).
-fn cm_pair(
-    pd: &ProtectionDomain,
-    server: &CmOptions,
-    client: &CmOptions,
-    accept_data: &[u8],
-) -> (Channel, Channel) {
-    let listener = Listener::bind_in(pd, format!("{}:0", device_ip()), server).expect("listen");
-    let addr = listener.local_addr().expect("bound");
-    std::thread::scope(|t| {
-        let accepted = t.spawn(|| {
-            listener
-                .incoming()
-                .expect("a connect request")
-                .accept(accept_data)
-                .expect("accept")
-        });
-        let client = Channel::connect_in(pd, addr, &[], client).expect("connect");
-        (accepted.join().expect("the accepting thread"), client)
-    })
 }
 
 /// The client's side of the one-sided test: RDMA reads of the server's
@@ -99,7 +72,7 @@ fn a_one_sided_client_keeps_its_connection_for_five_timeouts() {
         let opts = CmOptions::default()
             .timeout(TIMEOUT)
             .completion_events(events);
-        let (server, client) = cm_pair(&pd, &opts, &opts, &table.remote().to_bytes());
+        let (server, client) = cm_pair(&pd, &opts, &opts, &[], &table.remote().to_bytes());
         let rt = runtime();
         let (reads, waited, mut client) = rt.block_on(async {
             let shared = if events {
@@ -195,7 +168,7 @@ fn a_keepalive_finds_a_dead_quiet_peer() {
         // The stream waits through the completion driver (events), the
         // others poll.
         let opts = server_opts.completion_events(matches!(wait, Wait::Stream));
-        let (mut server, client) = cm_pair(&pd, &opts, &CmOptions::default(), &[]);
+        let (mut server, client) = cm_pair(&pd, &opts, &CmOptions::default(), &[], &[]);
         assert_eq!(server.keepalive(), Some(INTERVAL));
         let (posted_before, _) = server.totals();
         let peer = client.shared();
@@ -229,15 +202,13 @@ fn a_keepalive_finds_a_dead_quiet_peer() {
                 Wait::Stream => rt.block_on(async {
                     let shared = server.shared().with_tokio().expect("tokio");
                     let mut messages = shared.receive_stream(pool.clone(), 2);
-                    match tokio::time::timeout(HANG, messages.next())
+                    let next = tokio::time::timeout(HANG, messages.next())
                         .await
-                        .expect("no hang")
-                    {
-                        None => Err(Error::PeerDisconnected {
-                            operation: Operation::Receive,
-                        }),
-                        Some(Ok(_)) => Ok(()),
-                        Some(Err(e)) => panic!("the stream failed instead of ending: {e}"),
+                        .expect("no hang");
+                    match ended_as_gone(next) {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(e)) => panic!("the stream failed instead of ending: {e}"),
+                        Err(gone) => Err(gone),
                     }
                 }),
             };

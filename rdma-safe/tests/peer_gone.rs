@@ -13,7 +13,7 @@ use rdma_safe::cm::CmOptions;
 use rdma_safe::error::Operation;
 use rdma_safe::owned::Request;
 use rdma_safe::{
-    BufferPool, Channel, Error, Listener, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest,
+    BufferPool, Channel, Error, ProtectionDomain, ReadWorkRequest, ReceiveWorkRequest,
     RegisteredBuffer, RemoteAccessBuffer, RemoteMemoryRegion, SendWorkRequest, WorkSuccess,
     WriteWorkRequest,
 };
@@ -25,29 +25,12 @@ const LEN: usize = 4096;
 /// How long an operation is left in flight before the peer leaves.
 const IN_FLIGHT: Duration = Duration::from_millis(300);
 
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
-
 /// A server channel and its client (with completion events: `events`);
 /// the client sends its table's region with the connect request, so that
 /// the server can write and read it.
 fn cm_pair(pd: &ProtectionDomain, table: &RemoteAccessBuffer, events: bool) -> (Channel, Channel) {
     let opts = CmOptions::default().timeout(HANG).completion_events(events);
-    let listener = Listener::bind_in(pd, format!("{}:0", device_ip()), &opts).expect("listen");
-    let addr = listener.local_addr().expect("bound");
-    std::thread::scope(|t| {
-        let accepted = t.spawn(|| {
-            listener
-                .incoming()
-                .expect("a connect request")
-                .accept(&[])
-                .expect("accept")
-        });
-        let client =
-            Channel::connect_in(pd, addr, &table.remote().to_bytes(), &opts).expect("connect");
-        (accepted.join().expect("the accepting thread"), client)
-    })
+    common::cm_pair(pd, &opts, &opts, &table.remote().to_bytes(), &[])
 }
 
 /// The client's table, as the server sees it.
@@ -171,15 +154,12 @@ fn operation_at(
             rt.block_on(async {
                 let shared = server.shared().with_tokio().expect("tokio reactor");
                 let mut stream = shared.receive_stream(pool.clone(), 4);
-                match tokio::time::timeout(HANG, stream.next())
+                let next = tokio::time::timeout(HANG, stream.next())
                     .await
-                    .expect("no hang")
-                {
-                    // The stream's clean end, said as the others say it.
-                    None => Err(Error::PeerDisconnected {
-                        operation: Operation::Receive,
-                    }),
-                    Some(item) => panic!("the stream yielded {item:?} instead of ending"),
+                    .expect("no hang");
+                match common::ended_as_gone(next) {
+                    Ok(item) => panic!("the stream yielded {item:?} instead of ending"),
+                    Err(gone) => Err(gone),
                 }
             })
         }

@@ -480,8 +480,12 @@ fn cm_options() -> CmOptions {
 }
 
 /// The device's address (`RXE_IPV4`, set by test-rxe on each host).
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
+/// The listener's address, as the server side sent it over the link.
+fn listener_address(link: &mut Link) -> SocketAddr {
+    String::from_utf8(link.receive())
+        .expect("an address")
+        .parse()
+        .expect("a socket address")
 }
 
 #[test]
@@ -524,10 +528,7 @@ fn connection_manager_blocking_and_async() {
         },
         |mut link| {
             let pd = pd();
-            let addr: SocketAddr = String::from_utf8(link.receive())
-                .expect("an address")
-                .parse()
-                .expect("a socket address");
+            let addr = listener_address(&mut link);
             let mut first = Connector::resolve_in(&pd, addr, &cm_options())
                 .expect("resolve")
                 .connect(b"hello")
@@ -622,10 +623,7 @@ fn a_quiet_peer_that_stops_answering_is_found_by_the_keepalive() {
         },
         |mut link| {
             let pd = pd();
-            let addr: SocketAddr = String::from_utf8(link.receive())
-                .expect("an address")
-                .parse()
-                .expect("a socket address");
+            let addr = listener_address(&mut link);
             let client = Connector::resolve_in(&pd, addr, &cm_options())
                 .expect("resolve")
                 .connect(&[])

@@ -11,6 +11,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod peer;
+use rdma_safe::cm::{CmOptions, Listener};
+use rdma_safe::error::{Error, Operation};
 use rdma_safe::{
     memory::StableBuffer, Channel, ChannelBuilder, GatherElement, MemoryRegion, ProtectionDomain,
     RegisteredBuffer, ScatterElement,
@@ -320,4 +322,42 @@ pub fn assert_idle(ch: &rdma_safe::SharedChannel, what: &str) {
         (0, 0),
         "{what}: work left in the engine"
     );
+}
+
+/// The address of the test device's RoCE interface (`RXE_IPV4`).
+pub fn device_ip() -> String {
+    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
+}
+
+/// A channel accepted by a listener on the test device (with `server`'s
+/// options, answering with `accept_data`) and the client channel that
+/// connected to it (with `client`'s, sending `connect_data`).
+pub fn cm_pair(
+    pd: &ProtectionDomain,
+    server: &CmOptions,
+    client: &CmOptions,
+    connect_data: &[u8],
+    accept_data: &[u8],
+) -> (Channel, Channel) {
+    let listener = Listener::bind_in(pd, format!("{}:0", device_ip()), server).expect("listen");
+    let addr = listener.local_addr().expect("bound");
+    std::thread::scope(|t| {
+        let accepted = t.spawn(|| {
+            listener
+                .incoming()
+                .expect("a connect request")
+                .accept(accept_data)
+                .expect("accept")
+        });
+        let client = Channel::connect_in(pd, addr, connect_data, client).expect("connect");
+        (accepted.join().expect("the accepting thread"), client)
+    })
+}
+
+/// A receive stream's next item with its clean end said as every other
+/// API says a departed peer: `None` is `Error::PeerDisconnected`.
+pub fn ended_as_gone<T>(item: Option<T>) -> Result<T, Error> {
+    item.ok_or(Error::PeerDisconnected {
+        operation: Operation::Receive,
+    })
 }
