@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_bytes, pattern, registered, seed};
+use common::{assert_bytes, device_ip, pattern, registered, seed};
 use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Incoming, error::VerbsError, memory::REMOTE_REGION_ENCODED_LEN, BufferPool,
@@ -19,10 +19,6 @@ use std::time::{Duration, Instant};
 
 /// The IPv4 address of the test device's net device (`RXE_IPV4`, set by
 /// `cargo xtask test-rxe`; 10.0.2.15 in its VM).
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
-
 fn opts(timeout: Duration) -> CmOptions {
     CmOptions::default().timeout(timeout)
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_bytes, pattern, seed};
+use common::{assert_bytes, device_ip, pattern, seed};
 use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Connector, error::VerbsError, pool::PoolBuf, BufferPool, Channel, Error,
@@ -20,10 +20,6 @@ const TEST_BOUND: Duration = Duration::from_secs(240);
 const CLIENTS: usize = 64;
 const REQUESTS: usize = 4;
 const LEN: usize = 256;
-
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
 
 fn opts() -> CmOptions {
     CmOptions::default()

@@ -5,16 +5,12 @@
 
 mod common;
 
-use common::{pattern, seed};
+use common::{device_ip, pattern, seed};
 use rdma_safe::owned::Request;
 use rdma_safe::{channel::Context, cm::CmOptions, BufferPool, Channel, Listener, ProtectionDomain};
 use std::net::SocketAddr;
 use std::thread;
 use std::time::Duration;
-
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
 
 fn opts() -> CmOptions {
     CmOptions::default().timeout(Duration::from_secs(30))

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_bytes, pattern, registered, seed};
+use common::{assert_bytes, device_ip, pattern, registered, seed};
 use rdma_safe::owned::Request;
 use rdma_safe::{
     cm::CmOptions, cm::Connector, error::VerbsError, BufferPool, Channel, Error, Listener,
@@ -17,10 +17,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const LEN: usize = 1000;
-
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
 
 fn opts() -> CmOptions {
     CmOptions::default().timeout(Duration::from_secs(20))

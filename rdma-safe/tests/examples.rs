@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::device_ip;
+
 // The examples' entry points are `pub` for their own `main`; inside this
 // test crate nothing re-exports them.
 #[allow(unreachable_pub)]
@@ -30,10 +32,6 @@ mod tcp_write;
 
 /// The IPv4 address of the test device's net device (`RXE_IPV4`, set by
 /// `cargo xtask test-rxe`; 10.0.2.15 in its VM).
-fn device_ip() -> String {
-    std::env::var("RXE_IPV4").unwrap_or_else(|_| "10.0.2.15".to_owned())
-}
-
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn loopback_example_runs() {
