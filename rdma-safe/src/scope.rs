@@ -268,6 +268,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// # Errors
     /// A batch prepared on another channel is refused; otherwise as
     /// [`post_batch`](Self::post_batch)'s posting errors.
+    #[inline]
     pub fn post_prepared<'d: 'scope>(
         &mut self,
         batch: &mut PreparedBatch<'_, 'd>,
@@ -318,6 +319,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     ///
     /// # Errors
     /// As [`post`](Self::post).
+    #[inline]
     pub fn post_receive(
         &mut self,
         mut wr: ReceiveWorkRequest<'_, 'scope>,
@@ -438,6 +440,7 @@ impl<'scope> ScopedPendingWork<'scope> {
 
     /// Polls once without blocking: the outcome if the operation completed,
     /// otherwise the handle back.
+    #[inline(always)]
     pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
         match self.queue.try_take(self.id) {
             Some(outcome) => Ok(outcome),
@@ -448,6 +451,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// Blocks until the operation completes (bounded by the channel's
     /// timeout; on expiry the channel is shut down and drained) and returns
     /// its outcome.
+    #[inline]
     pub fn wait(self) -> Result<WorkSuccess> {
         self.queue.wait(self.id, self.timeout)
     }

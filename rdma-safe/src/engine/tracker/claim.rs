@@ -166,9 +166,7 @@ impl Tracker {
         f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Take<R> {
         let mut claimed = None;
-        if n != 0 {
-            self.sort_polled(n.min(POLL_BATCH), Some(id), &mut claimed);
-        }
+        self.sort(n, Some(id), &mut claimed);
         if let Some(k) = claimed {
             return self.settle_claimed(pos, k, waker, f);
         }

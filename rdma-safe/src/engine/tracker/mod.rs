@@ -276,10 +276,21 @@ impl Tracker {
         claimed: &mut Option<usize>,
     ) -> Result<usize> {
         let n = poll(&mut self.wcs[..]).map_err(Error::Poll)?;
-        if n != 0 {
+        self.sort(n, claim, claimed);
+        Ok(n)
+    }
+
+    /// Sorts the `n` completions just polled (see
+    /// [`sort_polled`](Self::sort_polled)). The case a blocking operation
+    /// meets most — one completion, the claimer's own, nobody waiting for
+    /// room — is decided here, without the call.
+    #[inline(always)]
+    fn sort(&mut self, n: usize, claim: Option<u64>, claimed: &mut Option<usize>) {
+        if n == 1 && claim == Some(self.wcs[0].wr_id()) && self.room_waiters.is_empty() {
+            *claimed = Some(0);
+        } else if n != 0 {
             self.sort_polled(n.min(POLL_BATCH), claim, claimed);
         }
-        Ok(n)
     }
 
     #[inline(never)]
