@@ -563,22 +563,35 @@ const KEEPALIVE: Duration = Duration::from_millis(300);
 const KEEPALIVE_ACK_TIMEOUT: u8 = 14;
 const KEEPALIVE_RETRIES: u8 = 3;
 
+/// The keepalive tests' transport settings, for both sides: an accepted
+/// channel takes its ACK timeout from its own options but its retry count
+/// from the connecting side's (the CM's accept does not carry one).
+fn keepalive_transport() -> CmOptions {
+    cm_options()
+        .ack_timeout(KEEPALIVE_ACK_TIMEOUT)
+        .retry_count(KEEPALIVE_RETRIES)
+}
+
 /// A keepalive test: the server accepts with the keepalive on and waits in
 /// a blocking receive for a message that never comes; the client, alive
 /// and quiet for six intervals (its NIC answers the probes), then falls
 /// silent by `fall_silent` (`how` says how) and never disconnects until
-/// the server has found it gone. What `fall_silent` returns lives until
-/// then, and `afterwards` gets it before the client's channel goes.
+/// the server has found it gone. `fall_silent` returns a value that lives
+/// until then (`afterwards` gets it before the client's channel goes) and
+/// the instant the client fell silent; the client sends the server how
+/// long before its word that was.
 ///
 /// The server must report `PeerDisconnected` on its receive, having seen
-/// at least three probes answered; the time from the client's word that
-/// it fell silent to the report is printed beside the documented worst
-/// case ([`Channel::set_keepalive`]), and asserted only as a hang bound
-/// (a loaded, emulated host is several times slower).
+/// at least three probes answered; the time from the client's falling
+/// silent (by the server's clock: the client's word, less the lag it
+/// sent, so short by the side channel's one-way latency) to the report is
+/// printed beside the documented worst case ([`Channel::set_keepalive`]),
+/// and asserted only as a hang bound (a loaded, emulated host is several
+/// times slower).
 fn a_quiet_peer_falls_silent<S>(
     test: &str,
     how: &str,
-    fall_silent: impl FnOnce(&Channel) -> S + Send,
+    fall_silent: impl FnOnce(&Channel) -> (S, std::time::Instant) + Send,
     afterwards: impl FnOnce(S) + Send,
 ) {
     use rdma_safe::error::Operation;
@@ -588,10 +601,7 @@ fn a_quiet_peer_falls_silent<S>(
         test,
         |mut link| {
             let pd = pd();
-            let opts = cm_options()
-                .ack_timeout(KEEPALIVE_ACK_TIMEOUT)
-                .retry_count(KEEPALIVE_RETRIES)
-                .keepalive(KEEPALIVE);
+            let opts = keepalive_transport().keepalive(KEEPALIVE);
             let listener =
                 Listener::bind_in(&pd, format!("{}:0", device_ip()), &opts).expect("listen");
             link.send(listener.local_addr().expect("bound").to_string().as_bytes());
@@ -604,8 +614,8 @@ fn a_quiet_peer_falls_silent<S>(
             let mut buf = registered(&pd, vec![FILL; 64]);
             let (outcome, ended, silent) = std::thread::scope(|t| {
                 let silent = t.spawn(|| {
-                    link.wait_for("fell silent");
-                    Instant::now()
+                    let lag = Duration::from_nanos(link.receive_u64());
+                    Instant::now() - lag
                 });
                 let outcome = server.receive(ReceiveWorkRequest::new(&mut [buf.scatter(..)]));
                 let ended = Instant::now();
@@ -646,13 +656,13 @@ fn a_quiet_peer_falls_silent<S>(
         |mut link| {
             let pd = pd();
             let addr = listener_address(&mut link);
-            let client = Connector::resolve_in(&pd, addr, &cm_options())
+            let client = Connector::resolve_in(&pd, addr, &keepalive_transport())
                 .expect("resolve")
                 .connect(&[])
                 .expect("connect");
             std::thread::sleep(KEEPALIVE * 6);
-            let silence = fall_silent(&client);
-            link.signal("fell silent");
+            let (silence, since) = fall_silent(&client);
+            link.send_u64(since.elapsed().as_nanos() as u64);
             link.wait_for("found");
             afterwards(silence);
             link.signal("silence over");
@@ -672,7 +682,10 @@ fn a_quiet_peer_that_stops_answering_is_found_by_the_keepalive() {
     a_quiet_peer_falls_silent(
         "a_quiet_peer_that_stops_answering_is_found_by_the_keepalive",
         "queue pair stopped answering",
-        |client| client.shared().shutdown(),
+        |client| {
+            client.shared().shutdown();
+            ((), std::time::Instant::now())
+        },
         |()| {},
     );
 }
@@ -704,7 +717,11 @@ fn a_quiet_peer_whose_host_dies_is_found_by_the_keepalive() {
     a_quiet_peer_falls_silent(
         TEST,
         "host went dark (all RoCE traffic dropped)",
-        |_| RoceCut::new(),
+        |_| {
+            let cut = RoceCut::new();
+            let since = cut.since;
+            (cut, since)
+        },
         |cut| {
             let dropped = cut.dropped();
             eprintln!(
@@ -725,6 +742,8 @@ fn a_quiet_peer_whose_host_dies_is_found_by_the_keepalive() {
 /// root (CAP_NET_ADMIN) and `tc`.
 struct RoceCut {
     netdev: String,
+    /// When the IPv4 filter (the tests' traffic) was in place.
+    since: std::time::Instant,
 }
 
 impl RoceCut {
@@ -751,12 +770,18 @@ impl RoceCut {
             "clsact",
         ]);
         // From here on, dropping the cut removes the qdisc.
-        let cut = RoceCut { netdev };
+        let mut cut = RoceCut {
+            netdev,
+            since: std::time::Instant::now(),
+        };
         for (proto, prio, ip) in [("ip", "1", "ip"), ("ipv6", "2", "ip6")] {
             tc(&[
                 "filter", "add", "block", b, "protocol", proto, "prio", prio, "u32", "match", ip,
                 "protocol", "17", "0xff", "match", ip, "dport", "4791", "0xffff", "action", "drop",
             ]);
+            if proto == "ip" {
+                cut.since = std::time::Instant::now();
+            }
         }
         cut
     }
