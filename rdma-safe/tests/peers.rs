@@ -24,7 +24,7 @@ use rdma_safe::{
     SendWorkRequest, SharedReceiveQueue, WriteWorkRequest,
 };
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sizes moved between the hosts (a TCG link carries ~6 MB/s, so the
 /// largest stays at 1 MiB).
@@ -591,12 +591,11 @@ fn keepalive_transport() -> CmOptions {
 fn a_quiet_peer_falls_silent<S>(
     test: &str,
     how: &str,
-    fall_silent: impl FnOnce(&Channel) -> (S, std::time::Instant) + Send,
+    fall_silent: impl FnOnce(&Channel) -> (S, Instant) + Send,
     afterwards: impl FnOnce(S) + Send,
 ) {
     use rdma_safe::error::Operation;
     use rdma_safe::Error;
-    use std::time::Instant;
     peer::run(
         test,
         |mut link| {
@@ -684,7 +683,7 @@ fn a_quiet_peer_that_stops_answering_is_found_by_the_keepalive() {
         "queue pair stopped answering",
         |client| {
             client.shared().shutdown();
-            ((), std::time::Instant::now())
+            ((), Instant::now())
         },
         |()| {},
     );
@@ -743,7 +742,7 @@ fn a_quiet_peer_whose_host_dies_is_found_by_the_keepalive() {
 struct RoceCut {
     netdev: String,
     /// When the IPv4 filter (the tests' traffic) was in place.
-    since: std::time::Instant,
+    since: Instant,
 }
 
 impl RoceCut {
@@ -772,7 +771,7 @@ impl RoceCut {
         // From here on, dropping the cut removes the qdisc.
         let mut cut = RoceCut {
             netdev,
-            since: std::time::Instant::now(),
+            since: Instant::now(),
         };
         for (proto, prio, ip) in [("ip", "1", "ip"), ("ipv6", "2", "ip6")] {
             tc(&[
@@ -780,7 +779,7 @@ impl RoceCut {
                 "protocol", "17", "0xff", "match", ip, "dport", "4791", "0xffff", "action", "drop",
             ]);
             if proto == "ip" {
-                cut.since = std::time::Instant::now();
+                cut.since = Instant::now();
             }
         }
         cut
