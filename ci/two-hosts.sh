@@ -181,6 +181,7 @@ faults_time() {
 faults_clear() {
     tc qdisc del dev "$RXE_NETDEV" root 2>/dev/null
     tc qdisc del dev "$RXE_NETDEV" ingress 2>/dev/null
+    tc qdisc del dev "$RXE_NETDEV" clsact 2>/dev/null
     ip link set dev "$RXE_NETDEV" mtu 1500 2>/dev/null
     ip link set dev "$RXE_NETDEV" up 2>/dev/null
     return 0

@@ -159,16 +159,18 @@ fn a_keepalive_finds_a_dead_quiet_peer() {
     let bound = INTERVAL + Duration::from_nanos(4096 * (1 << ACK_TIMEOUT) * (RETRIES as u64 + 1));
     let pd = ProtectionDomain::open(&device_name()).expect("pd");
     let pool = BufferPool::new(&pd, MESSAGE, 4).expect("pool");
-    let server_opts = CmOptions::default()
+    // Both sides: an accepted channel retries as often as the connecting
+    // side asked (the listener's count is not used).
+    let transport = CmOptions::default()
         .timeout(HANG)
         .ack_timeout(ACK_TIMEOUT)
-        .retry_count(RETRIES)
-        .keepalive(INTERVAL);
+        .retry_count(RETRIES);
+    let server_opts = transport.keepalive(INTERVAL);
     for wait in [Wait::Blocking, Wait::Future, Wait::Stream] {
         // The stream waits through the completion driver (events), the
         // others poll.
         let opts = server_opts.completion_events(matches!(wait, Wait::Stream));
-        let (mut server, client) = cm_pair(&pd, &opts, &CmOptions::default(), &[], &[]);
+        let (mut server, client) = cm_pair(&pd, &opts, &transport, &[], &[]);
         assert_eq!(server.keepalive(), Some(INTERVAL));
         let (posted_before, _) = server.totals();
         let peer = client.shared();

@@ -134,25 +134,40 @@ impl Channel {
     /// channel — a blocking or async receive, a scope's, a stream's — then
     /// reports [`Error::PeerDisconnected`](crate::Error::PeerDisconnected)
     /// (a [`RecvStream`](crate::owned::RecvStream) ends, as on a
-    /// disconnect). The bound, from the moment the peer died:
+    /// disconnect). How long that takes, from the moment the peer died, is
+    /// at most
     ///
-    /// `interval` + 4.096 µs · 2^`ack_timeout` · (`retry_count` + 1)
+    /// `interval` + (`retry_count` + 1) · *t*, with *t* = 4.096 µs · 2^`ack_timeout`,
     ///
-    /// with the connection's ACK timeout exponent and retry count
-    /// ([`ConnectOptions::timeout`]/[`ConnectOptions::retry_count`], or
-    /// [`CmOptions::ack_timeout`](crate::cm::CmOptions::ack_timeout)/
-    /// [`CmOptions::retry_count`](crate::cm::CmOptions::retry_count)):
-    /// with the defaults (17, 6), `interval` + 0.537 s · 7 ≈ `interval` +
-    /// 3.76 s. To that come the watchdog's look — a completion driver
-    /// round, a busy-polling future's every 256 empty polls, a blocking
-    /// wait's every 10 ms —, the granularity of the device's retransmission
-    /// timer and the scheduler's delays (tenths of a second on a loaded,
-    /// emulated host), and, on a device that does not flush the
-    /// receives of a queue pair in error, up to 2 s of flush patience
-    /// (the receives are then discarded by a reset). rxe takes a retry
-    /// count of 7 as "retry forever": a probe then never fails. A blocking
-    /// wait reports the peer gone only if this bound is shorter than its
-    /// own timeout.
+    /// plus the delays below. The worst case is a peer that dies just
+    /// after answering a probe: the next probe goes out a whole `interval`
+    /// later and fails once its first try and each of its `retry_count`
+    /// retries have waited *t* for an acknowledgement; a peer that dies
+    /// with a probe in flight, or later in the quiet period, is found
+    /// sooner (at best after the retries alone). `ack_timeout` is the
+    /// connection's ([`ConnectOptions::timeout`],
+    /// [`CmOptions::ack_timeout`](crate::cm::CmOptions::ack_timeout));
+    /// `retry_count` is this side's [`ConnectOptions::retry_count`] or,
+    /// through the CM, the *connecting* side's
+    /// [`CmOptions::retry_count`](crate::cm::CmOptions::retry_count): an
+    /// accepted channel takes the connect request's, whatever the
+    /// listener's options say (the CM's accept carries none). With the
+    /// defaults (17, 6): `interval` + 0.537 s · 7 ≈ `interval` + 3.76 s.
+    ///
+    /// *t* is the least a device waits a try (verbs define the exponent as
+    /// a minimum), so the bound holds with the device's own wait in its
+    /// place: rxe's is *t* in whole kernel ticks, rounded down (64 ms for
+    /// 2^14 at HZ 250); hardware may round it up or raise a small exponent
+    /// to its own floor. To the bound come the watchdog's
+    /// looks, one that starts the quiet period after the last completion
+    /// and one that posts the probe — a completion driver round, a
+    /// busy-polling future's every 256 empty polls, a blocking wait's every
+    /// 10 ms —, the scheduler's delays (tenths of a second on a loaded,
+    /// emulated host), and, on a device that does not flush the receives
+    /// of a queue pair in error, up to 2 s of flush patience (the receives
+    /// are then discarded by a reset). rxe takes a retry count of 7 as
+    /// "retry forever": a probe then never fails. A blocking wait reports
+    /// the peer gone only if this bound is shorter than its own timeout.
     ///
     /// Probes are posted only where the engine reads the clock anyway,
     /// never per operation; each counts in [`totals`](Self::totals) and

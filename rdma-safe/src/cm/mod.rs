@@ -105,7 +105,10 @@ pub struct CmOptions {
     /// Transport retries (default 6: with the default ACK timeout a dead
     /// path fails work with `WcStatus::RetryExceeded` after 4.096 µs ·
     /// 2^17 · 7 ≈ 3.8 s; rxe takes 7 as "retry forever", leaving the
-    /// channel's timeout to notice it).
+    /// channel's timeout to notice it). The connecting side's count
+    /// applies to both ends: it travels in the connect request, and an
+    /// accepted channel takes it from there (the accept carries none, so
+    /// a [`Listener`]'s own count is not used).
     pub retry_count: u8,
     /// Receiver-not-ready retries (default 7, unlimited; the timeout still
     /// bounds every wait).
@@ -120,8 +123,9 @@ pub struct CmOptions {
     /// Probe a quiet peer after this long without a completion (default
     /// `None`: no keepalive). A dead quiet peer is then reported as
     /// [`Error::PeerDisconnected`](crate::Error::PeerDisconnected) within
-    /// the interval plus the transport's retry budget (`ack_timeout`,
-    /// `retry_count`); [`Channel::set_keepalive`] gives the bound.
+    /// the interval plus the transport's retry budget (`ack_timeout`, and
+    /// the connecting side's `retry_count`); [`Channel::set_keepalive`]
+    /// gives the bound.
     pub keepalive: Option<Duration>,
 }
 
@@ -176,7 +180,9 @@ impl CmOptions {
     }
 
     /// Sets the transport retries before work fails with
-    /// `WcStatus::RetryExceeded` (default 6; 7 is "forever" on rxe).
+    /// `WcStatus::RetryExceeded` (default 6; 7 is "forever" on rxe). The
+    /// connecting side's count is both ends' (see
+    /// [`CmOptions::retry_count`](#structfield.retry_count)).
     pub fn retry_count(mut self, n: u8) -> Self {
         self.retry_count = n;
         self

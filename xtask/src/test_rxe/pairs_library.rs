@@ -5,7 +5,9 @@
 //! The test binary runs each test's one side when `RDMA_TEST_PEER` says
 //! which (`server`, or `client:HOST`); both hosts run it with
 //! `--test-threads=1`, so the tests meet in order, each over a fresh TCP
-//! side channel on [`PORT`] (see `rdma-safe/tests/common/peer.rs`).
+//! side channel on [`PORT`] (see `rdma-safe/tests/common/peer.rs`), and
+//! with `--show-output`, so that what the passing tests print (the
+//! keepalive tests' detection times) is in the step's log.
 
 use super::pairs::{Programs, A, B};
 use crate::rxe::{Plan, Side};
@@ -30,7 +32,7 @@ pub(super) fn peer_test_steps(p: &mut Plan, progs: &Programs) {
         format!(
             "cd {dir} && RDMA_TEST_PEER={role} RDMA_TEST_PEER_PORT={PORT} \
              RDMA_TEST_DEVICE=\"$RXE_DEVICE\" RDMA_TEST_REQUIRE_DEVICE=1 \
-             {exe} --include-ignored --test-threads=1"
+             {exe} --include-ignored --test-threads=1 --show-output"
         )
     };
     let (server, client) = (run("server"), run("client:\"$PEER_IPV4\""));
@@ -74,7 +76,7 @@ mod tests {
         assert!(steps[1].contains(" 18650 1 "), "{}", steps[1]);
         for s in &steps {
             assert!(
-                s.contains("/t/peers --include-ignored --test-threads=1"),
+                s.contains("/t/peers --include-ignored --test-threads=1 --show-output"),
                 "{s}"
             );
             assert!(s.contains("RDMA_TEST_REQUIRE_DEVICE=1"), "{s}");
