@@ -429,7 +429,8 @@ impl DatagramEndpoint {
     fn no_receives(&self) -> Error {
         Error::Unusable(
             self.queue
-                .unusable()
+                .status()
+                .unusable
                 .unwrap_or_else(|| "no receive slot is posted".into()),
         )
     }

@@ -66,12 +66,17 @@ use tracker::Tracker;
 pub(crate) struct WorkQueue {
     /// Declared before `cq`: the queue pair is destroyed first, so a
     /// shared CQ's reservation is given back only when nothing more can
-    /// complete on it.
-    qp: QueuePair,
-    cq: Completions,
+    /// complete on it. Read by the façade for connecting it: posting to it
+    /// or moving it to a state other than RTR/RTS behind the engine's back
+    /// would break the tracking that decides when borrowed memory is
+    /// released.
+    pub(crate) qp: QueuePair,
+    /// Where the queue pair's completions come from (the façade arms the
+    /// CQ and sleeps on its channel).
+    pub(crate) cq: Completions,
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
-    limits: Limits,
+    pub(crate) limits: Limits,
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
@@ -79,7 +84,7 @@ pub(crate) struct WorkQueue {
     /// (shared with the tracker, which marks a peer that did not answer a
     /// keepalive probe).
     ending: Arc<Ending>,
-    gate: Gate,
+    pub(crate) gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
     idle_polls: AtomicU32,
@@ -120,13 +125,6 @@ impl WorkQueue {
         }
     }
 
-    /// The queue pair, for connecting it. Posting to it or moving it to a
-    /// state other than RTR/RTS behind the engine's back would break the
-    /// tracking that decides when borrowed memory is released.
-    pub(crate) fn qp(&self) -> &QueuePair {
-        &self.qp
-    }
-
     /// Records that the peer disconnected, then moves the queue pair to ERR
     /// so that every pending request is flushed at once; each then reports
     /// [`Error::PeerDisconnected`], whichever API waits for it.
@@ -136,15 +134,6 @@ impl WorkQueue {
     pub(crate) fn peer_disconnected(&self) -> rdma_core::Result<()> {
         self.ending.peer_gone();
         self.qp.to_error()
-    }
-
-    /// See [`Gate::assume_ready`].
-    pub(crate) fn assume_ready(&self) {
-        self.gate.assume_ready();
-    }
-
-    pub(crate) fn limits(&self) -> &Limits {
-        &self.limits
     }
 
     /// The tracker, locked; the wakers it collects meanwhile run once the
@@ -264,25 +253,26 @@ impl WorkQueue {
         self.lock().set_keepalive(interval);
     }
 
-    /// The keepalive interval.
-    pub(crate) fn keepalive(&self) -> Option<Duration> {
-        self.lock().keepalive()
+    /// The queue's status, read under one lock: the tracker's counters,
+    /// the keepalive interval, and why the channel is unusable, if it is.
+    pub(crate) fn status(&self) -> Status {
+        let st = self.lock();
+        Status {
+            counters: st.counters(),
+            keepalive: st.keepalive(),
+            unusable: st.unusable().map(str::to_owned),
+        }
     }
+}
 
-    /// The tracker's counters.
-    pub(crate) fn counters(&self) -> Counters {
-        self.lock().counters()
-    }
-
-    pub(crate) fn unusable(&self) -> Option<String> {
-        self.lock().unusable().map(str::to_owned)
-    }
-
-    /// Where the queue pair's completions come from (for arming the CQ and
-    /// sleeping on its channel).
-    pub(crate) fn completions(&self) -> &Completions {
-        &self.cq
-    }
+/// What [`WorkQueue::status`] reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Status {
+    pub(crate) counters: Counters,
+    /// The keepalive interval (`None`: no probes).
+    pub(crate) keepalive: Option<Duration>,
+    /// Why the channel no longer carries work, once it does not.
+    pub(crate) unusable: Option<String>,
 }
 
 /// Tracks the receives `reqs`, just posted with consecutive ids, each

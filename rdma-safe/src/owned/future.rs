@@ -198,7 +198,7 @@ pub(super) fn wait(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
         // arrived before the arming raises no event): the completion this
         // task waits for then raises one, which wakes the driver, whatever
         // the driver's own last arming was spent on.
-        if queue.completions().arm().is_err() || matches!(queue.reap_now(), Ok(n) if n > 0) {
+        if queue.cq.arm().is_err() || matches!(queue.reap_now(), Ok(n) if n > 0) {
             return Poll::Ready(());
         }
         return Poll::Pending;

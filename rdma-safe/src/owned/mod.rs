@@ -209,8 +209,8 @@ impl SharedChannel {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn with_tokio(self) -> crate::Result<Self> {
-        let channel = self.queue.completions().channel().cloned().ok_or_else(|| {
-            VerbsError::InvalidArgument(if self.queue.completions().is_shared() {
+        let channel = self.queue.cq.channel().cloned().ok_or_else(|| {
+            VerbsError::InvalidArgument(if self.queue.cq.is_shared() {
                 "a channel on a shared completion queue has no completion events: its futures \
                  poll the queue themselves (use the SharedChannel without with_tokio)"
                     .into()
@@ -250,7 +250,7 @@ impl SharedChannel {
     /// Why the channel is unusable, if an earlier failure, timeout or stall
     /// shut it down.
     pub fn unusable_reason(&self) -> Option<String> {
-        self.queue.unusable()
+        self.queue.status().unusable
     }
 
     /// Shuts the channel down: moves the queue pair to the error state and
@@ -266,14 +266,14 @@ impl SharedChannel {
     /// abandoned requests, tracked slots). Completions never outnumber
     /// posts; with nothing in flight and nothing unclaimed, the last is 0.
     pub fn counters(&self) -> (u64, usize, u64, usize) {
-        let c = self.queue.counters();
+        let c = self.queue.status().counters;
         (c.completed, c.in_flight, c.abandoned, c.tracked)
     }
 
     /// Entries in the list of tasks waiting for send-queue room: at most
     /// one per waiting future, however often it is polled.
     pub fn room_waiters(&self) -> usize {
-        self.queue.counters().room_waiters
+        self.queue.status().counters.room_waiters
     }
 
     /// For tests of the failure paths only: posts go to the verb without
@@ -283,7 +283,7 @@ impl SharedChannel {
     /// the channel down and drains it before anything is given back.
     #[doc(hidden)]
     pub fn skip_readiness_check(&self) {
-        self.queue.assume_ready();
+        self.queue.gate.assume_ready();
     }
 
     // ----- the three ways to run a request --------------------------------
@@ -477,7 +477,7 @@ impl SharedChannel {
     /// the channel was built without
     /// [`completion_events`](crate::ChannelBuilder::completion_events).
     pub fn completion_channel(&self) -> Option<&rdma_core::CompChannel> {
-        self.queue.completions().channel()
+        self.queue.cq.channel()
     }
 
     pub(crate) fn queue(&self) -> &WorkQueue {
