@@ -84,7 +84,10 @@ where
     if failed && scope.cancel_on_error && unclaimed > 0 {
         // Flush instead of waiting: the QP goes to the error state and every
         // outstanding request completes (flushed) before this returns.
-        queue.shutdown_and_drain("a scope's closure failed and cancelled its outstanding work");
+        queue.shut_down(
+            None,
+            "a scope's closure failed and cancelled its outstanding work",
+        );
     }
     let errors = if unclaimed == 0 {
         Vec::new()

@@ -322,7 +322,7 @@ impl Drop for WorkQueue {
     fn drop(&mut self) {
         let in_flight = self.lock().in_flight();
         if in_flight > 0 {
-            self.shutdown_and_drain("the channel was dropped with work in flight");
+            self.shut_down(None, "the channel was dropped with work in flight");
         }
     }
 }

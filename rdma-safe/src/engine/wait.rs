@@ -163,7 +163,7 @@ impl WorkQueue {
         e: Error,
         f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
     ) -> Result<R, Error> {
-        self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+        self.shut_down(None, &format!("polling the CQ failed: {e}"));
         match self.lock().take(id, f) {
             Take::Done(r) => Ok(r),
             _ => Err(e),
@@ -298,10 +298,10 @@ impl WorkQueue {
             // state (the peer's access error, a retry failure): flush and
             // report now rather than wait out the timeout for work the QP
             // will never do.
-            Err(Expired::Broken(why)) => self.shutdown_and_drain(why),
+            Err(Expired::Broken(why)) => self.shut_down(None, why),
             Err(Expired::Timeout(_)) => {
                 let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
-                self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
+                self.shut_down(None, &format!("a {op} timed out after {timeout:?}"));
                 return Err(Expired::Timeout(op));
             }
         }
@@ -427,7 +427,7 @@ impl WorkQueue {
         let mut st = self.lock();
         if let Some(why) = st.unusable().filter(|_| st.in_flight() > 0) {
             let why = why.to_owned();
-            self.shut_down_locked(&mut st, &why);
+            self.shut_down(Some(&mut st), &why);
             return None;
         }
         let probe = self.keep_alive(&mut st, now);
@@ -441,9 +441,12 @@ impl WorkQueue {
         // Before the move to ERR: every request it flushes reports the
         // timeout.
         self.ending.stalled(timeout);
-        self.shutdown_and_drain(&format!(
-            "no completion for {timeout:?} with sends, reads, writes or atomics in flight"
-        ));
+        self.shut_down(
+            None,
+            &format!(
+                "no completion for {timeout:?} with sends, reads, writes or atomics in flight"
+            ),
+        );
         None
     }
 

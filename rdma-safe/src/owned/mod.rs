@@ -259,7 +259,7 @@ impl SharedChannel {
     /// buffer returns. The way to end a connection whose peer left (say,
     /// its TCP control stream closed) without waiting for the timeout.
     pub fn shutdown(&self) {
-        self.queue.shutdown_and_drain("shut down by the program");
+        self.queue.shut_down(None, "shut down by the program");
     }
 
     /// Counters: (completions seen, requests in flight, completions of
