@@ -20,7 +20,7 @@
 
 use crate::channel::DEFAULT_TIMEOUT;
 pub use crate::datagram_options::DatagramOptions;
-use crate::engine::{DeviceWatch, WorkQueue};
+use crate::engine::{DeviceWatch, Look, Outcome, WorkQueue, BOUNDED};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::GatherElement;
 use crate::memory::remote_access::RemoteAccessBuffer;
@@ -359,7 +359,7 @@ impl DatagramEndpoint {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
-        match self.queue.try_take(id) {
+        match self.queue.take(id, Outcome, Look::Once(None)) {
             None => Ok(None),
             Some(outcome) => self.finish_receive(outcome, buf).map(Some),
         }
@@ -376,7 +376,10 @@ impl DatagramEndpoint {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
-        let outcome = self.queue.wait(id, self.timeout);
+        let outcome = self
+            .queue
+            .wait(id, Outcome, Duration::ZERO, Some(self.timeout));
+        let outcome = outcome.expect(BOUNDED);
         self.finish_receive(outcome, buf)
     }
 

@@ -26,7 +26,7 @@ mod lent;
 pub use lent::LentWork;
 
 use crate::channel::Channel;
-use crate::engine::WorkQueue;
+use crate::engine::{Ids, Look, Outcome, WorkQueue, BOUNDED};
 use crate::error::{Error, Operation, Result};
 use crate::prepared::PreparedBatch;
 use crate::verb::sealed::Queue;
@@ -79,7 +79,7 @@ where
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
     // One lock for the common case: everything was claimed in the closure.
-    let unclaimed = queue.count_tracked(&scope.posted);
+    let unclaimed = queue.tracked(Ids::Count(&scope.posted));
     let failed = !matches!(outcome, Ok(Ok(_)));
     if failed && scope.cancel_on_error && unclaimed > 0 {
         // Flush instead of waiting: the QP goes to the error state and every
@@ -97,7 +97,7 @@ where
     // The scope's promise: nothing it posted is still tracked (so none of
     // the memory it lent is in the NIC's hands) once it returns.
     debug_assert_eq!(
-        queue.count_tracked(&scope.posted),
+        queue.tracked(Ids::Count(&scope.posted)),
         0,
         "a scope returns with requests still tracked"
     );
@@ -171,7 +171,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a
             // benchmark loop, a server) does not grow without bound.
-            self.queue.retain_tracked(&mut self.posted);
+            self.queue.tracked(Ids::Retain(&mut self.posted));
             self.compact_at = (self.posted.len() * 2).max(256);
         }
     }
@@ -412,7 +412,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// Requests posted through this scope whose completion has not been
     /// taken yet.
     pub fn outstanding(&self) -> usize {
-        self.queue.count_tracked(&self.posted)
+        self.queue.tracked(Ids::Count(&self.posted))
     }
 }
 
@@ -445,7 +445,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// otherwise the handle back.
     #[inline(always)]
     pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
-        match self.queue.try_take(self.id) {
+        match self.queue.take(self.id, Outcome, Look::Once(None)) {
             Some(outcome) => Ok(outcome),
             None => Err(self),
         }
@@ -456,7 +456,9 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// its outcome.
     #[inline]
     pub fn wait(self) -> Result<WorkSuccess> {
-        self.queue.wait(self.id, self.timeout)
+        self.queue
+            .wait(self.id, Outcome, Duration::ZERO, Some(self.timeout))
+            .expect(BOUNDED)
     }
 }
 

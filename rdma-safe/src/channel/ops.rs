@@ -1,6 +1,7 @@
 //! The operations of a [`Channel`]: blocking, unpolled and scoped.
 
 use super::Channel;
+use crate::engine::{Outcome, BOUNDED};
 use crate::error::{Result, ScopeError};
 use crate::pending::PendingWork;
 use crate::scope::PollingScope;
@@ -9,6 +10,7 @@ use crate::verb::SendQueueRequest;
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
+use std::time::Duration;
 
 impl Channel {
     // ----- blocking operations ------------------------------------------------
@@ -82,7 +84,10 @@ impl Channel {
     /// As [`run`](Self::run).
     pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
         let id = self.queue.post_recv(&mut wr)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
+        let outcome = self
+            .queue
+            .wait(id, Outcome, Duration::ZERO, Some(self.timeout));
+        self.peer_gone(outcome.expect(BOUNDED))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the

@@ -16,6 +16,7 @@
 //! [`PendingWork`]: crate::PendingWork
 
 mod attached;
+mod claim;
 mod clock;
 mod completions;
 mod ending;
@@ -35,12 +36,13 @@ mod watch;
 pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::Notify;
+pub(crate) use claim::{Look, Outcome, WithMemory};
 pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use list::{fill_list, with_list, STACK_LIST};
 pub(crate) use owned::{Refused, Returned};
 pub(crate) use owned::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 pub(crate) use srq::{Polled, SrqQueue};
-pub(crate) use wait::Abandon;
+pub(crate) use wait::{Abandon, Ids, BOUNDED};
 
 use crate::error::{Error, Operation, Result};
 use crate::pool::PoolBuf;

@@ -7,8 +7,10 @@
 //! [`Gate`]: super::gate::Gate
 
 use super::attached::Attached;
+use super::claim::Outcome;
 use super::gate::Gate;
 use super::tracker::{Keepalive, Take, Tracker, BATCH_MEMBER};
+use super::wait::BOUNDED;
 use super::{fill_list, with_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
@@ -146,9 +148,9 @@ impl WorkQueue {
             }
             drop(st);
             // `wait` keeps the same promise (its own guard).
-            let outcome = self.wait(id, timeout);
+            let outcome = self.wait(id, Outcome, Duration::ZERO, Some(timeout));
             guard.disarm();
-            outcome
+            outcome.expect(BOUNDED)
         })
     }
 

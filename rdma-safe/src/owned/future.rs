@@ -3,7 +3,7 @@
 
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
-use crate::engine::{Abandon, Refused};
+use crate::engine::{Abandon, Look, Refused, WithMemory};
 use crate::error::Error;
 use crate::work::OwnedKind;
 use crate::work::WorkSuccess;
@@ -123,8 +123,10 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                 State::Unposted(buf) => (buf, None),
                 State::Full(buf, room) => (buf, room),
                 State::Posted(id) => {
-                    if let Some(returned) =
-                        queue.poll_owned(id, this.chan.slot_waker(cx), this.chan.spin)
+                    let look = Look::Once(this.chan.slot_waker(cx));
+                    if let Some(returned) = queue
+                        .take(id, WithMemory, look)
+                        .or_else(|| queue.wait(id, WithMemory, this.chan.spin, None))
                     {
                         return Poll::Ready(finish(this.kind, returned));
                     }

@@ -126,7 +126,8 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Abandon, Notify, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
+    Abandon, Notify, Refused, Returned, WithMemory, WorkQueue, BOUNDED, RECEIVES_PER_CALL,
+    SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
@@ -300,7 +301,12 @@ impl SharedChannel {
     pub fn run<B: OwnedBuffer>(&self, req: Request<B>) -> Completed<B> {
         let Request { kind, buf } = req;
         match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
-            Ok(id) => finish(kind, self.queue.wait_owned(id, self.timeout, self.spin)),
+            Ok(id) => {
+                let returned = self
+                    .queue
+                    .wait(id, WithMemory, self.spin, Some(self.timeout));
+                finish(kind, returned.expect(BOUNDED))
+            }
             Err(refused) => refused_outcome(kind, refused),
         }
     }
