@@ -409,9 +409,11 @@ impl DatagramEndpoint {
             .receive_slots
             .scatter(range)
             .expect("slots lie within the ring");
-        let id = self
+        let (ids, posted) = self
             .queue
-            .post_recv(&mut ReceiveWorkRequest::new(&mut [element]))?;
+            .post_receives(&mut [ReceiveWorkRequest::new(&mut [element])]);
+        posted?;
+        let id = ids.start;
         self.posted.push_back((id, slot));
         Ok(())
     }

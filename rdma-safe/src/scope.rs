@@ -325,10 +325,12 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     #[inline]
     pub fn post_receive(
         &mut self,
-        mut wr: ReceiveWorkRequest<'_, 'scope>,
+        wr: ReceiveWorkRequest<'_, 'scope>,
     ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_recv(&mut wr)?;
-        Ok(self.handle(id))
+        // An array of one: the engine builds no list for it.
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        Ok(self.handle(ids.start))
     }
 
     /// Posts several receives with one `ibv_post_recv` call (one lock, one
@@ -384,7 +386,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
         handles: &mut impl Extend<ScopedPendingWork<'scope>>,
     ) -> Result<usize> {
-        let (ids, outcome) = self.queue.post_recv_batch(wrs);
+        let (ids, outcome) = self.queue.post_receives(wrs);
         let posted = (ids.end - ids.start) as usize;
         // Every id is recorded before `handles` (the caller's code) sees
         // any: an `Extend` that takes none of them, or panics, still leaves

@@ -82,8 +82,10 @@ impl Channel {
     ///
     /// # Errors
     /// As [`run`](Self::run).
-    pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
-        let id = self.queue.post_recv(&mut wr)?;
+    pub fn receive(&mut self, wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        let id = ids.start;
         let outcome = self
             .queue
             .wait(id, Outcome, Duration::ZERO, Some(self.timeout));
@@ -136,9 +138,11 @@ impl Channel {
     /// prevent this.
     pub unsafe fn receive_unpolled<'data>(
         &mut self,
-        mut wr: ReceiveWorkRequest<'_, 'data>,
+        wr: ReceiveWorkRequest<'_, 'data>,
     ) -> Result<PendingWork<'data>> {
-        let id = self.queue.post_recv(&mut wr)?;
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        let id = ids.start;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 

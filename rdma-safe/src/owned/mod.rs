@@ -445,7 +445,7 @@ impl SharedChannel {
             *entry = Some(buf);
             n += 1;
         }
-        let (ids, outcome) = self.queue.post_owned_receives(&mut chunk[..n]);
+        let (ids, outcome) = self.queue.post_receives(&mut chunk[..n]);
         // The caller's `Extend` gets the futures; those it does not take
         // are abandoned (see `PostedReceives`).
         ops.extend(PostedReceives { chan: self, ids });
