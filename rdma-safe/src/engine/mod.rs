@@ -40,7 +40,7 @@ pub(crate) use claim::{Look, Outcome, WithMemory};
 pub(crate) use completions::{Completions, SharedCq};
 pub(crate) use list::{fill_list, with_list, Receives, STACK_LIST};
 pub(crate) use list::{RECEIVES_PER_CALL, SHORT_RECEIVES};
-pub(crate) use owned::{Refused, Returned};
+pub(crate) use owned::{Notice, Refused, Returned};
 pub(crate) use srq::{Polled, SrqQueue};
 pub(crate) use wait::{Abandon, Ids, BOUNDED};
 

@@ -17,7 +17,7 @@
 //! fails reports its own completion, tagged [`BATCH_MEMBER`], which the
 //! tracker records as the batch's outcome.
 
-use super::attached::{Attached, Notify};
+use super::attached::{Attached, Callback, Notify};
 use super::list::fill_list;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::WorkQueue;
@@ -37,31 +37,35 @@ pub(crate) enum Refused {
     Error(Error, Held),
 }
 
+/// Who learns of an owning request's completion ([`WorkQueue::submit`]).
+pub(crate) enum Notice<'a> {
+    /// Whoever claims it by id: a blocking run, a receive stream.
+    Claim,
+    /// The callback, run by the next `run_callbacks` after the completion.
+    Callback(Callback),
+    /// A future: the slot's waker (if any) is woken at the completion; the
+    /// room waker (if any) and the future's ticket in the room list wait
+    /// for send-queue room.
+    Task {
+        slot: Option<&'a Waker>,
+        room: Option<(&'a Waker, &'a mut Option<u64>)>,
+    },
+}
+
+impl std::fmt::Debug for Notice<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Notice::Claim => "Claim",
+            Notice::Callback(_) => "Callback",
+            Notice::Task { .. } => "Task",
+        })
+    }
+}
+
 /// An outcome with the memory given back.
 pub(crate) type Returned = (Result<WorkSuccess>, Held);
 
 impl WorkQueue {
-    /// Posts `kind` over `held`, which moves into the request's slot in the
-    /// same critical section as the post, with `notify` to tell of the
-    /// completion. Allocates nothing (the SGE and request live on the stack).
-    pub(crate) fn post_owned(
-        &self,
-        kind: OwnedKind,
-        held: Held,
-        notify: Notify,
-    ) -> Result<u64, Refused> {
-        // `notify` may be a callback, whose captures are the user's: if the
-        // post is refused it is dropped here, after the lock is released.
-        let mut notify = Some(notify);
-        let posted = {
-            let mut st = self.lock();
-            let take = || notify.take().unwrap_or_default();
-            self.post_owned_locked(&mut st, kind, held, take, false)
-        };
-        drop(notify);
-        posted.map(|(id, _)| id)
-    }
-
     pub(super) fn post_owned_locked(
         &self,
         st: &mut Tracker,
@@ -158,55 +162,74 @@ impl WorkQueue {
         Ok((id, None))
     }
 
-    // ---- a future's submission ----
-
-    /// A future's submission: posts `kind` over `held` with `slot_waker`
-    /// (if any) to be woken at its completion (see `post_owned`), looking at the
-    /// completion queue once under the same lock (the id, and the outcome
-    /// if it completed already). With the send queue full, reaps once and
-    /// tries again, then registers `room_waker` (if any) in the room list
-    /// under `room` (renewing an earlier registration) and refuses with
-    /// [`Refused::Full`]. Once posted, or refused for good, the task leaves
-    /// the room list.
+    /// Posts `kind` over `held`, which moves into the request's slot in the
+    /// same critical section as the post, with `notice` saying who learns
+    /// of the completion. Allocates nothing (the SGEs and requests live on
+    /// the stack). The id, and for a future's submission the outcome if
+    /// the post's one look at the completion queue found it complete
+    /// already (the memory then comes back at once).
+    ///
+    /// A future's submission ([`Notice::Task`]) with the send queue full
+    /// reaps once and tries again, then registers the room waker (if any)
+    /// in the room list under its ticket (renewing an earlier
+    /// registration) and refuses with [`Refused::Full`]; once posted, or
+    /// refused for good, the task leaves the room list. The other notices
+    /// are refused with [`Refused::Full`] at once.
     pub(crate) fn submit(
         &self,
         kind: OwnedKind,
         held: Held,
-        room_waker: Option<&Waker>,
-        slot_waker: Option<&Waker>,
-        room: &mut Option<u64>,
+        notice: Notice<'_>,
     ) -> Result<(u64, Option<Returned>), Refused> {
-        let mut st = self.lock();
-        // The waker is cloned only for a request that is tracked: one whose
-        // completion the post's look already found comes back without it.
-        // Without one the slot waits to be claimed by its future's polls.
-        let notify = || slot_waker.map_or(Notify::Claim, |w| Notify::Waker(w.clone()));
-        let mut outcome = self.post_owned_locked(&mut st, kind, held, notify, true);
-        if let Err(Refused::Full(held)) = outcome {
-            // Completions may be waiting to free entries.
-            outcome = match st.reap(|wcs| self.cq.poll(wcs)) {
-                Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify, true),
-                _ => Err(Refused::Full(held)),
+        let (mut given, slot_waker, room, task) = match notice {
+            Notice::Claim => (Some(Notify::Claim), None, None, false),
+            Notice::Callback(cb) => (Some(Notify::Callback(cb)), None, None, false),
+            Notice::Task { slot, room } => (None, slot, room, true),
+        };
+        let outcome = {
+            let mut st = self.lock();
+            // A future's waker is cloned only for a request that is
+            // tracked: one whose completion the post's look already found
+            // comes back without it. Without one the slot waits to be
+            // claimed by its future's polls.
+            let mut notify = || {
+                given.take().unwrap_or_else(|| {
+                    slot_waker.map_or(Notify::Claim, |w| Notify::Waker(w.clone()))
+                })
             };
-        }
-        match &outcome {
-            Err(Refused::Full(_)) => {
-                if let Some(waker) = room_waker {
-                    st.wait_for_room(room, waker);
+            let mut outcome = self.post_owned_locked(&mut st, kind, held, &mut notify, task);
+            if task {
+                if let Err(Refused::Full(held)) = outcome {
+                    // Completions may be waiting to free entries.
+                    outcome = match st.reap(|wcs| self.cq.poll(wcs)) {
+                        Ok(n) if n > 0 => {
+                            self.post_owned_locked(&mut st, kind, held, &mut notify, true)
+                        }
+                        _ => Err(Refused::Full(held)),
+                    };
                 }
             }
-            Ok(_) => {
-                if let Some(ticket) = room.take() {
+            if let Some((waker, ticket)) = room {
+                match &outcome {
+                    Err(Refused::Full(_)) => st.wait_for_room(ticket, waker),
                     // It used its turn.
-                    st.leave_room_list(ticket);
+                    Ok(_) => {
+                        if let Some(ticket) = ticket.take() {
+                            st.leave_room_list(ticket);
+                        }
+                    }
+                    Err(Refused::Error(..)) => {
+                        if let Some(ticket) = ticket.take() {
+                            st.pass_room_turn(Some(ticket));
+                        }
+                    }
                 }
             }
-            Err(Refused::Error(..)) => {
-                if let Some(ticket) = room.take() {
-                    st.pass_room_turn(Some(ticket));
-                }
-            }
-        }
+            outcome
+        };
+        // A callback's captures are the user's: if the post was refused it
+        // is dropped here, after the lock is released.
+        drop(given);
         outcome
     }
 

@@ -3,7 +3,7 @@
 
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
-use crate::engine::{Abandon, Look, Refused, WithMemory};
+use crate::engine::{Abandon, Look, Notice, Refused, WithMemory};
 use crate::error::Error;
 use crate::work::OwnedKind;
 use crate::work::WorkSuccess;
@@ -63,10 +63,14 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
     /// posted by the first poll, which then waits for room; a refusal or a
     /// completion the post already found is what the first poll returns.
     pub(super) fn started(chan: &'a SharedChannel, kind: OwnedKind, buf: B) -> Self {
-        let state = match chan
-            .queue()
-            .submit(kind, into_held(buf), None, None, &mut None)
-        {
+        let state = match chan.queue().submit(
+            kind,
+            into_held(buf),
+            Notice::Task {
+                slot: None,
+                room: None,
+            },
+        ) {
             Ok((id, None)) => State::Posted(id),
             Err(Refused::Full(held)) => State::Unposted(from_held::<B>(held)),
             Ok((id, Some(returned))) => {
@@ -144,7 +148,11 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
             // Unposted, or waiting for room: post.
             let slot_waker = this.chan.slot_waker(cx);
             let held = into_held(buf);
-            match queue.submit(this.kind, held, Some(cx.waker()), slot_waker, &mut room) {
+            let notice = Notice::Task {
+                slot: slot_waker,
+                room: Some((cx.waker(), &mut room)),
+            };
+            match queue.submit(this.kind, held, notice) {
                 Ok((_, Some(returned))) => {
                     return Poll::Ready(finish(this.kind, returned));
                 }

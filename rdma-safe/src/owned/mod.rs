@@ -126,7 +126,7 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Abandon, Notify, Refused, Returned, WithMemory, WorkQueue, BOUNDED, RECEIVES_PER_CALL,
+    Abandon, Notice, Refused, Returned, WithMemory, WorkQueue, BOUNDED, RECEIVES_PER_CALL,
     SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
@@ -300,8 +300,9 @@ impl SharedChannel {
     /// drained).
     pub fn run<B: OwnedBuffer>(&self, req: Request<B>) -> Completed<B> {
         let Request { kind, buf } = req;
-        match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
-            Ok(id) => {
+        match self.queue.submit(kind, into_held(buf), Notice::Claim) {
+            Ok((_, Some(returned))) => finish(kind, returned),
+            Ok((id, None)) => {
                 let returned = self
                     .queue
                     .wait(id, WithMemory, self.spin, Some(self.timeout));
@@ -331,7 +332,7 @@ impl SharedChannel {
         });
         match self
             .queue
-            .post_owned(kind, into_held(buf), Notify::Callback(cb))
+            .submit(kind, into_held(buf), Notice::Callback(cb))
         {
             Ok(_) => Ok(()),
             Err(refused) => Err(refused_parts(kind, refused)),

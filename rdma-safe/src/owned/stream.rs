@@ -3,7 +3,7 @@
 
 use super::future::wait;
 use super::{finish, SharedChannel};
-use crate::engine::{Abandon, Look, Notify, Refused, WithMemory};
+use crate::engine::{Abandon, Look, Notice, Refused, WithMemory};
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
@@ -78,9 +78,9 @@ impl RecvStream {
         match self
             .chan
             .queue()
-            .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
+            .submit(OwnedKind::Receive, Held::Unique(buf), Notice::Claim)
         {
-            Ok(id) => {
+            Ok((id, _)) => {
                 self.posted.push_back(id);
                 Ok(true)
             }
