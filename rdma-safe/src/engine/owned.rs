@@ -66,6 +66,15 @@ impl std::fmt::Debug for Notice<'_> {
 pub(crate) type Returned = (Result<WorkSuccess>, Held);
 
 impl WorkQueue {
+    /// Posts `kind` over `held` with the lock held: one request over its
+    /// buffer, or the requests of an owning batch ([`OwnedKind::Batch`]
+    /// over a [`Held::Batch`], named after its last request) as one list
+    /// with one `ibv_post_send` call of which only the last is signaled.
+    /// `held` moves into the request's slot, told of with `notify`, or,
+    /// when `look` finds a send-queue request already complete, comes back
+    /// at once with the outcome. `Refused::Full` while the send queue
+    /// lacks room for the whole request (nothing is posted then).
+    /// Allocates nothing.
     pub(super) fn post_owned_locked(
         &self,
         st: &mut Tracker,
@@ -74,30 +83,72 @@ impl WorkQueue {
         notify: impl FnOnce() -> Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
-        if let OwnedKind::Batch { op } = kind {
-            return self.post_owned_batch_locked(st, op, held, notify, look);
-        }
         let op = kind.operation();
-        let (addr, len, lkey) = match (&held, kind) {
-            (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
-            (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
-            (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
-            _ => {
-                let e = invalid(op, format_args!("a {op} needs the other kind of buffer"));
+        // The SGEs: one request's, or a batch's, one per request.
+        let one: [Sge; 1];
+        let mut many: [Sge; OWNED_BATCH_MAX];
+        let (sges, len, sq) = match (&held, kind) {
+            (Held::Batch(reqs), OwnedKind::Batch { .. }) => {
+                let n = reqs.len();
+                let sq_capacity = st.queue_use(true).1;
+                if n == 0 || n > OWNED_BATCH_MAX || n > sq_capacity {
+                    let e = invalid(
+                        op,
+                        format_args!(
+                            "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
+                            OWNED_BATCH_MAX, sq_capacity
+                        ),
+                    );
+                    return Err(Refused::Error(e, held));
+                }
+                if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
+                    return Err(Refused::Error(e, held));
+                }
+                many = [Sge::default(); OWNED_BATCH_MAX];
+                let mut total = 0usize;
+                // Indexed, not zipped: as a `Zip` the loop is left out of
+                // line (a call per request).
+                for k in 0..n {
+                    let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
+                    many[k] = Sge::new(addr, len, lkey);
+                    total += len as usize;
+                }
+                (&many[..n], total, n as u32)
+            }
+            (_, OwnedKind::Batch { .. }) => {
+                let e = invalid(
+                    Operation::Send,
+                    format_args!("a batch needs a batch of requests"),
+                );
                 return Err(Refused::Error(e, held));
             }
+            (held_buf, _) => {
+                let (addr, len, lkey) = match (held_buf, kind) {
+                    (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
+                    (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
+                    (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
+                    _ => {
+                        let e = invalid(op, format_args!("a {op} needs the other kind of buffer"));
+                        return Err(Refused::Error(e, held));
+                    }
+                };
+                if let Some(e) = kind.remote_misfit(len as usize) {
+                    return Err(Refused::Error(e, held));
+                }
+                one = [Sge::new(addr, len, lkey)];
+                // A zero-length payload is sent without an SGE.
+                let sges = if len == 0 { &one[..0] } else { &one[..] };
+                (
+                    sges,
+                    len as usize,
+                    u32::from(!matches!(kind, OwnedKind::Receive)),
+                )
+            }
         };
-        if let Some(e) = kind.remote_misfit(len as usize) {
-            return Err(Refused::Error(e, held));
-        }
-        let sge = [Sge::new(addr, len, lkey)];
-        // A zero-length payload is sent without an SGE.
-        let sges = if len == 0 { &sge[..0] } else { &sge[..] };
-        let sq = u32::from(!matches!(kind, OwnedKind::Receive));
         if let Err(e) = self.gate.admit(&self.qp, st, op, sq > 0) {
             return Err(Refused::Error(e, held));
         }
-        if !st.room_for(sq > 0, 1) {
+        if !st.room_for(sq > 0, (sq as usize).max(1)) {
             return Err(if sq > 0 {
                 Refused::Full(held)
             } else {
@@ -105,60 +156,130 @@ impl WorkQueue {
             });
         }
         let id = st.next_id();
-        let rc = match kind {
-            OwnedKind::Receive => {
+        let rc = match (kind, &held) {
+            (OwnedKind::Receive, _) => {
                 let mut req = [RecvRequest::new(id, sges)];
                 // The SGE names `held`'s buffer, which `held` keeps
                 // allocated and registered (its pool holds the slab). `held`
                 // is the buffer's only handle (a `PoolBuf`) and, under the
                 // same lock, before anyone else could reap this request,
-                // either comes back with the completion this function saw,
-                // moves into the request's slot, which gives it up only
-                // after the completion is seen, or, if the post fails, comes
-                // back only once nothing of the request can still run.
+                // either moves into the request's slot, which gives it up
+                // only after the completion is seen, or, if the post fails,
+                // comes back only once nothing of the request can still run.
                 // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_recv_list(&mut req) }
+            }
+            (_, Held::Batch(reqs)) => {
+                // The list holds the batch's requests only, built on the
+                // stack (`fill_list`), not a whole `OWNED_BATCH_MAX` array
+                // with its unused entries. Each request is written straight
+                // into its place by a builder inlined into the list's loop
+                // (not built aside and moved in, a call and a copy per
+                // request).
+                let posted = fill_list(
+                    reqs.iter().enumerate(),
+                    #[inline(always)]
+                    |(k, req), slot| {
+                        // A zero-length payload travels without an SGE.
+                        let sges = if req.is_empty() {
+                            &sges[k..k]
+                        } else {
+                            &sges[k..=k]
+                        };
+                        slot.write(req.kind.send_request(
+                            id | BATCH_MEMBER,
+                            sges,
+                            self.limits.inline_default,
+                        ));
+                        Ok::<(), Infallible>(())
+                    },
+                    |wrs| {
+                        if let Some(last) = wrs.last_mut() {
+                            last.set_wr_id(id);
+                            last.set_flags(last.flags() | SendFlags::SIGNALED);
+                        }
+                        // Every SGE names the memory of a request of `held`
+                        // — a `PoolBytes` the NIC only reads, or a read
+                        // target's `PoolBuf`, its only handle — which the
+                        // pool keeps allocated and registered while `held`
+                        // holds it. `held` moves into the batch's slot
+                        // below, before the lock is released, and the slot
+                        // gives it up only once the last request's
+                        // completion has been seen, after which the NIC
+                        // touches none of it; if the post fails, it comes
+                        // back only once nothing of the batch can still run.
+                        // SAFETY: by the reasoning just above.
+                        unsafe { Ok(self.qp.post_send_list(wrs)) }
+                    },
+                );
+                match posted {
+                    Ok(posted) => posted,
+                    Err(never) => match never {},
+                }
             }
             _ => {
                 let req = kind.send_request(id, sges, self.limits.inline_default);
                 let mut req = [req.signaled()];
-                // As for the receive: `held` — a `PoolBytes` the NIC only
+                // As for a receive: `held` — a `PoolBytes` the NIC only
                 // reads, or for a read target the buffer's only handle —
-                // comes back only with the completion (or, after a failed
-                // post, once nothing of it can still run), or moves into the
-                // slot before the lock is released.
+                // comes back only with the completion this function saw
+                // (or, after a failed post, once nothing of it can still
+                // run), or moves into the slot before the lock is released.
                 // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_send_list(&mut req) }
             }
         };
         if let Err(e) = rc {
+            // Part of a batch, or an unknown part, may be on the queue:
             // `held` comes back only once nothing of the request can still
             // run (see `post_failed`).
-            let (e, held) = self.post_failed(st, op, len as usize, sq, held, e);
+            let (e, held) = self.post_failed(st, op, len, sq, held, e);
             return Err(Refused::Error(e, held));
         }
+        let batch = matches!(kind, OwnedKind::Batch { .. });
         // Only a send-queue request can have completed already (rxe runs
         // a small send inside the post's doorbell): a receive completes
         // only once the peer sends, after this, so looking for its
         // completion would cost a poll per receive.
-        if look && sq > 0 {
+        if look && sq == 1 && !batch {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
             // with it.
-            let outcome = |wc: &_| self.ending.outcome(op, len as usize, wc);
+            let outcome = |wc: &_| self.ending.outcome(op, len, wc);
             if let Some(outcome) = st.reap_untracked(|wcs| self.cq.poll(wcs), op, outcome) {
                 return Ok((id, Some((outcome, held))));
             }
         }
+        if !batch {
+            let notify = notify();
+            st.track(op, len, sq, Attached { held, notify });
+            return Ok((id, None));
+        }
+        // A batch is tracked before its look: a member's failed completion
+        // is recorded in its slot. The waker is given only if it is still
+        // in flight after the look.
+        let claim = Notify::Claim;
         st.track(
             op,
-            len as usize,
+            len,
             sq,
             Attached {
                 held,
-                notify: notify(),
+                notify: claim,
             },
         );
+        if look {
+            let taken = st.poll_take(
+                id,
+                |wcs| self.cq.poll(wcs),
+                None,
+                |op, len, wc, held| (self.ending.outcome(op, len, wc), std::mem::take(held)),
+            );
+            if let Ok(Take::Done(r)) = taken {
+                return Ok((id, Some(r)));
+            }
+        }
+        st.set_notify(id, notify());
         Ok((id, None))
     }
 
@@ -231,134 +352,5 @@ impl WorkQueue {
         // is dropped here, after the lock is released.
         drop(given);
         outcome
-    }
-
-    // ---- owning batches ----
-
-    /// Posts the batch `held` holds (a [`Held::Batch`], named `op` after
-    /// its last request) as one list; its memory moves into the batch's
-    /// slot, or comes back at once with the outcome when `look` finds the
-    /// batch already complete. `Refused::Full`
-    /// while the send queue lacks room for the whole batch (nothing is
-    /// posted then). Allocates nothing.
-    pub(super) fn post_owned_batch_locked(
-        &self,
-        st: &mut Tracker,
-        op: Operation,
-        held: Held,
-        notify: impl FnOnce() -> Notify,
-        look: bool,
-    ) -> Result<(u64, Option<Returned>), Refused> {
-        let Held::Batch(reqs) = &held else {
-            let e = invalid(
-                Operation::Send,
-                format_args!("a batch needs a batch of requests"),
-            );
-            return Err(Refused::Error(e, held));
-        };
-        let n = reqs.len();
-        let sq_capacity = st.queue_use(true).1;
-        if n == 0 || n > OWNED_BATCH_MAX || n > sq_capacity {
-            let e = invalid(
-                op,
-                format_args!(
-                    "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
-                    OWNED_BATCH_MAX, sq_capacity
-                ),
-            );
-            return Err(Refused::Error(e, held));
-        }
-        if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
-            return Err(Refused::Error(e, held));
-        }
-        if let Err(e) = self.gate.admit(&self.qp, st, op, true) {
-            return Err(Refused::Error(e, held));
-        }
-        if !st.room_for(true, n) {
-            return Err(Refused::Full(held));
-        }
-        let id = st.next_id();
-        let mut sges = [Sge::default(); OWNED_BATCH_MAX];
-        let mut total = 0usize;
-        // Indexed, not zipped: as a `Zip` the loop is left out of line (a
-        // call per request).
-        for k in 0..n {
-            let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
-            sges[k] = Sge::new(addr, len, lkey);
-            total += len as usize;
-        }
-        // The list holds the batch's `n` requests only, built on the stack
-        // (`fill_list`), not a whole `OWNED_BATCH_MAX` array with its
-        // unused entries. Each request is written straight into its place
-        // by a builder inlined into the list's loop (not built aside and
-        // moved in, a call and a copy per request).
-        let posted = fill_list(
-            reqs.iter().enumerate(),
-            #[inline(always)]
-            |(k, req), slot| {
-                // A zero-length payload travels without an SGE.
-                let sges = if req.is_empty() {
-                    &sges[k..k]
-                } else {
-                    &sges[k..=k]
-                };
-                slot.write(req.kind.send_request(
-                    id | BATCH_MEMBER,
-                    sges,
-                    self.limits.inline_default,
-                ));
-                Ok::<(), Infallible>(())
-            },
-            |wrs| {
-                if let Some(last) = wrs.last_mut() {
-                    last.set_wr_id(id);
-                    last.set_flags(last.flags() | SendFlags::SIGNALED);
-                }
-                // Every SGE names the memory of a request of `held` — a
-                // `PoolBytes` the NIC only reads, or a read target's `PoolBuf`,
-                // its only handle — which the pool keeps allocated and
-                // registered while `held` holds it. `held` moves into the
-                // batch's slot below, before the lock is released, and the slot
-                // gives it up only once the last request's completion has been
-                // seen, after which the NIC touches none of it; if the post
-                // fails, it comes back only once nothing of the batch can still
-                // run.
-                // SAFETY: by the reasoning just above.
-                unsafe { Ok(self.qp.post_send_list(wrs)) }
-            },
-        );
-        let posted = match posted {
-            Ok(posted) => posted,
-            Err(never) => match never {},
-        };
-        if let Err(e) = posted {
-            // Part of the list, or an unknown part, may be on the queue:
-            // `held` comes back only once none of it can still run (see
-            // `post_failed`).
-            let (e, held) = self.post_failed(st, op, total, n as u32, held, e);
-            return Err(Refused::Error(e, held));
-        }
-        st.track(
-            op,
-            total,
-            n as u32,
-            Attached {
-                held,
-                notify: Notify::Claim,
-            },
-        );
-        if look {
-            let taken = st.poll_take(
-                id,
-                |wcs| self.cq.poll(wcs),
-                None,
-                |op, len, wc, held| (self.ending.outcome(op, len, wc), std::mem::take(held)),
-            );
-            if let Ok(Take::Done(r)) = taken {
-                return Ok((id, Some(r)));
-            }
-        }
-        st.set_notify(id, notify());
-        Ok((id, None))
     }
 }
