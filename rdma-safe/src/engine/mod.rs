@@ -2,8 +2,9 @@
 //! posting of every work request, and the tracking of their completions.
 //!
 //! [`WorkQueue`] is the one place that turns a typed work request into a
-//! posted one ([`post`]) and a completion into a result
-//! ([`tracker`], [`wait`]). The façade types — [`Channel`],
+//! posted one ([`post`]; owning requests in [`owned`], receives through
+//! [`WorkQueue::post_receives`]) and a completion into a result
+//! ([`tracker`]; claimed as a [`claim`] kind says, in [`wait`]). The façade types — [`Channel`],
 //! scopes, [`PendingWork`] — borrow or share it; it never refers to them.
 //!
 //! Every post passes [`gate`]'s admission first (usable channel, queue
