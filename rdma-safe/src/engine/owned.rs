@@ -296,6 +296,10 @@ impl WorkQueue {
     /// registration) and refuses with [`Refused::Full`]; once posted, or
     /// refused for good, the task leaves the room list. The other notices
     /// are refused with [`Refused::Full`] at once.
+    ///
+    /// Inlined: each caller passes one kind of notice, and the others'
+    /// branches fold away.
+    #[inline(always)]
     pub(crate) fn submit(
         &self,
         kind: OwnedKind,

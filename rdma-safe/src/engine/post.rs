@@ -150,7 +150,10 @@ impl WorkQueue {
     /// returned. `track`: the posted list is tracked; without it the caller
     /// tracks it, or counts its completion seen already, before releasing
     /// the lock.
-    #[inline]
+    ///
+    /// Inlined: with its caller's list (one request, mostly) in view, the
+    /// id loop and the tracking fold away.
+    #[inline(always)]
     fn post_list(
         &self,
         st: &mut Tracker,

@@ -159,8 +159,8 @@ impl WorkQueue {
     /// with the memory if `kind` keeps it.
     ///
     /// Without one, only polls for `spin` (a future's spin before it
-    /// sleeps), shutting nothing down: `None` if `id` is still in flight
-    /// then.
+    /// sleeps, right after its own look), shutting nothing down: `None` if
+    /// `id` is still in flight then.
     ///
     /// Never unwinds: its callers rely on it returning only once `id` is
     /// complete, so a panic inside (e.g. from a logger) aborts the process.
@@ -172,19 +172,14 @@ impl WorkQueue {
         spin: Duration,
         timeout: Option<Duration>,
     ) -> Option<C::Out> {
-        if timeout.is_none() && spin.is_zero() {
-            return None;
-        }
         let guard = AbortOnUnwind("waiting for a completion");
-        // Fast path: already complete (the common case when a bandwidth
-        // loop waits for its oldest request). No clock read: under
-        // virtualised clock sources `Instant::now` costs microseconds.
-        if let Some(r) = self.take(id, kind, Look::Once(None)) {
-            guard.disarm();
-            return Some(r);
-        }
         let mut seen = u64::MAX;
         let Some(timeout) = timeout else {
+            if spin.is_zero() {
+                guard.disarm();
+                return None;
+            }
+            // The caller has just looked (leaving its waker): spin at once.
             let spun = wait_for(
                 &self.cq,
                 WaitClock::spin(),
@@ -198,6 +193,13 @@ impl WorkQueue {
             guard.disarm();
             return spun.ok();
         };
+        // Fast path: already complete (the common case when a bandwidth
+        // loop waits for its oldest request). No clock read: under
+        // virtualised clock sources `Instant::now` costs microseconds.
+        if let Some(r) = self.take(id, kind, Look::Once(None)) {
+            guard.disarm();
+            return Some(r);
+        }
         // When next to ask the device for the queue pair's state: a system
         // call (ibv_query_qp), so not at every clock read (on a slow link a
         // busy wait reads the clock once or twice per operation).
