@@ -20,7 +20,7 @@
 
 use crate::channel::DEFAULT_TIMEOUT;
 pub use crate::datagram_options::DatagramOptions;
-use crate::engine::{DeviceWatch, WorkQueue};
+use crate::engine::{DeviceWatch, Look, Outcome, WorkQueue, BOUNDED};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::memory::element::GatherElement;
 use crate::memory::remote_access::RemoteAccessBuffer;
@@ -359,7 +359,7 @@ impl DatagramEndpoint {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
-        match self.queue.try_take(id) {
+        match self.queue.take(id, Outcome, Look::Once(None)) {
             None => Ok(None),
             Some(outcome) => self.finish_receive(outcome, buf).map(Some),
         }
@@ -376,7 +376,10 @@ impl DatagramEndpoint {
         let Some(&(id, _)) = self.posted.front() else {
             return Err(self.no_receives());
         };
-        let outcome = self.queue.wait(id, self.timeout);
+        let outcome = self
+            .queue
+            .wait(id, Outcome, Duration::ZERO, Some(self.timeout));
+        let outcome = outcome.expect(BOUNDED);
         self.finish_receive(outcome, buf)
     }
 
@@ -406,9 +409,11 @@ impl DatagramEndpoint {
             .receive_slots
             .scatter(range)
             .expect("slots lie within the ring");
-        let id = self
+        let (ids, posted) = self
             .queue
-            .post_recv(&mut ReceiveWorkRequest::new(&mut [element]))?;
+            .post_receives(&mut [ReceiveWorkRequest::new(&mut [element])]);
+        posted?;
+        let id = ids.start;
         self.posted.push_back((id, slot));
         Ok(())
     }
@@ -429,7 +434,8 @@ impl DatagramEndpoint {
     fn no_receives(&self) -> Error {
         Error::Unusable(
             self.queue
-                .unusable()
+                .status()
+                .unusable
                 .unwrap_or_else(|| "no receive slot is posted".into()),
         )
     }

@@ -1,6 +1,6 @@
 //! [`PendingWork`]: a posted operation whose completion is polled later.
 
-use crate::engine::WorkQueue;
+use crate::engine::{Look, Outcome, WorkQueue, BOUNDED};
 use crate::error::Result;
 use crate::work::WorkSuccess;
 use std::fmt;
@@ -45,7 +45,7 @@ impl<'data> PendingWork<'data> {
     /// Polls once without blocking: the outcome if the operation completed,
     /// otherwise the still-pending work back.
     pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
-        match self.shared.try_take(self.id) {
+        match self.shared.take(self.id, Outcome, Look::Once(None)) {
             Some(outcome) => {
                 // Completed and claimed: nothing is left for `Drop` to wait
                 // for, but the reference to the channel must still be
@@ -61,7 +61,9 @@ impl<'data> PendingWork<'data> {
     /// timeout) and returns its outcome.
     pub fn wait(self) -> Result<WorkSuccess> {
         let (id, timeout) = (self.id, self.timeout);
-        self.disarm().wait(id, timeout)
+        self.disarm()
+            .wait(id, Outcome, Duration::ZERO, Some(timeout))
+            .expect(BOUNDED)
     }
 
     /// Takes the channel's state out without running `Drop` (which would
@@ -76,7 +78,10 @@ impl<'data> PendingWork<'data> {
 
 impl Drop for PendingWork<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.shared.wait(self.id, self.timeout) {
+        let outcome = self
+            .shared
+            .wait(self.id, Outcome, Duration::ZERO, Some(self.timeout));
+        if let Some(Err(e)) = outcome {
             log::warn!("PendingWork {} dropped unpolled and failed: {e}", self.id);
         }
     }

@@ -26,7 +26,7 @@ mod lent;
 pub use lent::LentWork;
 
 use crate::channel::Channel;
-use crate::engine::WorkQueue;
+use crate::engine::{Ids, Look, Outcome, WorkQueue, BOUNDED};
 use crate::error::{Error, Operation, Result};
 use crate::prepared::PreparedBatch;
 use crate::verb::sealed::Queue;
@@ -79,12 +79,15 @@ where
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut scope)));
     // One lock for the common case: everything was claimed in the closure.
-    let unclaimed = queue.count_tracked(&scope.posted);
+    let unclaimed = queue.tracked(Ids::Count(&scope.posted));
     let failed = !matches!(outcome, Ok(Ok(_)));
     if failed && scope.cancel_on_error && unclaimed > 0 {
         // Flush instead of waiting: the QP goes to the error state and every
         // outstanding request completes (flushed) before this returns.
-        queue.shutdown_and_drain("a scope's closure failed and cancelled its outstanding work");
+        queue.shut_down(
+            None,
+            "a scope's closure failed and cancelled its outstanding work",
+        );
     }
     let errors = if unclaimed == 0 {
         Vec::new()
@@ -94,7 +97,7 @@ where
     // The scope's promise: nothing it posted is still tracked (so none of
     // the memory it lent is in the NIC's hands) once it returns.
     debug_assert_eq!(
-        queue.count_tracked(&scope.posted),
+        queue.tracked(Ids::Count(&scope.posted)),
         0,
         "a scope returns with requests still tracked"
     );
@@ -168,7 +171,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         if self.posted.len() >= self.compact_at {
             // Forget the ids already claimed, so a long-lived scope (a
             // benchmark loop, a server) does not grow without bound.
-            self.queue.retain_tracked(&mut self.posted);
+            self.queue.tracked(Ids::Retain(&mut self.posted));
             self.compact_at = (self.posted.len() * 2).max(256);
         }
     }
@@ -322,10 +325,12 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     #[inline]
     pub fn post_receive(
         &mut self,
-        mut wr: ReceiveWorkRequest<'_, 'scope>,
+        wr: ReceiveWorkRequest<'_, 'scope>,
     ) -> Result<ScopedPendingWork<'scope>> {
-        let id = self.queue.post_recv(&mut wr)?;
-        Ok(self.handle(id))
+        // An array of one: the engine builds no list for it.
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        Ok(self.handle(ids.start))
     }
 
     /// Posts several receives with one `ibv_post_recv` call (one lock, one
@@ -381,7 +386,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         wrs: &mut [ReceiveWorkRequest<'_, 'd>],
         handles: &mut impl Extend<ScopedPendingWork<'scope>>,
     ) -> Result<usize> {
-        let (ids, outcome) = self.queue.post_recv_batch(wrs);
+        let (ids, outcome) = self.queue.post_receives(wrs);
         let posted = (ids.end - ids.start) as usize;
         // Every id is recorded before `handles` (the caller's code) sees
         // any: an `Extend` that takes none of them, or panics, still leaves
@@ -409,7 +414,7 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
     /// Requests posted through this scope whose completion has not been
     /// taken yet.
     pub fn outstanding(&self) -> usize {
-        self.queue.count_tracked(&self.posted)
+        self.queue.tracked(Ids::Count(&self.posted))
     }
 }
 
@@ -442,7 +447,7 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// otherwise the handle back.
     #[inline(always)]
     pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
-        match self.queue.try_take(self.id) {
+        match self.queue.take(self.id, Outcome, Look::Once(None)) {
             Some(outcome) => Ok(outcome),
             None => Err(self),
         }
@@ -453,7 +458,9 @@ impl<'scope> ScopedPendingWork<'scope> {
     /// its outcome.
     #[inline]
     pub fn wait(self) -> Result<WorkSuccess> {
-        self.queue.wait(self.id, self.timeout)
+        self.queue
+            .wait(self.id, Outcome, Duration::ZERO, Some(self.timeout))
+            .expect(BOUNDED)
     }
 }
 

@@ -57,12 +57,14 @@
 //!     Rust code never holds a slice of either while it can.
 
 use crate::channel::Channel;
+use crate::engine::{Outcome, BOUNDED};
 use crate::error::VerbsError;
 use crate::fatal::{abort_with, AbortOnUnwind};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::work::build::{BindWindow, InvalidateKey};
 use rdma_core::{AccessFlags, MemoryRegion, MemoryWindow, MwType};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 /// The remote rights a window may grant.
 const REMOTE_RIGHTS: AccessFlags = AccessFlags::REMOTE_READ
@@ -155,7 +157,12 @@ impl Channel {
                 range: range.clone(),
                 access,
             }))
-            .and_then(|id| self.queue().wait(id, self.timeout()));
+            .and_then(|id| {
+                let timeout = Some(self.timeout());
+                self.queue()
+                    .wait(id, Outcome, Duration::ZERO, timeout)
+                    .expect(BOUNDED)
+            });
         if let Err(e) = bound {
             release(Some(mw), mr);
             return Err(e);
@@ -167,7 +174,12 @@ impl Channel {
         let invalidated = self
             .queue()
             .post_sends(std::iter::once(InvalidateKey(rkey)))
-            .and_then(|id| self.queue().wait(id, self.timeout()));
+            .and_then(|id| {
+                let timeout = Some(self.timeout());
+                self.queue()
+                    .wait(id, Outcome, Duration::ZERO, timeout)
+                    .expect(BOUNDED)
+            });
         if let Err(e) = &invalidated {
             log::warn!("invalidating window key {rkey:#x} failed ({e}); deregistering its memory");
         }

@@ -172,7 +172,7 @@ pub(crate) struct PendingCm {
 
 impl PendingCm {
     pub(crate) fn qp(&self) -> &QueuePair {
-        self.queue.qp()
+        &self.queue.qp
     }
 
     pub(crate) fn id(&self) -> &CmId {
@@ -213,7 +213,7 @@ impl PendingCm {
         // cannot be read counts as nothing new: the waits see that again
         // and handle it.
         let _ = self.queue.reap_now();
-        self.queue.counters().completed > 0
+        self.queue.status().counters.completed > 0
     }
 
     /// The connection will not be established: marks it disconnected and

@@ -84,7 +84,7 @@ impl Channel {
     /// and `gid_index` describe the peer's side and are informational here
     /// (the local port and GID index are the channel's own).
     pub fn connect_with(&mut self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
-        let qp = self.queue.qp();
+        let qp = &self.queue.qp;
         let mut av = if self.needs_grh || !remote.gid.is_zero() {
             AddressVector::global(self.local.port, remote.gid, self.local.gid_index)
         } else {

@@ -102,7 +102,7 @@ impl Channel {
 
     /// The queue capacities granted by the device.
     pub fn capabilities(&self) -> QpCapabilities {
-        self.queue.limits().caps
+        self.queue.limits.caps
     }
 
     /// The bound on blocking waits.
@@ -179,7 +179,7 @@ impl Channel {
     /// The keepalive interval, if the channel has one (see
     /// [`set_keepalive`](Self::set_keepalive)).
     pub fn keepalive(&self) -> Option<Duration> {
-        self.queue.keepalive()
+        self.queue.status().keepalive
     }
 
     /// Why the channel is unusable, if an earlier failure or timeout shut it
@@ -188,7 +188,7 @@ impl Channel {
     /// access). Reads the device's pending events and the queue pair's state
     /// (`ibv_query_qp`).
     pub fn unusable_reason(&self) -> Option<String> {
-        if let Some(why) = self.queue.unusable() {
+        if let Some(why) = self.queue.status().unusable {
             return Some(why);
         }
         self.queue.broken()
@@ -203,14 +203,14 @@ impl Channel {
     /// Work requests posted and not yet completed and claimed. Always 0
     /// outside a scope, except for leaked [`PendingWork`](crate::PendingWork).
     pub fn outstanding(&self) -> usize {
-        self.queue.counters().tracked
+        self.queue.status().counters.tracked
     }
 
     /// Totals since creation: (work requests posted, work requests seen
     /// complete). A batch counts as its number of requests on both sides.
     /// Completions never outnumber posts.
     pub fn totals(&self) -> (u64, u64) {
-        let c = self.queue.counters();
+        let c = self.queue.status().counters;
         (c.posted, c.completed)
     }
 
@@ -218,12 +218,12 @@ impl Channel {
     /// [`SharedChannel::skip_readiness_check`](crate::SharedChannel::skip_readiness_check).
     #[doc(hidden)]
     pub fn skip_readiness_check(&self) {
-        self.queue.assume_ready();
+        self.queue.gate.assume_ready();
     }
 
     /// The QP number of the channel's queue pair.
     pub fn qp_num(&self) -> u32 {
-        self.queue.qp().qp_num()
+        self.queue.qp.qp_num()
     }
 
     /// `ibv_query_qp`—The current state of the channel's queue pair
@@ -233,7 +233,7 @@ impl Channel {
     /// polling its completion queue behind the channel's back would break
     /// the bookkeeping that decides when borrowed memory is released.
     pub fn qp_state(&self) -> Result<rdma_core::QpState> {
-        Ok(self.queue.qp().state()?)
+        Ok(self.queue.qp.state()?)
     }
 
     /// The engine, for scopes and pending work.
@@ -247,7 +247,7 @@ impl fmt::Debug for Channel {
         f.debug_struct("Channel")
             .field("local", &self.local)
             .field("remote", &self.remote)
-            .field("caps", &self.queue.limits().caps)
+            .field("caps", &self.queue.limits.caps)
             .field("timeout", &self.timeout)
             .field("unusable", &self.unusable_reason())
             .finish()

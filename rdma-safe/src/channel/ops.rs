@@ -1,6 +1,7 @@
 //! The operations of a [`Channel`]: blocking, unpolled and scoped.
 
 use super::Channel;
+use crate::engine::{Outcome, BOUNDED};
 use crate::error::{Result, ScopeError};
 use crate::pending::PendingWork;
 use crate::scope::PollingScope;
@@ -9,6 +10,7 @@ use crate::verb::SendQueueRequest;
 use crate::work::{
     ReadWorkRequest, ReceiveWorkRequest, SendWorkRequest, WorkSuccess, WriteWorkRequest,
 };
+use std::time::Duration;
 
 impl Channel {
     // ----- blocking operations ------------------------------------------------
@@ -80,9 +82,14 @@ impl Channel {
     ///
     /// # Errors
     /// As [`run`](Self::run).
-    pub fn receive(&mut self, mut wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
-        let id = self.queue.post_recv(&mut wr)?;
-        self.peer_gone(self.queue.wait(id, self.timeout))
+    pub fn receive(&mut self, wr: ReceiveWorkRequest<'_, '_>) -> Result<WorkSuccess> {
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        let id = ids.start;
+        let outcome = self
+            .queue
+            .wait(id, Outcome, Duration::ZERO, Some(self.timeout));
+        self.peer_gone(outcome.expect(BOUNDED))
     }
 
     /// Posts an RDMA write and blocks until it completes (bounded by the
@@ -131,9 +138,11 @@ impl Channel {
     /// prevent this.
     pub unsafe fn receive_unpolled<'data>(
         &mut self,
-        mut wr: ReceiveWorkRequest<'_, 'data>,
+        wr: ReceiveWorkRequest<'_, 'data>,
     ) -> Result<PendingWork<'data>> {
-        let id = self.queue.post_recv(&mut wr)?;
+        let (ids, posted) = self.queue.post_receives(&mut [wr]);
+        posted?;
+        let id = ids.start;
         Ok(PendingWork::new(self.queue.clone(), id, self.timeout))
     }
 

@@ -16,7 +16,7 @@ const SQ_READY: u8 = 2;
 /// Which of a queue pair's queues were seen taking requests: once set,
 /// admission skips the state query.
 #[derive(Debug, Default)]
-pub(super) struct Gate {
+pub(crate) struct Gate {
     ready: AtomicU8,
 }
 
@@ -102,7 +102,7 @@ impl Gate {
     /// the device: posts go to the verb whatever its state. For tests of
     /// what the engine does when a verb fails after queueing (the failure
     /// is then settled soundly; see the `shutdown` module).
-    pub(super) fn assume_ready(&self) {
+    pub(crate) fn assume_ready(&self) {
         self.ready.fetch_or(RQ_READY | SQ_READY, Ordering::Relaxed);
     }
 }

@@ -2,8 +2,9 @@
 //! posting of every work request, and the tracking of their completions.
 //!
 //! [`WorkQueue`] is the one place that turns a typed work request into a
-//! posted one ([`post`]) and a completion into a result
-//! ([`tracker`], [`wait`]). The façade types — [`Channel`],
+//! posted one ([`post`]; owning requests in [`owned`], receives through
+//! [`WorkQueue::post_receives`]) and a completion into a result
+//! ([`tracker`]; claimed as a [`claim`] kind says, in [`wait`]). The façade types — [`Channel`],
 //! scopes, [`PendingWork`] — borrow or share it; it never refers to them.
 //!
 //! Every post passes [`gate`]'s admission first (usable channel, queue
@@ -16,6 +17,7 @@
 //! [`PendingWork`]: crate::PendingWork
 
 mod attached;
+mod claim;
 mod clock;
 mod completions;
 mod ending;
@@ -35,14 +37,15 @@ mod watch;
 pub(crate) use watch::DeviceWatch;
 
 pub(crate) use attached::Notify;
+pub(crate) use claim::{Look, Outcome, WithMemory};
 pub(crate) use completions::{Completions, SharedCq};
-pub(crate) use list::{fill_list, with_list, STACK_LIST};
-pub(crate) use owned::{Refused, Returned};
-pub(crate) use owned::{RECEIVES_PER_CALL, SHORT_RECEIVES};
+pub(crate) use list::{fill_list, with_list, Receives, STACK_LIST};
+pub(crate) use list::{RECEIVES_PER_CALL, SHORT_RECEIVES};
+pub(crate) use owned::{Notice, Refused, Returned};
 pub(crate) use srq::{Polled, SrqQueue};
-pub(crate) use wait::Abandon;
+pub(crate) use wait::{Abandon, Ids, BOUNDED};
 
-use crate::error::{Error, Operation, Result};
+use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::PoolBuf;
 use crate::work::build::Limits;
 use crate::work::Held;
@@ -51,7 +54,7 @@ use ending::Ending;
 use gate::Gate;
 use later::Locked;
 use parking_lot::Mutex;
-use rdma_core::{PostError, QueuePair, RecvRequest};
+use rdma_core::{QueuePair, RecvRequest};
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -66,12 +69,17 @@ use tracker::Tracker;
 pub(crate) struct WorkQueue {
     /// Declared before `cq`: the queue pair is destroyed first, so a
     /// shared CQ's reservation is given back only when nothing more can
-    /// complete on it.
-    qp: QueuePair,
-    cq: Completions,
+    /// complete on it. Read by the façade for connecting it: posting to it
+    /// or moving it to a state other than RTR/RTS behind the engine's back
+    /// would break the tracking that decides when borrowed memory is
+    /// released.
+    pub(crate) qp: QueuePair,
+    /// Where the queue pair's completions come from (the façade arms the
+    /// CQ and sleeps on its channel).
+    pub(crate) cq: Completions,
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
-    limits: Limits,
+    pub(crate) limits: Limits,
     /// The device's async events, shared with the other queues on it.
     watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
@@ -79,7 +87,7 @@ pub(crate) struct WorkQueue {
     /// (shared with the tracker, which marks a peer that did not answer a
     /// keepalive probe).
     ending: Arc<Ending>,
-    gate: Gate,
+    pub(crate) gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
     idle_polls: AtomicU32,
@@ -120,13 +128,6 @@ impl WorkQueue {
         }
     }
 
-    /// The queue pair, for connecting it. Posting to it or moving it to a
-    /// state other than RTR/RTS behind the engine's back would break the
-    /// tracking that decides when borrowed memory is released.
-    pub(crate) fn qp(&self) -> &QueuePair {
-        &self.qp
-    }
-
     /// Records that the peer disconnected, then moves the queue pair to ERR
     /// so that every pending request is flushed at once; each then reports
     /// [`Error::PeerDisconnected`], whichever API waits for it.
@@ -136,15 +137,6 @@ impl WorkQueue {
     pub(crate) fn peer_disconnected(&self) -> rdma_core::Result<()> {
         self.ending.peer_gone();
         self.qp.to_error()
-    }
-
-    /// See [`Gate::assume_ready`].
-    pub(crate) fn assume_ready(&self) {
-        self.gate.assume_ready();
-    }
-
-    pub(crate) fn limits(&self) -> &Limits {
-        &self.limits
     }
 
     /// The tracker, locked; the wakers it collects meanwhile run once the
@@ -158,104 +150,105 @@ impl WorkQueue {
         Locked::new(self.state.lock())
     }
 
-    /// Posts work through `post`, which receives the id to use: one request,
-    /// or a batch of `sq` send-queue requests of which only the last is
-    /// signaled (and carries the id; the others carry `id | BATCH_MEMBER`).
-    /// `sq` is 0 for a receive. A batch that would overflow the send queue is
-    /// refused before anything is posted; a failure that does not prove
-    /// nothing was queued is settled (see the `shutdown` module) before the
-    /// error is returned. The lock is held by the caller.
-    #[inline]
-    fn post_locked(
-        &self,
-        st: &mut Tracker,
-        op: Operation,
-        len: usize,
-        sq: u32,
-        post: impl FnOnce(u64) -> Result<(), PostError>,
-    ) -> Result<u64> {
-        self.gate.admit(&self.qp, st, op, sq > 0)?;
-        if !st.room_for(sq > 0, (sq as usize).max(1)) {
-            return Err(queue_too_full(op, sq.max(1), st));
-        }
-        match post(st.next_id()) {
-            Ok(()) => Ok(st.track(op, len, sq, Attached::default())),
-            Err(e) => Err(self.post_failed(st, op, len, sq, Held::None, e).0),
-        }
-    }
-
-    /// Posts the receives `reqs` as one list through `post`, after giving
-    /// them their ids (consecutive). Every receive that was posted is
-    /// tracked, with the bytes its scatter list holds, whether or not the
-    /// list was posted whole; the returned range names them. A failure that
-    /// does not say which were posted is settled (see the `shutdown` module)
-    /// and names none.
+    /// Posts the receives of `list` — one, a batch into borrowed memory,
+    /// or pool buffers each received into whole — as one list with one
+    /// `ibv_post_recv` call, after giving them their ids (consecutive).
+    /// Receives complete one by one, in order, each with its own
+    /// completion. Every receive that was posted is tracked, with the
+    /// bytes its scatter list holds, whether or not the list was posted
+    /// whole; the returned range names them, and the error (if any) is
+    /// returned beside them. A failure that does not say which were posted
+    /// is settled (see the `shutdown` module) and names none.
     ///
-    /// `owned` is empty for receives into borrowed memory; for owning
-    /// receives it holds the pool buffer of each request, in order: a
-    /// posted receive's buffer moves into its slot under this lock (its
-    /// entry is taken); the others stay, and after a settled failure every
-    /// buffer is put back.
+    /// A posted receive's pool buffer moves into its slot under this lock
+    /// (its entry of `list` is taken); the others stay, and after a settled
+    /// failure every buffer is put back. The list is built on the stack
+    /// (see [`with_list`]; a single receive's is an array of one): posting
+    /// costs the allocator nothing.
     ///
     /// As a provider would, only as many receives as the receive queue has
-    /// room for are posted (`post` is given that part of the list, from its
-    /// start); the rest are refused with an error beside the posted ones.
-    fn post_receives(
+    /// room for are posted (the first of the list); the rest are refused
+    /// with an error beside the posted ones.
+    pub(crate) fn post_receives<L: Receives + ?Sized>(
         &self,
-        reqs: &mut [RecvRequest<'_>],
-        owned: &mut [Option<PoolBuf>],
-        post: &mut dyn FnMut(&mut [RecvRequest<'_>]) -> Result<(), PostError>,
+        list: &mut L,
     ) -> (Range<u64>, Result<()>) {
-        let mut st = self.lock();
-        if let Err(e) = self.gate.admit(&self.qp, &st, Operation::Receive, false) {
-            return (0..0, Err(e));
-        }
-        let fits = reqs.len().min(st.receive_room());
-        let full = (fits < reqs.len())
-            .then(|| queue_too_full(Operation::Receive, (reqs.len() - fits) as u32, &st));
-        let reqs = &mut reqs[..fits];
-        if reqs.is_empty() {
-            return (0..0, Err(full.expect("a refused receive")));
-        }
-        let first = st.next_id();
-        for (id, req) in (first..).zip(reqs.iter_mut()) {
-            req.set_wr_id(id);
-        }
-        let (posted, rc) = match post(reqs) {
-            Ok(()) => (reqs.len(), Ok(())),
-            Err(e) => match e.posted() {
-                Some(k) if k < reqs.len() => (k, Err(e)),
-                _ => {
-                    // Not said: track them all, settle, forget them (giving
-                    // owned buffers back).
-                    track_receives(&mut st, reqs, owned);
-                    let ids = first..st.next_id();
-                    self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
-                    for (k, id) in ids.enumerate() {
-                        if let (Held::Unique(b), Some(entry)) = (st.forget(id), owned.get_mut(k)) {
-                            *entry = Some(b);
-                        }
-                    }
-                    let source = e.into();
-                    let e = Error::Post {
-                        operation: Operation::Receive,
-                        source,
-                    };
-                    return (first..first, Err(e));
-                }
-            },
-        };
-        track_receives(&mut st, &reqs[..posted], owned);
-        let end = st.next_id();
-        let rc = match (rc, full) {
-            (Err(e), _) => Err(Error::Post {
+        let refuse = |e: Error| (0..0, Err(e));
+        if list.len() == 0 {
+            return refuse(Error::Post {
                 operation: Operation::Receive,
-                source: e.into(),
-            }),
-            (Ok(()), Some(e)) => Err(e),
-            (Ok(()), None) => Ok(()),
-        };
-        (first..end, rc)
+                source: VerbsError::InvalidArgument("empty batch".into()),
+            });
+        }
+        if let Err(e) = Gate::receives_here(&self.qp) {
+            return refuse(e);
+        }
+        if let Err(e) = list.check(&self.limits) {
+            return refuse(e);
+        }
+        list.lend(|reqs, owned| {
+            let mut st = self.lock();
+            if let Err(e) = self.gate.admit(&self.qp, &st, Operation::Receive, false) {
+                return (0..0, Err(e));
+            }
+            let fits = reqs.len().min(st.receive_room());
+            let full = (fits < reqs.len())
+                .then(|| queue_too_full(Operation::Receive, (reqs.len() - fits) as u32, &st));
+            let reqs = &mut reqs[..fits];
+            if reqs.is_empty() {
+                return (0..0, Err(full.expect("a refused receive")));
+            }
+            let first = st.next_id();
+            for (id, req) in (first..).zip(reqs.iter_mut()) {
+                req.set_wr_id(id);
+            }
+            // Every SGE of `reqs` names memory that nothing else reaches
+            // until the engine has seen the request's completion (see
+            // `Receives`): a scatter element's, borrowed until the
+            // completion is claimed, or a pool buffer of `owned`, which
+            // moves into its request's slot below, under this lock. A
+            // receive the verb did not queue leaves at once; if the verb
+            // does not say which it queued, the channel is shut down and
+            // drained before any buffer comes back or any borrow ends.
+            // SAFETY: by the reasoning just above.
+            let (posted, rc) = match unsafe { self.qp.post_recv_list(reqs) } {
+                Ok(()) => (reqs.len(), Ok(())),
+                Err(e) => match e.posted() {
+                    Some(k) if k < reqs.len() => (k, Err(e)),
+                    _ => {
+                        // Not said: track them all, settle, forget them
+                        // (giving owned buffers back).
+                        track_receives(&mut st, reqs, owned);
+                        let ids = first..st.next_id();
+                        self.settle_tracked(&mut st, Operation::Receive, ids.clone(), &e);
+                        for (k, id) in ids.enumerate() {
+                            if let (Held::Unique(b), Some(entry)) =
+                                (st.forget(id), owned.get_mut(k))
+                            {
+                                *entry = Some(b);
+                            }
+                        }
+                        let source = e.into();
+                        let e = Error::Post {
+                            operation: Operation::Receive,
+                            source,
+                        };
+                        return (first..first, Err(e));
+                    }
+                },
+            };
+            track_receives(&mut st, &reqs[..posted], owned);
+            let end = st.next_id();
+            let rc = match (rc, full) {
+                (Err(e), _) => Err(Error::Post {
+                    operation: Operation::Receive,
+                    source: e.into(),
+                }),
+                (Ok(()), Some(e)) => Err(e),
+                (Ok(()), None) => Ok(()),
+            };
+            (first..end, rc)
+        })
     }
 
     /// Sets the keepalive interval (`None` or zero: no probes; see the
@@ -264,30 +257,33 @@ impl WorkQueue {
         self.lock().set_keepalive(interval);
     }
 
-    /// The keepalive interval.
-    pub(crate) fn keepalive(&self) -> Option<Duration> {
-        self.lock().keepalive()
+    /// The queue's status, read under one lock: the tracker's counters,
+    /// the keepalive interval, and why the channel is unusable, if it is.
+    pub(crate) fn status(&self) -> Status {
+        let st = self.lock();
+        Status {
+            counters: st.counters(),
+            keepalive: st.keepalive(),
+            unusable: st.unusable().map(str::to_owned),
+        }
     }
+}
 
-    /// The tracker's counters.
-    pub(crate) fn counters(&self) -> Counters {
-        self.lock().counters()
-    }
-
-    pub(crate) fn unusable(&self) -> Option<String> {
-        self.lock().unusable().map(str::to_owned)
-    }
-
-    /// Where the queue pair's completions come from (for arming the CQ and
-    /// sleeping on its channel).
-    pub(crate) fn completions(&self) -> &Completions {
-        &self.cq
-    }
+/// What [`WorkQueue::status`] reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Status {
+    pub(crate) counters: Counters,
+    /// The keepalive interval (`None`: no probes).
+    pub(crate) keepalive: Option<Duration>,
+    /// Why the channel no longer carries work, once it does not.
+    pub(crate) unusable: Option<String>,
 }
 
 /// Tracks the receives `reqs`, just posted with consecutive ids, each
 /// owning the buffer in its place of `owned` if there is one (the entry is
-/// taken).
+/// taken). Inlined: for a single receive (an array of one) the loop folds
+/// away.
+#[inline(always)]
 fn track_receives(st: &mut Tracker, reqs: &[RecvRequest<'_>], owned: &mut [Option<PoolBuf>]) {
     for (k, req) in reqs.iter().enumerate() {
         let held = owned
@@ -332,7 +328,7 @@ impl Drop for WorkQueue {
     fn drop(&mut self) {
         let in_flight = self.lock().in_flight();
         if in_flight > 0 {
-            self.shutdown_and_drain("the channel was dropped with work in flight");
+            self.shut_down(None, "the channel was dropped with work in flight");
         }
     }
 }

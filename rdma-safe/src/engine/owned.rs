@@ -17,25 +17,16 @@
 //! fails reports its own completion, tagged [`BATCH_MEMBER`], which the
 //! tracker records as the batch's outcome.
 
-use super::attached::{Attached, Notify};
-use super::gate::Gate;
-use super::list::{fill_list, with_list, STACK_LIST};
+use super::attached::{Attached, Callback, Notify};
+use super::list::fill_list;
 use super::tracker::{Take, Tracker, BATCH_MEMBER};
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
-use crate::pool::PoolBuf;
 use crate::work::build::invalid;
 use crate::work::{Held, OwnedKind, WorkSuccess, OWNED_BATCH_MAX};
 use rdma_core::{RecvRequest, SendFlags, Sge};
 use std::convert::Infallible;
-use std::ops::Range;
 use std::task::Waker;
-
-/// Receives [`WorkQueue::post_owned_receives`] posts per call, at most.
-pub(crate) const RECEIVES_PER_CALL: usize = STACK_LIST;
-/// Receives a call posts from short arrays: its SGEs here, and the
-/// buffers `SharedChannel::start_receives` gathers for it.
-pub(crate) const SHORT_RECEIVES: usize = 8;
 
 /// Why an owning request was not posted; the memory comes back with it.
 #[derive(Debug)]
@@ -46,31 +37,44 @@ pub(crate) enum Refused {
     Error(Error, Held),
 }
 
+/// Who learns of an owning request's completion ([`WorkQueue::submit`]).
+pub(crate) enum Notice<'a> {
+    /// Whoever claims it by id: a blocking run, a receive stream.
+    Claim,
+    /// The callback, run by the next `run_callbacks` after the completion.
+    Callback(Callback),
+    /// A future: the slot's waker (if any) is woken at the completion; the
+    /// room waker (if any) and the future's ticket in the room list wait
+    /// for send-queue room.
+    Task {
+        slot: Option<&'a Waker>,
+        room: Option<(&'a Waker, &'a mut Option<u64>)>,
+    },
+}
+
+impl std::fmt::Debug for Notice<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Notice::Claim => "Claim",
+            Notice::Callback(_) => "Callback",
+            Notice::Task { .. } => "Task",
+        })
+    }
+}
+
 /// An outcome with the memory given back.
 pub(crate) type Returned = (Result<WorkSuccess>, Held);
 
 impl WorkQueue {
-    /// Posts `kind` over `held`, which moves into the request's slot in the
-    /// same critical section as the post, with `notify` to tell of the
-    /// completion. Allocates nothing (the SGE and request live on the stack).
-    pub(crate) fn post_owned(
-        &self,
-        kind: OwnedKind,
-        held: Held,
-        notify: Notify,
-    ) -> Result<u64, Refused> {
-        // `notify` may be a callback, whose captures are the user's: if the
-        // post is refused it is dropped here, after the lock is released.
-        let mut notify = Some(notify);
-        let posted = {
-            let mut st = self.lock();
-            let take = || notify.take().unwrap_or_default();
-            self.post_owned_locked(&mut st, kind, held, take, false)
-        };
-        drop(notify);
-        posted.map(|(id, _)| id)
-    }
-
+    /// Posts `kind` over `held` with the lock held: one request over its
+    /// buffer, or the requests of an owning batch ([`OwnedKind::Batch`]
+    /// over a [`Held::Batch`], named after its last request) as one list
+    /// with one `ibv_post_send` call of which only the last is signaled.
+    /// `held` moves into the request's slot, told of with `notify`, or,
+    /// when `look` finds a send-queue request already complete, comes back
+    /// at once with the outcome. `Refused::Full` while the send queue
+    /// lacks room for the whole request (nothing is posted then).
+    /// Allocates nothing.
     pub(super) fn post_owned_locked(
         &self,
         st: &mut Tracker,
@@ -79,30 +83,72 @@ impl WorkQueue {
         notify: impl FnOnce() -> Notify,
         look: bool,
     ) -> Result<(u64, Option<Returned>), Refused> {
-        if let OwnedKind::Batch { op } = kind {
-            return self.post_owned_batch_locked(st, op, held, notify, look);
-        }
         let op = kind.operation();
-        let (addr, len, lkey) = match (&held, kind) {
-            (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
-            (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
-            (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
-            _ => {
-                let e = invalid(op, format_args!("a {op} needs the other kind of buffer"));
+        // The SGEs: one request's, or a batch's, one per request.
+        let one: [Sge; 1];
+        let mut many: [Sge; OWNED_BATCH_MAX];
+        let (sges, len, sq) = match (&held, kind) {
+            (Held::Batch(reqs), OwnedKind::Batch { .. }) => {
+                let n = reqs.len();
+                let sq_capacity = st.queue_use(true).1;
+                if n == 0 || n > OWNED_BATCH_MAX || n > sq_capacity {
+                    let e = invalid(
+                        op,
+                        format_args!(
+                            "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
+                            OWNED_BATCH_MAX, sq_capacity
+                        ),
+                    );
+                    return Err(Refused::Error(e, held));
+                }
+                if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
+                    return Err(Refused::Error(e, held));
+                }
+                many = [Sge::default(); OWNED_BATCH_MAX];
+                let mut total = 0usize;
+                // Indexed, not zipped: as a `Zip` the loop is left out of
+                // line (a call per request).
+                for k in 0..n {
+                    let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
+                    many[k] = Sge::new(addr, len, lkey);
+                    total += len as usize;
+                }
+                (&many[..n], total, n as u32)
+            }
+            (_, OwnedKind::Batch { .. }) => {
+                let e = invalid(
+                    Operation::Send,
+                    format_args!("a batch needs a batch of requests"),
+                );
                 return Err(Refused::Error(e, held));
             }
+            (held_buf, _) => {
+                let (addr, len, lkey) = match (held_buf, kind) {
+                    (Held::Shared(b), OwnedKind::Send { .. } | OwnedKind::Write { .. }) => b.sge(),
+                    (Held::Unique(b), OwnedKind::Receive) => b.sge_full(),
+                    (Held::Unique(b), OwnedKind::Read { .. }) => b.sge(),
+                    _ => {
+                        let e = invalid(op, format_args!("a {op} needs the other kind of buffer"));
+                        return Err(Refused::Error(e, held));
+                    }
+                };
+                if let Some(e) = kind.remote_misfit(len as usize) {
+                    return Err(Refused::Error(e, held));
+                }
+                one = [Sge::new(addr, len, lkey)];
+                // A zero-length payload is sent without an SGE.
+                let sges = if len == 0 { &one[..0] } else { &one[..] };
+                (
+                    sges,
+                    len as usize,
+                    u32::from(!matches!(kind, OwnedKind::Receive)),
+                )
+            }
         };
-        if let Some(e) = kind.remote_misfit(len as usize) {
-            return Err(Refused::Error(e, held));
-        }
-        let sge = [Sge::new(addr, len, lkey)];
-        // A zero-length payload is sent without an SGE.
-        let sges = if len == 0 { &sge[..0] } else { &sge[..] };
-        let sq = u32::from(!matches!(kind, OwnedKind::Receive));
         if let Err(e) = self.gate.admit(&self.qp, st, op, sq > 0) {
             return Err(Refused::Error(e, held));
         }
-        if !st.room_for(sq > 0, 1) {
+        if !st.room_for(sq > 0, (sq as usize).max(1)) {
             return Err(if sq > 0 {
                 Refused::Full(held)
             } else {
@@ -110,227 +156,116 @@ impl WorkQueue {
             });
         }
         let id = st.next_id();
-        let rc = match kind {
-            OwnedKind::Receive => {
+        let rc = match (kind, &held) {
+            (OwnedKind::Receive, _) => {
                 let mut req = [RecvRequest::new(id, sges)];
                 // The SGE names `held`'s buffer, which `held` keeps
                 // allocated and registered (its pool holds the slab). `held`
                 // is the buffer's only handle (a `PoolBuf`) and, under the
                 // same lock, before anyone else could reap this request,
-                // either comes back with the completion this function saw,
-                // moves into the request's slot, which gives it up only
-                // after the completion is seen, or, if the post fails, comes
-                // back only once nothing of the request can still run.
+                // either moves into the request's slot, which gives it up
+                // only after the completion is seen, or, if the post fails,
+                // comes back only once nothing of the request can still run.
                 // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_recv_list(&mut req) }
+            }
+            (_, Held::Batch(reqs)) => {
+                // The list holds the batch's requests only, built on the
+                // stack (`fill_list`), not a whole `OWNED_BATCH_MAX` array
+                // with its unused entries. Each request is written straight
+                // into its place by a builder inlined into the list's loop
+                // (not built aside and moved in, a call and a copy per
+                // request).
+                let posted = fill_list(
+                    reqs.iter().enumerate(),
+                    #[inline(always)]
+                    |(k, req), slot| {
+                        // A zero-length payload travels without an SGE.
+                        let sges = if req.is_empty() {
+                            &sges[k..k]
+                        } else {
+                            &sges[k..=k]
+                        };
+                        slot.write(req.kind.send_request(
+                            id | BATCH_MEMBER,
+                            sges,
+                            self.limits.inline_default,
+                        ));
+                        Ok::<(), Infallible>(())
+                    },
+                    |wrs| {
+                        if let Some(last) = wrs.last_mut() {
+                            last.set_wr_id(id);
+                            last.set_flags(last.flags() | SendFlags::SIGNALED);
+                        }
+                        // Every SGE names the memory of a request of `held`
+                        // — a `PoolBytes` the NIC only reads, or a read
+                        // target's `PoolBuf`, its only handle — which the
+                        // pool keeps allocated and registered while `held`
+                        // holds it. `held` moves into the batch's slot
+                        // below, before the lock is released, and the slot
+                        // gives it up only once the last request's
+                        // completion has been seen, after which the NIC
+                        // touches none of it; if the post fails, it comes
+                        // back only once nothing of the batch can still run.
+                        // SAFETY: by the reasoning just above.
+                        unsafe { Ok(self.qp.post_send_list(wrs)) }
+                    },
+                );
+                match posted {
+                    Ok(posted) => posted,
+                    Err(never) => match never {},
+                }
             }
             _ => {
                 let req = kind.send_request(id, sges, self.limits.inline_default);
                 let mut req = [req.signaled()];
-                // As for the receive: `held` — a `PoolBytes` the NIC only
+                // As for a receive: `held` — a `PoolBytes` the NIC only
                 // reads, or for a read target the buffer's only handle —
-                // comes back only with the completion (or, after a failed
-                // post, once nothing of it can still run), or moves into the
-                // slot before the lock is released.
+                // comes back only with the completion this function saw
+                // (or, after a failed post, once nothing of it can still
+                // run), or moves into the slot before the lock is released.
                 // SAFETY: by the reasoning just above.
                 unsafe { self.qp.post_send_list(&mut req) }
             }
         };
         if let Err(e) = rc {
+            // Part of a batch, or an unknown part, may be on the queue:
             // `held` comes back only once nothing of the request can still
             // run (see `post_failed`).
-            let (e, held) = self.post_failed(st, op, len as usize, sq, held, e);
+            let (e, held) = self.post_failed(st, op, len, sq, held, e);
             return Err(Refused::Error(e, held));
         }
+        let batch = matches!(kind, OwnedKind::Batch { .. });
         // Only a send-queue request can have completed already (rxe runs
         // a small send inside the post's doorbell): a receive completes
         // only once the peer sends, after this, so looking for its
         // completion would cost a poll per receive.
-        if look && sq > 0 {
+        if look && sq == 1 && !batch {
             // A completion that is already there is taken before the request
             // is tracked: `held` has not left this function, and goes back
             // with it.
-            let outcome = |wc: &_| self.ending.outcome(op, len as usize, wc);
+            let outcome = |wc: &_| self.ending.outcome(op, len, wc);
             if let Some(outcome) = st.reap_untracked(|wcs| self.cq.poll(wcs), op, outcome) {
                 return Ok((id, Some((outcome, held))));
             }
         }
+        if !batch {
+            let notify = notify();
+            st.track(op, len, sq, Attached { held, notify });
+            return Ok((id, None));
+        }
+        // A batch is tracked before its look: a member's failed completion
+        // is recorded in its slot. The waker is given only if it is still
+        // in flight after the look.
+        let claim = Notify::Claim;
         st.track(
             op,
-            len as usize,
+            len,
             sq,
             Attached {
                 held,
-                notify: notify(),
-            },
-        );
-        Ok((id, None))
-    }
-
-    // ---- a future's submission ----
-
-    /// A future's submission: posts `kind` over `held` with `slot_waker`
-    /// (if any) to be woken at its completion (see `post_owned`), looking at the
-    /// completion queue once under the same lock (the id, and the outcome
-    /// if it completed already). With the send queue full, reaps once and
-    /// tries again, then registers `room_waker` (if any) in the room list
-    /// under `room` (renewing an earlier registration) and refuses with
-    /// [`Refused::Full`]. Once posted, or refused for good, the task leaves
-    /// the room list.
-    pub(crate) fn submit(
-        &self,
-        kind: OwnedKind,
-        held: Held,
-        room_waker: Option<&Waker>,
-        slot_waker: Option<&Waker>,
-        room: &mut Option<u64>,
-    ) -> Result<(u64, Option<Returned>), Refused> {
-        let mut st = self.lock();
-        // The waker is cloned only for a request that is tracked: one whose
-        // completion the post's look already found comes back without it.
-        // Without one the slot waits to be claimed by its future's polls.
-        let notify = || slot_waker.map_or(Notify::Claim, |w| Notify::Waker(w.clone()));
-        let mut outcome = self.post_owned_locked(&mut st, kind, held, notify, true);
-        if let Err(Refused::Full(held)) = outcome {
-            // Completions may be waiting to free entries.
-            outcome = match st.reap(|wcs| self.cq.poll(wcs)) {
-                Ok(n) if n > 0 => self.post_owned_locked(&mut st, kind, held, notify, true),
-                _ => Err(Refused::Full(held)),
-            };
-        }
-        match &outcome {
-            Err(Refused::Full(_)) => {
-                if let Some(waker) = room_waker {
-                    st.wait_for_room(room, waker);
-                }
-            }
-            Ok(_) => {
-                if let Some(ticket) = room.take() {
-                    // It used its turn.
-                    st.leave_room_list(ticket);
-                }
-            }
-            Err(Refused::Error(..)) => {
-                if let Some(ticket) = room.take() {
-                    st.pass_room_turn(Some(ticket));
-                }
-            }
-        }
-        outcome
-    }
-
-    // ---- owning batches ----
-
-    /// Posts the batch `held` holds (a [`Held::Batch`], named `op` after
-    /// its last request) as one list; its memory moves into the batch's
-    /// slot, or comes back at once with the outcome when `look` finds the
-    /// batch already complete. `Refused::Full`
-    /// while the send queue lacks room for the whole batch (nothing is
-    /// posted then). Allocates nothing.
-    pub(super) fn post_owned_batch_locked(
-        &self,
-        st: &mut Tracker,
-        op: Operation,
-        held: Held,
-        notify: impl FnOnce() -> Notify,
-        look: bool,
-    ) -> Result<(u64, Option<Returned>), Refused> {
-        let Held::Batch(reqs) = &held else {
-            let e = invalid(
-                Operation::Send,
-                format_args!("a batch needs a batch of requests"),
-            );
-            return Err(Refused::Error(e, held));
-        };
-        let n = reqs.len();
-        let sq_capacity = st.queue_use(true).1;
-        if n == 0 || n > OWNED_BATCH_MAX || n > sq_capacity {
-            let e = invalid(
-                op,
-                format_args!(
-                    "a batch holds 1 to {} requests (at most the send queue's {}), not {n}",
-                    OWNED_BATCH_MAX, sq_capacity
-                ),
-            );
-            return Err(Refused::Error(e, held));
-        }
-        if let Some(e) = reqs.iter().find_map(|r| r.kind.remote_misfit(r.len())) {
-            return Err(Refused::Error(e, held));
-        }
-        if let Err(e) = self.gate.admit(&self.qp, st, op, true) {
-            return Err(Refused::Error(e, held));
-        }
-        if !st.room_for(true, n) {
-            return Err(Refused::Full(held));
-        }
-        let id = st.next_id();
-        let mut sges = [Sge::default(); OWNED_BATCH_MAX];
-        let mut total = 0usize;
-        // Indexed, not zipped: as a `Zip` the loop is left out of line (a
-        // call per request).
-        for k in 0..n {
-            let (addr, len, lkey) = reqs[k].held.sge().unwrap_or_default();
-            sges[k] = Sge::new(addr, len, lkey);
-            total += len as usize;
-        }
-        // The list holds the batch's `n` requests only, built on the stack
-        // (`fill_list`), not a whole `OWNED_BATCH_MAX` array with its
-        // unused entries. Each request is written straight into its place
-        // by a builder inlined into the list's loop (not built aside and
-        // moved in, a call and a copy per request).
-        let posted = fill_list(
-            reqs.iter().enumerate(),
-            #[inline(always)]
-            |(k, req), slot| {
-                // A zero-length payload travels without an SGE.
-                let sges = if req.is_empty() {
-                    &sges[k..k]
-                } else {
-                    &sges[k..=k]
-                };
-                slot.write(req.kind.send_request(
-                    id | BATCH_MEMBER,
-                    sges,
-                    self.limits.inline_default,
-                ));
-                Ok::<(), Infallible>(())
-            },
-            |wrs| {
-                if let Some(last) = wrs.last_mut() {
-                    last.set_wr_id(id);
-                    last.set_flags(last.flags() | SendFlags::SIGNALED);
-                }
-                // Every SGE names the memory of a request of `held` — a
-                // `PoolBytes` the NIC only reads, or a read target's `PoolBuf`,
-                // its only handle — which the pool keeps allocated and
-                // registered while `held` holds it. `held` moves into the
-                // batch's slot below, before the lock is released, and the slot
-                // gives it up only once the last request's completion has been
-                // seen, after which the NIC touches none of it; if the post
-                // fails, it comes back only once nothing of the batch can still
-                // run.
-                // SAFETY: by the reasoning just above.
-                unsafe { Ok(self.qp.post_send_list(wrs)) }
-            },
-        );
-        let posted = match posted {
-            Ok(posted) => posted,
-            Err(never) => match never {},
-        };
-        if let Err(e) = posted {
-            // Part of the list, or an unknown part, may be on the queue:
-            // `held` comes back only once none of it can still run (see
-            // `post_failed`).
-            let (e, held) = self.post_failed(st, op, total, n as u32, held, e);
-            return Err(Refused::Error(e, held));
-        }
-        st.track(
-            op,
-            total,
-            n as u32,
-            Attached {
-                held,
-                notify: Notify::Claim,
+                notify: claim,
             },
         );
         if look {
@@ -348,64 +283,78 @@ impl WorkQueue {
         Ok((id, None))
     }
 
-    // ---- owning receives posted together ----
-
-    /// Posts a receive into the whole of each buffer of `bufs` (every entry
-    /// `Some`, at most [`RECEIVES_PER_CALL`] of them), in order, with one
-    /// verb call. The posted ones are the first of `bufs`: their entries
-    /// are taken (each buffer moves into its request's slot under the same
-    /// lock as the post, and leaves it only with the completion) and their
-    /// ids are the returned range, in the same order. The others stay in
-    /// `bufs`, with the reason beside the range: a receive queue without
-    /// room for them, an unusable channel, or the verb's refusal. A verb
-    /// that fails without saying what it queued gets the channel shut down
-    /// and drained first, and then every buffer comes back.
-    pub(crate) fn post_owned_receives(
+    /// Posts `kind` over `held`, which moves into the request's slot in the
+    /// same critical section as the post, with `notice` saying who learns
+    /// of the completion. Allocates nothing (the SGEs and requests live on
+    /// the stack). The id, and for a future's submission the outcome if
+    /// the post's one look at the completion queue found it complete
+    /// already (the memory then comes back at once).
+    ///
+    /// A future's submission ([`Notice::Task`]) with the send queue full
+    /// reaps once and tries again, then registers the room waker (if any)
+    /// in the room list under its ticket (renewing an earlier
+    /// registration) and refuses with [`Refused::Full`]; once posted, or
+    /// refused for good, the task leaves the room list. The other notices
+    /// are refused with [`Refused::Full`] at once.
+    ///
+    /// Inlined: each caller passes one kind of notice, and the others'
+    /// branches fold away.
+    #[inline(always)]
+    pub(crate) fn submit(
         &self,
-        bufs: &mut [Option<PoolBuf>],
-    ) -> (Range<u64>, Result<()>) {
-        debug_assert!(bufs.len() <= STACK_LIST && bufs.iter().all(Option::is_some));
-        let n = bufs.len().min(STACK_LIST);
-        let bufs = &mut bufs[..n];
-        if let Err(e) = Gate::receives_here(&self.qp) {
-            return (0..0, Err(e));
-        }
-        // A ring re-posted a few receives at a time zeroes a short SGE
-        // array, not 32 entries.
-        if n <= SHORT_RECEIVES {
-            self.post_owned_receives_in::<SHORT_RECEIVES>(bufs)
-        } else {
-            self.post_owned_receives_in::<STACK_LIST>(bufs)
-        }
-    }
-
-    /// [`post_owned_receives`](Self::post_owned_receives) of at most `N`
-    /// receives, their SGEs in an array of `N`.
-    fn post_owned_receives_in<const N: usize>(
-        &self,
-        bufs: &mut [Option<PoolBuf>],
-    ) -> (Range<u64>, Result<()>) {
-        let mut sges = [Sge::default(); N];
-        for (sge, buf) in sges.iter_mut().zip(bufs.iter().flatten()) {
-            let (addr, len, lkey) = buf.sge_full();
-            *sge = Sge::new(addr, len, lkey);
-        }
-        let reqs = sges[..bufs.len()]
-            .iter()
-            .map(|sge| RecvRequest::new(0, std::slice::from_ref(sge)));
-        with_list(reqs, |reqs| {
-            self.post_receives(reqs, bufs, &mut |reqs| {
-                // Every SGE names the whole chunk of a `PoolBuf` in `bufs`:
-                // the buffer's only handle, which keeps its slab allocated
-                // and registered. Under the engine's lock, each buffer the
-                // verb queued moves into its request's slot (released only
-                // once the completion is seen); one it did not queue stays
-                // with the caller, and if the verb does not say which it
-                // queued, the channel is shut down and drained before any
-                // buffer comes back (`post_receives`).
-                // SAFETY: by the reasoning just above.
-                unsafe { self.qp.post_recv_list(reqs) }
-            })
-        })
+        kind: OwnedKind,
+        held: Held,
+        notice: Notice<'_>,
+    ) -> Result<(u64, Option<Returned>), Refused> {
+        let (mut given, slot_waker, room, task) = match notice {
+            Notice::Claim => (Some(Notify::Claim), None, None, false),
+            Notice::Callback(cb) => (Some(Notify::Callback(cb)), None, None, false),
+            Notice::Task { slot, room } => (None, slot, room, true),
+        };
+        let outcome = {
+            let mut st = self.lock();
+            // A future's waker is cloned only for a request that is
+            // tracked: one whose completion the post's look already found
+            // comes back without it. Without one the slot waits to be
+            // claimed by its future's polls.
+            let mut notify = || {
+                given.take().unwrap_or_else(|| {
+                    slot_waker.map_or(Notify::Claim, |w| Notify::Waker(w.clone()))
+                })
+            };
+            let mut outcome = self.post_owned_locked(&mut st, kind, held, &mut notify, task);
+            if task {
+                if let Err(Refused::Full(held)) = outcome {
+                    // Completions may be waiting to free entries.
+                    outcome = match st.reap(|wcs| self.cq.poll(wcs)) {
+                        Ok(n) if n > 0 => {
+                            self.post_owned_locked(&mut st, kind, held, &mut notify, true)
+                        }
+                        _ => Err(Refused::Full(held)),
+                    };
+                }
+            }
+            if let Some((waker, ticket)) = room {
+                match &outcome {
+                    Err(Refused::Full(_)) => st.wait_for_room(ticket, waker),
+                    // It used its turn.
+                    Ok(_) => {
+                        if let Some(ticket) = ticket.take() {
+                            st.leave_room_list(ticket);
+                        }
+                    }
+                    Err(Refused::Error(..)) => {
+                        if let Some(ticket) = ticket.take() {
+                            st.pass_room_turn(Some(ticket));
+                        }
+                    }
+                }
+            }
+            outcome
+        };
+        // A callback's captures are the user's: if the post was refused it
+        // is dropped here, after the lock is released.
+        drop(given);
+        outcome
     }
 }

@@ -1,23 +1,23 @@
 //! Posting: every send-queue request through one path — built by its
 //! [`SendQueueWork`] impl straight into a list on the stack, then posted
 //! with one verb call (one doorbell), one request or a batch — and the
-//! receives of borrowed memory. Every post passes [`Gate`]'s admission
-//! first.
+//! keepalive's probe through the same path. Every post passes [`Gate`]'s
+//! admission first. Receives, borrowed and owned, have their one path in
+//! [`WorkQueue::post_receives`].
 //!
 //! [`Gate`]: super::gate::Gate
 
 use super::attached::Attached;
-use super::gate::Gate;
+use super::claim::Outcome;
 use super::tracker::{Keepalive, Take, Tracker, BATCH_MEMBER};
-use super::{fill_list, with_list, WorkQueue};
+use super::wait::BOUNDED;
+use super::{fill_list, WorkQueue};
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::fatal::AbortOnUnwind;
-use crate::memory::element::scatter_sges;
 use crate::work::build::{Limits, SendQueueWork};
-use crate::work::{Held, ReceiveWorkRequest, WorkSuccess};
-use rdma_core::{PostError, RecvRequest, SendFlags, SendRequest};
+use crate::work::{Held, WorkSuccess};
+use rdma_core::{SendFlags, SendRequest};
 use std::cell::Cell;
-use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Builds `wrs` into one list (on the stack, see [`fill_list`]), each
@@ -90,7 +90,7 @@ impl WorkQueue {
         len: usize,
         reqs: &mut [SendRequest<'_>],
     ) -> Result<u64> {
-        self.post_sends_locked(&mut self.lock(), op, len, reqs)
+        self.post_list(&mut self.lock(), op, len, reqs, true)
     }
 
     /// Posts as [`post_sends`](Self::post_sends) and waits for the
@@ -105,21 +105,10 @@ impl WorkQueue {
     ) -> Result<WorkSuccess> {
         build_list(&self.limits, wrs, |op, len, reqs| {
             let mut st = self.lock();
-            let id = st.next_id();
-            if reqs.len() == 1 {
-                // One request: posted untracked, then one look at the completion
-                // queue under the same lock; tracked only if its completion is
-                // not there yet.
-                self.gate.admit(&self.qp, &st, op, true)?;
-                if !st.room_for(true, 1) {
-                    return Err(super::queue_too_full(op, 1, &st));
-                }
-                if let Err(e) = self.post_list(reqs, id) {
-                    return Err(self.post_failed(&mut st, op, len, 1, Held::None, e).0);
-                }
-            } else {
-                self.post_sends_locked(&mut st, op, len, reqs)?;
-            }
+            // One request is posted untracked, then one look at the
+            // completion queue under the same lock; tracked only if its
+            // completion is not there yet.
+            let id = self.post_list(&mut st, op, len, reqs, reqs.len() > 1)?;
             // From here on the request is posted: as in `wait`, this returns
             // only once its completion was seen, and never unwinds.
             let guard = AbortOnUnwind("waiting for a completion");
@@ -146,37 +135,45 @@ impl WorkQueue {
             }
             drop(st);
             // `wait` keeps the same promise (its own guard).
-            let outcome = self.wait(id, timeout);
+            let outcome = self.wait(id, Outcome, Duration::ZERO, Some(timeout));
             guard.disarm();
-            outcome
+            outcome.expect(BOUNDED)
         })
     }
 
-    #[inline]
-    fn post_sends_locked(
+    /// Posts `reqs`, built send-queue requests of `op` moving `len` bytes,
+    /// as one list with the lock held: admitted by the gate, refused before
+    /// anything is posted when the send queue lacks room for all of them,
+    /// the last request signaled and carrying the returned id, the others
+    /// `id | BATCH_MEMBER`. A failure that does not prove nothing was
+    /// queued is settled (see the `shutdown` module) before the error is
+    /// returned. `track`: the posted list is tracked; without it the caller
+    /// tracks it, or counts its completion seen already, before releasing
+    /// the lock.
+    ///
+    /// Inlined: with its caller's list (one request, mostly) in view, the
+    /// id loop and the tracking fold away.
+    #[inline(always)]
+    fn post_list(
         &self,
         st: &mut Tracker,
         op: Operation,
         len: usize,
         reqs: &mut [SendRequest<'_>],
+        track: bool,
     ) -> Result<u64> {
-        if reqs.is_empty() {
+        let Some(last) = reqs.len().checked_sub(1) else {
             return Err(Error::Post {
                 operation: op,
                 source: VerbsError::InvalidArgument("empty batch".into()),
             });
+        };
+        let n = reqs.len() as u32;
+        self.gate.admit(&self.qp, st, op, true)?;
+        if !st.room_for(true, reqs.len()) {
+            return Err(super::queue_too_full(op, n, st));
         }
-        self.post_locked(st, op, len, reqs.len() as u32, |id| {
-            self.post_list(reqs, id)
-        })
-    }
-
-    /// Posts `reqs` (not empty) as one list, the last signaled and carrying
-    /// `id`, the others `id | BATCH_MEMBER`. A failure goes to the caller
-    /// as the provider reported it (how much was posted, if it said).
-    #[inline]
-    fn post_list(&self, reqs: &mut [SendRequest<'_>], id: u64) -> Result<(), PostError> {
-        let last = reqs.len() - 1;
+        let id = st.next_id();
         for req in reqs[..last].iter_mut() {
             req.set_wr_id(id | BATCH_MEMBER);
         }
@@ -188,9 +185,15 @@ impl WorkQueue {
         // the completion is claimed: blocking calls wait for it, scopes
         // drain it before returning, and `PendingWork` waits on drop. A
         // failed post returns only once nothing of it can still run (see
-        // `post_failed`).
+        // `post_failed`). The keepalive's probe has no SGE.
         // SAFETY: by the reasoning just above.
-        unsafe { self.qp.post_send_list(reqs) }
+        if let Err(e) = unsafe { self.qp.post_send_list(reqs) } {
+            return Err(self.post_failed(st, op, len, n, Held::None, e).0);
+        }
+        if track {
+            st.track(op, len, n, Attached::default());
+        }
+        Ok(id)
     }
 
     /// The keepalive's look at `now` (a time the caller read): posts a
@@ -210,9 +213,7 @@ impl WorkQueue {
             Keepalive::At(due) => Some(due),
             Keepalive::Due => {
                 let mut req = [SendRequest::rdma_write(0, &[], 0, 0)];
-                match self.post_locked(st, Operation::Write, 0, 1, |id| {
-                    self.post_list(&mut req, id)
-                }) {
+                match self.post_list(st, Operation::Write, 0, &mut req, true) {
                     Ok(id) => st.probe_posted(id),
                     Err(e @ Error::Post { .. }) => st.later().log(
                         log::Level::Warn,
@@ -223,57 +224,5 @@ impl WorkQueue {
                 None
             }
         }
-    }
-
-    pub(crate) fn post_recv(&self, wr: &mut ReceiveWorkRequest<'_, '_>) -> Result<u64> {
-        Gate::receives_here(&self.qp)?;
-        let len = wr.len();
-        let sges = scatter_sges(wr.scatter);
-        self.limits.check_receive_sges(sges)?;
-        let mut req = [RecvRequest::new(0, sges)];
-        self.post_locked(&mut self.lock(), Operation::Receive, len, 0, |id| {
-            req[0].set_wr_id(id);
-            // Every SGE comes from a `ScatterElement`, a live `&mut [u8]`
-            // exclusively borrowed until this request's completion is
-            // claimed (see `post_sends`) or a failed post is settled.
-            // SAFETY: by the reasoning just above.
-            unsafe { self.qp.post_recv_list(&mut req) }
-        })
-    }
-
-    /// Posts receives as one list with one `ibv_post_recv` call. Receives
-    /// complete one by one, in order, each with its own completion; the
-    /// returned range names the posted ones, which are tracked even when the
-    /// call fails part-way (the error is returned beside them). The list is
-    /// built on the stack (see [`with_list`]): a batch costs the allocator
-    /// nothing.
-    pub(crate) fn post_recv_batch(
-        &self,
-        wrs: &mut [ReceiveWorkRequest<'_, '_>],
-    ) -> (Range<u64>, Result<()>) {
-        let refuse = |e: Error| (0..0, Err(e));
-        if wrs.is_empty() {
-            return refuse(Error::Post {
-                operation: Operation::Receive,
-                source: VerbsError::InvalidArgument("empty batch".into()),
-            });
-        }
-        if let Err(e) = Gate::receives_here(&self.qp) {
-            return refuse(e);
-        }
-        for wr in wrs.iter_mut() {
-            if let Err(e) = self.limits.check_receive_sges(scatter_sges(wr.scatter)) {
-                return refuse(e);
-            }
-        }
-        let reqs = wrs
-            .iter_mut()
-            .map(|wr| RecvRequest::new(0, scatter_sges(wr.scatter)));
-        with_list(reqs, |reqs| {
-            self.post_receives(reqs, &mut [], &mut |reqs| {
-                // SAFETY: as in `post_recv`.
-                unsafe { self.qp.post_recv_list(reqs) }
-            })
-        })
     }
 }

@@ -67,15 +67,15 @@ pub(super) fn nothing_queued(e: &PostError) -> bool {
 impl WorkQueue {
     /// Moves the QP to ERR and polls until nothing is in flight, marking the
     /// channel unusable with `why`. Flushed requests stay claimable. What
-    /// never completes is discarded by a reset (see the module docs).
-    pub(crate) fn shutdown_and_drain(&self, why: &str) {
+    /// never completes is discarded by moving the queue pair to RESET,
+    /// which removes every queued request without a completion, after which
+    /// what is still tracked ends as flushed (see the module docs). `st` is
+    /// the tracker when the caller holds the lock; `None` takes it here.
+    pub(crate) fn shut_down(&self, st: Option<&mut Tracker>, why: &str) {
+        let Some(st) = st else {
+            return self.shut_down(Some(&mut self.lock()), why);
+        };
         let guard = AbortOnUnwind("draining a queue pair");
-        self.shut_down_locked(&mut self.lock(), why);
-        guard.disarm();
-    }
-
-    /// [`shutdown_and_drain`](Self::shutdown_and_drain) with the lock held.
-    pub(super) fn shut_down_locked(&self, st: &mut Tracker, why: &str) {
         st.mark_unusable(why);
         if let Err(e) = self.qp.to_error() {
             st.later().log(
@@ -100,44 +100,41 @@ impl WorkQueue {
             if st.completed() != progress.0 {
                 progress = (st.completed(), elapsed);
             } else if elapsed - progress.1 > FLUSH_PATIENCE || elapsed > DRAIN_LIMIT {
-                self.discard_by_reset(st);
-                return;
+                break;
             }
             std::thread::yield_now();
         }
-    }
-
-    /// Moves the queue pair to RESET, which removes every queued request
-    /// without a completion, then ends what is still tracked as flushed.
-    #[cold]
-    fn discard_by_reset(&self, st: &mut Tracker) {
-        if let Err(e) = self.qp.reset() {
-            crate::fatal::abort_with(format_args!(
-                "QP {} still has {} work requests in flight after being moved to the error \
-                 state, and moving it to RESET failed ({e}); returning could let the NIC access \
-                 released memory",
-                self.qp.qp_num(),
-                st.in_flight(),
-            ));
+        if st.in_flight() > 0 {
+            // Out of patience: discard by RESET.
+            if let Err(e) = self.qp.reset() {
+                crate::fatal::abort_with(format_args!(
+                    "QP {} still has {} work requests in flight after being moved to the error \
+                     state, and moving it to RESET failed ({e}); returning could let the NIC \
+                     access released memory",
+                    self.qp.qp_num(),
+                    st.in_flight(),
+                ));
+            }
+            // Completions the device made before the reset are still on the CQ.
+            if let Err(e) = st.reap(|wcs| self.cq.poll(wcs)) {
+                st.later().log(
+                    log::Level::Error,
+                    format_args!("polling after the reset failed: {e}"),
+                );
+            }
+            let n = st.discard_in_flight();
+            if n > 0 {
+                st.later().log(
+                    log::Level::Warn,
+                    format_args!(
+                        "QP {}: {n} work requests never completed after the move to the error \
+                         state; the queue pair was reset, which discarded them",
+                        self.qp.qp_num()
+                    ),
+                );
+            }
         }
-        // Completions the device made before the reset are still on the CQ.
-        if let Err(e) = st.reap(|wcs| self.cq.poll(wcs)) {
-            st.later().log(
-                log::Level::Error,
-                format_args!("polling after the reset failed: {e}"),
-            );
-        }
-        let n = st.discard_in_flight();
-        if n > 0 {
-            st.later().log(
-                log::Level::Warn,
-                format_args!(
-                    "QP {}: {n} work requests never completed after the move to the error state; \
-                 the queue pair was reset, which discarded them",
-                    self.qp.qp_num()
-                ),
-            );
-        }
+        guard.disarm();
     }
 
     /// A post of `op` failed with `e`. If `e` proves that nothing reached
@@ -183,8 +180,8 @@ impl WorkQueue {
              the queue; shutting the channel down"
             ),
         );
-        self.shut_down_locked(
-            st,
+        self.shut_down(
+            Some(st),
             &format!("posting a {op} failed ({e}) without saying what reached the queue"),
         );
     }

@@ -9,6 +9,7 @@
 //! expires reports it and shuts nothing down — a quiet SRQ is not a broken
 //! one, and its channels stay up.
 
+use super::clock::WaitClock;
 use super::wait::{wait_for, Expired};
 use super::Completions;
 use crate::error::{Error, Result};
@@ -118,6 +119,7 @@ impl SrqQueue {
         // which the attached channels' waits report.
         let taken = wait_for(
             &self.cq,
+            WaitClock::new(timeout, self.events),
             timeout,
             Duration::ZERO,
             self.events,

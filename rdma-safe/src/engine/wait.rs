@@ -6,17 +6,16 @@
 //! task only: one completion wakes one task. Nothing reaps inside a waker;
 //! the driver reaps on its own task when the reactor wakes it.
 
+use super::claim::{Claim, Look, Outcome};
 use super::clock::{self, WaitClock, SPIN_EVERY};
-use super::owned::Returned;
 use super::tracker::Take;
 use super::Completions;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
 use crate::fatal::AbortOnUnwind;
-use crate::work::{Held, WorkSuccess};
+use crate::work::Held;
 use rdma_core::QpState;
 use std::sync::atomic::Ordering;
-use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How often a waiting loop asks the device whether the queue pair broke
@@ -40,6 +39,19 @@ pub(crate) enum Abandon {
     Waiting(Option<u64>),
 }
 
+/// What a wait with a timeout is sure to return: [`WorkQueue::wait`]
+/// with one is always `Some`.
+pub(crate) const BOUNDED: &str = "a wait with a timeout ends with an outcome";
+
+/// The ids [`WorkQueue::tracked`] looks at.
+#[derive(Debug)]
+pub(crate) enum Ids<'a> {
+    /// Counts the tracked ones.
+    Count(&'a [u64]),
+    /// Keeps only the tracked ones (and counts them).
+    Retain(&'a mut Vec<u64>),
+}
+
 /// Why a wait ended without what it waited for.
 pub(super) enum Expired {
     /// The device declared the queue (pair) broken.
@@ -48,17 +60,8 @@ pub(super) enum Expired {
     Timeout(Operation),
 }
 
-/// How a claim looks for a request still in flight.
-enum Look<'a> {
-    /// Polls once, leaving the waker (if any) to be woken at the completion.
-    Once(Option<&'a Waker>),
-    /// One poll of a wait spinning on it, with the count of completions the
-    /// wait saw at its last look (see `Tracker::spin_take`).
-    Spin(&'a mut u64),
-}
-
 /// The one wait loop of the engine: calls `take` (which polls `cq` and
-/// claims) until it yields. The clock is read at [`WaitClock`]'s cadence;
+/// claims) until it yields. The clock is read at `clock`'s cadence;
 /// at each read `broken` (given the time waited and the time read) may
 /// end the wait, and so
 /// does the timeout; after `spin` the loop sleeps on completion events
@@ -69,13 +72,13 @@ enum Look<'a> {
 #[inline(always)]
 pub(super) fn wait_for<R>(
     cq: &Completions,
+    mut clock: WaitClock,
     timeout: Duration,
     spin: Duration,
     events: bool,
     mut take: impl FnMut() -> Option<R>,
     mut broken: impl FnMut(Duration, Instant) -> Option<String>,
 ) -> Result<R, Expired> {
-    let mut clock = WaitClock::new(timeout, events);
     loop {
         if let Some(r) = take() {
             return Ok(r);
@@ -106,50 +109,27 @@ pub(super) fn wait_for<R>(
 }
 
 impl WorkQueue {
-    /// Takes the outcome of `id` if it has completed (polling the CQ once if
-    /// not). `None` while still in flight; an error if `id` is unknown.
+    /// Takes `id` as `kind` claims it if its completion was seen, looking
+    /// for it as `look` says. `None` while still in flight; an error
+    /// outcome if `id` is not tracked, or if the CQ could not be read
+    /// (after which the queue pair was shut down and `id`'s own completion,
+    /// if it has one, is what this claims).
     ///
     /// Invariant: whenever this returns `Some`, `id` is no longer in flight.
-    #[inline]
-    pub(crate) fn try_take(&self, id: u64) -> Option<Result<WorkSuccess>> {
-        self.claim(id, Look::Once(None), |op, len, wc, _| {
-            self.ending.outcome(op, len, wc)
-        })
-        .map(|r| r.unwrap_or_else(Err))
-    }
-
-    /// Takes the outcome and memory of `id` if its completion was seen
-    /// (reaping the CQ once if not), or, still in flight, sets `waker` (if
-    /// any) to be woken when it is. `None` while in flight.
-    #[inline]
-    pub(crate) fn take_owned(&self, id: u64, waker: Option<&Waker>) -> Option<Returned> {
-        self.claim(id, Look::Once(waker), |op, len, wc, held: &mut Held| {
-            (self.ending.outcome(op, len, wc), std::mem::take(held))
-        })
-        .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
-    }
-
-    /// The claim every take is: `f`'s result once `id` completed (`Err`:
-    /// `id` is not tracked, or the CQ could not be read, after which the
-    /// queue pair was shut down and `id` has its completion, claimed
-    /// here), looking for it as `look` says.
     #[inline(always)]
-    fn claim<R>(
-        &self,
-        id: u64,
-        look: Look<'_>,
-        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
-    ) -> Option<Result<R, Error>> {
+    pub(crate) fn take<C: Claim>(&self, id: u64, kind: C, look: Look<'_>) -> Option<C::Out> {
         let poll = |wcs: &mut [_]| self.cq.poll(wcs);
+        let f =
+            |op, len, wc: &_, held: &mut Held| kind.claim(self.ending.outcome(op, len, wc), held);
         let taken = match look {
-            Look::Once(waker) => self.lock().poll_take(id, poll, waker, &f),
-            Look::Spin(seen) => self.lock().spin_take(id, seen, poll, &f),
+            Look::Once(waker) => self.lock().poll_take(id, poll, waker, f),
+            Look::Spin(seen) => self.lock().spin_take(id, seen, poll, f),
         };
         match taken {
-            Ok(Take::Done(r)) => Some(Ok(r)),
+            Ok(Take::Done(r)) => Some(r),
             Ok(Take::Pending) => None,
-            Ok(Take::Unknown) => Some(Err(not_outstanding(id))),
-            Err(e) => Some(self.claim_after_poll_failure(id, e, f)),
+            Ok(Take::Unknown) => Some(kind.failed(not_outstanding(id), None)),
+            Err(e) => Some(self.claim_after_poll_failure(id, kind, e)),
         }
     }
 
@@ -157,93 +137,116 @@ impl WorkQueue {
     /// shuts the QP down and drains before claiming, so that no outcome is
     /// ever returned while `id` is in flight.
     #[cold]
-    fn claim_after_poll_failure<R>(
-        &self,
-        id: u64,
-        e: Error,
-        f: impl Fn(Operation, usize, &rdma_core::WorkCompletion, &mut Held) -> R,
-    ) -> Result<R, Error> {
-        self.shutdown_and_drain(&format!("polling the CQ failed: {e}"));
+    fn claim_after_poll_failure<C: Claim>(&self, id: u64, kind: C, e: Error) -> C::Out {
+        self.shut_down(None, &format!("polling the CQ failed: {e}"));
+        let f =
+            |op, len, wc: &_, held: &mut Held| kind.claim(self.ending.outcome(op, len, wc), held);
         match self.lock().take(id, f) {
-            Take::Done(r) => Ok(r),
-            _ => Err(e),
+            Take::Done(r) => r,
+            _ => kind.failed(e, None),
         }
     }
 
-    /// Blocks until `id` completes and returns its outcome. If `timeout`
-    /// passes first, shuts the QP down and drains every outstanding request
-    /// before returning [`Error::Timeout`].
+    /// Waits for `id` to complete and takes it as `kind` claims it.
+    ///
+    /// With a `timeout`, blocks until the completion is seen, polling for
+    /// `spin` before the first sleep on completion events (if the queue
+    /// has them); always `Some`. At each clock read it looks for a broken
+    /// queue pair (async events; its state, and the keepalive, every
+    /// [`STATE_QUERY_EVERY`]). A broken queue pair or an expired timeout
+    /// shuts the queue pair down and drains it first, so that `id` has its
+    /// (flush) completion, and the error says why ([`Error::Timeout`]),
+    /// with the memory if `kind` keeps it.
+    ///
+    /// Without one, only polls for `spin` (a future's spin before it
+    /// sleeps, right after its own look), shutting nothing down: `None` if
+    /// `id` is still in flight then.
     ///
     /// Never unwinds: its callers rely on it returning only once `id` is
     /// complete, so a panic inside (e.g. from a logger) aborts the process.
     #[inline]
-    pub(crate) fn wait(&self, id: u64, timeout: Duration) -> Result<WorkSuccess> {
+    pub(crate) fn wait<C: Claim>(
+        &self,
+        id: u64,
+        kind: C,
+        spin: Duration,
+        timeout: Option<Duration>,
+    ) -> Option<C::Out> {
         let guard = AbortOnUnwind("waiting for a completion");
         let mut seen = u64::MAX;
+        let Some(timeout) = timeout else {
+            if spin.is_zero() {
+                guard.disarm();
+                return None;
+            }
+            // The caller has just looked (leaving its waker): spin at once.
+            let spun = wait_for(
+                &self.cq,
+                WaitClock::spin(),
+                spin,
+                spin,
+                false,
+                #[inline(always)]
+                || self.take(id, kind, Look::Spin(&mut seen)),
+                |_, _| None,
+            );
+            guard.disarm();
+            return spun.ok();
+        };
         // Fast path: already complete (the common case when a bandwidth
         // loop waits for its oldest request). No clock read: under
         // virtualised clock sources `Instant::now` costs microseconds.
-        let outcome = match self.try_take(id) {
-            Some(outcome) => outcome,
+        if let Some(r) = self.take(id, kind, Look::Once(None)) {
+            guard.disarm();
+            return Some(r);
+        }
+        // When next to ask the device for the queue pair's state: a system
+        // call (ibv_query_qp), so not at every clock read (on a slow link a
+        // busy wait reads the clock once or twice per operation).
+        let mut next_state_query = STATE_QUERY_EVERY;
+        let broken = |elapsed: Duration, now: Instant| {
+            if elapsed >= next_state_query {
+                next_state_query = elapsed + STATE_QUERY_EVERY;
+                self.keep_alive(&mut self.lock(), now);
+                self.broken()
+            } else {
+                self.watch.broken(self.qp.qp_num())
+            }
+        };
+        let clock = WaitClock::new(timeout, self.events);
+        let out = match wait_for(
+            &self.cq,
+            clock,
+            timeout,
+            spin,
+            self.events,
             // Inlined into the loop: a call per poll would cost a frame.
-            None => match self.wait_loop(
-                id,
-                timeout,
-                Duration::ZERO,
-                self.events,
-                #[inline(always)]
-                || {
-                    self.claim(id, Look::Spin(&mut seen), |op, len, wc, _| {
-                        self.ending.outcome(op, len, wc)
-                    })
-                    .map(|r| r.unwrap_or_else(Err))
-                },
-            ) {
-                Ok(outcome) => outcome,
-                Err(expired @ Expired::Broken(_)) => self
-                    .try_take(id)
-                    .unwrap_or_else(|| Err(self.wait_error(id, expired, timeout))),
-                Err(expired) => {
-                    // The request is now complete (flushed); forget it.
-                    self.lock().forget(id);
-                    Err(self.wait_error(id, expired, timeout))
-                }
-            },
+            #[inline(always)]
+            || self.take(id, kind, Look::Spin(&mut seen)),
+            broken,
+        ) {
+            Ok(r) => r,
+            // The device declared the QP broken or moved it to the error
+            // state (the peer's access error, a retry failure): flush and
+            // report now rather than wait out the timeout for work the QP
+            // will never do.
+            Err(Expired::Broken(why)) => {
+                self.shut_down(None, &why);
+                self.take(id, kind, Look::Once(None)).unwrap_or_else(|| {
+                    kind.failed(self.wait_error(id, Expired::Broken(why), timeout), None)
+                })
+            }
+            Err(Expired::Timeout(_)) => {
+                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
+                self.shut_down(None, &format!("a {op} timed out after {timeout:?}"));
+                // The request is now complete (flushed): claimed, its
+                // memory (if `kind` keeps it) coming back with the error.
+                let taken = self.take(id, kind, Look::Once(None));
+                kind.failed(self.wait_error(id, Expired::Timeout(op), timeout), taken)
+            }
         };
         guard.disarm();
-        outcome
-    }
-
-    /// Blocks until `id`'s completion is seen as [`wait`](Self::wait)
-    /// does, polling for `spin` before the first sleep on completion
-    /// events; the outcome comes back with the memory.
-    pub(crate) fn wait_owned(&self, id: u64, timeout: Duration, spin: Duration) -> Returned {
-        if let Some(r) = self.take_owned(id, None) {
-            return r;
-        }
-        let events = self.cq.channel().is_some();
-        let mut seen = u64::MAX;
-        let take = || {
-            self.claim(id, Look::Spin(&mut seen), |op, len, wc, held: &mut Held| {
-                (self.ending.outcome(op, len, wc), std::mem::take(held))
-            })
-            .map(|r| r.unwrap_or_else(|e| (Err(e), Held::None)))
-        };
-        match self.wait_loop(id, timeout, spin, events, take) {
-            Ok(r) => r,
-            Err(expired) => {
-                let taken = self.take_owned(id, None);
-                match expired {
-                    Expired::Broken(_) => taken.unwrap_or_else(|| {
-                        (Err(self.wait_error(id, expired, timeout)), Held::None)
-                    }),
-                    Expired::Timeout(_) => (
-                        Err(self.wait_error(id, expired, timeout)),
-                        taken.map_or(Held::None, |(_, held)| held),
-                    ),
-                }
-            }
-        }
+        Some(out)
     }
 
     /// The error of a wait for `id` that ended as `expired` without a
@@ -265,80 +268,6 @@ impl WorkQueue {
         }
     }
 
-    /// [`wait_for`] on this queue pair: at each clock read it looks for a
-    /// broken queue pair (async events; its state, and the keepalive, every
-    /// [`STATE_QUERY_EVERY`]), and an expired wait shuts the queue pair
-    /// down and drains it, so that `id` has its (flush) completion.
-    #[inline(always)]
-    fn wait_loop<R>(
-        &self,
-        id: u64,
-        timeout: Duration,
-        spin: Duration,
-        events: bool,
-        take: impl FnMut() -> Option<R>,
-    ) -> Result<R, Expired> {
-        // When next to ask the device for the queue pair's state: a system
-        // call (ibv_query_qp), so not at every clock read (on a slow link a
-        // busy wait reads the clock once or twice per operation).
-        let mut next_state_query = STATE_QUERY_EVERY;
-        let broken = |elapsed: Duration, now: Instant| {
-            if elapsed >= next_state_query {
-                next_state_query = elapsed + STATE_QUERY_EVERY;
-                self.keep_alive(&mut self.lock(), now);
-                self.broken()
-            } else {
-                self.watch.broken(self.qp.qp_num())
-            }
-        };
-        let expired = wait_for(&self.cq, timeout, spin, events, take, broken);
-        match &expired {
-            Ok(_) => {}
-            // The device declared the QP broken or moved it to the error
-            // state (the peer's access error, a retry failure): flush and
-            // report now rather than wait out the timeout for work the QP
-            // will never do.
-            Err(Expired::Broken(why)) => self.shutdown_and_drain(why),
-            Err(Expired::Timeout(_)) => {
-                let op = self.lock().operation_of(id).unwrap_or(Operation::Send);
-                self.shutdown_and_drain(&format!("a {op} timed out after {timeout:?}"));
-                return Err(Expired::Timeout(op));
-            }
-        }
-        expired
-    }
-
-    /// The outcome and memory of `id` if its completion was seen — reaping
-    /// the CQ, and for up to `spin` polling it again, if not — or, still in
-    /// flight, `None`, with `waker` (if any) registered to be woken by
-    /// whoever reaps the completion.
-    #[inline]
-    pub(crate) fn poll_owned(
-        &self,
-        id: u64,
-        waker: Option<&Waker>,
-        spin: Duration,
-    ) -> Option<Returned> {
-        match self.take_owned(id, waker) {
-            None if !spin.is_zero() => self.spin_for(id, spin),
-            taken => taken,
-        }
-    }
-
-    /// Polls the CQ for up to `spin` until `id` completes.
-    #[cold]
-    fn spin_for(&self, id: u64, spin: Duration) -> Option<Returned> {
-        let mut clock = WaitClock::spin();
-        loop {
-            if let Some(r) = self.take_owned(id, None) {
-                return Some(r);
-            }
-            if clock.tick().is_some_and(|elapsed| elapsed >= spin) {
-                return None;
-            }
-        }
-    }
-
     /// Waits for each of `ids` that is still tracked and removes it. Returns
     /// the failures. Never returns while any of them may still be in use by
     /// the NIC.
@@ -348,23 +277,25 @@ impl WorkQueue {
             if !self.lock().contains(id) {
                 continue;
             }
-            if let Err(e) = self.wait(id, timeout) {
+            if let Some(Err(e)) = self.wait(id, Outcome, Duration::ZERO, Some(timeout)) {
                 errors.push(e);
             }
         }
         errors
     }
 
-    /// How many of `ids` are still outstanding or unclaimed (one lock).
-    pub(crate) fn count_tracked(&self, ids: &[u64]) -> usize {
+    /// How many of `ids` are still outstanding or unclaimed (one lock);
+    /// [`Ids::Retain`] also removes from its list the ids that are not,
+    /// keeping every id that is.
+    pub(crate) fn tracked(&self, ids: Ids<'_>) -> usize {
         let st = self.lock();
-        ids.iter().filter(|&&id| st.contains(id)).count()
-    }
-
-    /// Removes from `ids` ids no longer outstanding or unclaimed (one
-    /// lock), keeping every id that is.
-    pub(crate) fn retain_tracked(&self, ids: &mut Vec<u64>) {
-        self.lock().retain_tracked(ids);
+        match ids {
+            Ids::Count(ids) => ids.iter().filter(|&&id| st.contains(id)).count(),
+            Ids::Retain(ids) => {
+                st.retain_tracked(ids);
+                ids.len()
+            }
+        }
     }
 
     /// The owner gives up on `what` (a dropped future, a dropped stream).
@@ -427,7 +358,7 @@ impl WorkQueue {
         let mut st = self.lock();
         if let Some(why) = st.unusable().filter(|_| st.in_flight() > 0) {
             let why = why.to_owned();
-            self.shut_down_locked(&mut st, &why);
+            self.shut_down(Some(&mut st), &why);
             return None;
         }
         let probe = self.keep_alive(&mut st, now);
@@ -441,9 +372,12 @@ impl WorkQueue {
         // Before the move to ERR: every request it flushes reports the
         // timeout.
         self.ending.stalled(timeout);
-        self.shutdown_and_drain(&format!(
-            "no completion for {timeout:?} with sends, reads, writes or atomics in flight"
-        ));
+        self.shut_down(
+            None,
+            &format!(
+                "no completion for {timeout:?} with sends, reads, writes or atomics in flight"
+            ),
+        );
         None
     }
 

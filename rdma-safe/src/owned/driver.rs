@@ -128,7 +128,7 @@ impl Future for Driver {
             let Some(deadline) = queue.drive_round(this.timeout) else {
                 continue;
             };
-            let Some(channel) = queue.completions().channel() else {
+            let Some(channel) = queue.cq.channel() else {
                 return Poll::Ready(());
             };
             let mut drain = || loop {

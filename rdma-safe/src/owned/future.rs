@@ -3,7 +3,7 @@
 
 use super::buffer::{from_held, into_held};
 use super::{finish, refused_outcome, Completed, OwnedBuffer, SharedChannel};
-use crate::engine::{Abandon, Refused};
+use crate::engine::{Abandon, Look, Notice, Refused, WithMemory};
 use crate::error::Error;
 use crate::work::OwnedKind;
 use crate::work::WorkSuccess;
@@ -63,10 +63,14 @@ impl<'a, B: OwnedBuffer> Op<'a, B> {
     /// posted by the first poll, which then waits for room; a refusal or a
     /// completion the post already found is what the first poll returns.
     pub(super) fn started(chan: &'a SharedChannel, kind: OwnedKind, buf: B) -> Self {
-        let state = match chan
-            .queue()
-            .submit(kind, into_held(buf), None, None, &mut None)
-        {
+        let state = match chan.queue().submit(
+            kind,
+            into_held(buf),
+            Notice::Task {
+                slot: None,
+                room: None,
+            },
+        ) {
             Ok((id, None)) => State::Posted(id),
             Err(Refused::Full(held)) => State::Unposted(from_held::<B>(held)),
             Ok((id, Some(returned))) => {
@@ -123,8 +127,10 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                 State::Unposted(buf) => (buf, None),
                 State::Full(buf, room) => (buf, room),
                 State::Posted(id) => {
-                    if let Some(returned) =
-                        queue.poll_owned(id, this.chan.slot_waker(cx), this.chan.spin)
+                    let look = Look::Once(this.chan.slot_waker(cx));
+                    if let Some(returned) = queue
+                        .take(id, WithMemory, look)
+                        .or_else(|| queue.wait(id, WithMemory, this.chan.spin, None))
                     {
                         return Poll::Ready(finish(this.kind, returned));
                     }
@@ -142,7 +148,11 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
             // Unposted, or waiting for room: post.
             let slot_waker = this.chan.slot_waker(cx);
             let held = into_held(buf);
-            match queue.submit(this.kind, held, Some(cx.waker()), slot_waker, &mut room) {
+            let notice = Notice::Task {
+                slot: slot_waker,
+                room: Some((cx.waker(), &mut room)),
+            };
+            match queue.submit(this.kind, held, notice) {
                 Ok((_, Some(returned))) => {
                     return Poll::Ready(finish(this.kind, returned));
                 }
@@ -198,7 +208,7 @@ pub(super) fn wait(chan: &SharedChannel, cx: &mut Context<'_>) -> Poll<()> {
         // arrived before the arming raises no event): the completion this
         // task waits for then raises one, which wakes the driver, whatever
         // the driver's own last arming was spent on.
-        if queue.completions().arm().is_err() || matches!(queue.reap_now(), Ok(n) if n > 0) {
+        if queue.cq.arm().is_err() || matches!(queue.reap_now(), Ok(n) if n > 0) {
             return Poll::Ready(());
         }
         return Poll::Pending;

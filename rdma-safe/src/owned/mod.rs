@@ -126,7 +126,8 @@ pub use stream::RecvStream;
 
 use crate::channel::Channel;
 use crate::engine::{
-    Abandon, Notify, Refused, Returned, WorkQueue, RECEIVES_PER_CALL, SHORT_RECEIVES,
+    Abandon, Notice, Refused, Returned, WithMemory, WorkQueue, BOUNDED, RECEIVES_PER_CALL,
+    SHORT_RECEIVES,
 };
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::{BufferPool, PoolBuf};
@@ -209,8 +210,8 @@ impl SharedChannel {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn with_tokio(self) -> crate::Result<Self> {
-        let channel = self.queue.completions().channel().cloned().ok_or_else(|| {
-            VerbsError::InvalidArgument(if self.queue.completions().is_shared() {
+        let channel = self.queue.cq.channel().cloned().ok_or_else(|| {
+            VerbsError::InvalidArgument(if self.queue.cq.is_shared() {
                 "a channel on a shared completion queue has no completion events: its futures \
                  poll the queue themselves (use the SharedChannel without with_tokio)"
                     .into()
@@ -250,7 +251,7 @@ impl SharedChannel {
     /// Why the channel is unusable, if an earlier failure, timeout or stall
     /// shut it down.
     pub fn unusable_reason(&self) -> Option<String> {
-        self.queue.unusable()
+        self.queue.status().unusable
     }
 
     /// Shuts the channel down: moves the queue pair to the error state and
@@ -259,21 +260,21 @@ impl SharedChannel {
     /// buffer returns. The way to end a connection whose peer left (say,
     /// its TCP control stream closed) without waiting for the timeout.
     pub fn shutdown(&self) {
-        self.queue.shutdown_and_drain("shut down by the program");
+        self.queue.shut_down(None, "shut down by the program");
     }
 
     /// Counters: (completions seen, requests in flight, completions of
     /// abandoned requests, tracked slots). Completions never outnumber
     /// posts; with nothing in flight and nothing unclaimed, the last is 0.
     pub fn counters(&self) -> (u64, usize, u64, usize) {
-        let c = self.queue.counters();
+        let c = self.queue.status().counters;
         (c.completed, c.in_flight, c.abandoned, c.tracked)
     }
 
     /// Entries in the list of tasks waiting for send-queue room: at most
     /// one per waiting future, however often it is polled.
     pub fn room_waiters(&self) -> usize {
-        self.queue.counters().room_waiters
+        self.queue.status().counters.room_waiters
     }
 
     /// For tests of the failure paths only: posts go to the verb without
@@ -283,7 +284,7 @@ impl SharedChannel {
     /// the channel down and drains it before anything is given back.
     #[doc(hidden)]
     pub fn skip_readiness_check(&self) {
-        self.queue.assume_ready();
+        self.queue.gate.assume_ready();
     }
 
     // ----- the three ways to run a request --------------------------------
@@ -299,8 +300,14 @@ impl SharedChannel {
     /// drained).
     pub fn run<B: OwnedBuffer>(&self, req: Request<B>) -> Completed<B> {
         let Request { kind, buf } = req;
-        match self.queue.post_owned(kind, into_held(buf), Notify::Claim) {
-            Ok(id) => finish(kind, self.queue.wait_owned(id, self.timeout, self.spin)),
+        match self.queue.submit(kind, into_held(buf), Notice::Claim) {
+            Ok((_, Some(returned))) => finish(kind, returned),
+            Ok((id, None)) => {
+                let returned = self
+                    .queue
+                    .wait(id, WithMemory, self.spin, Some(self.timeout));
+                finish(kind, returned.expect(BOUNDED))
+            }
             Err(refused) => refused_outcome(kind, refused),
         }
     }
@@ -325,7 +332,7 @@ impl SharedChannel {
         });
         match self
             .queue
-            .post_owned(kind, into_held(buf), Notify::Callback(cb))
+            .submit(kind, into_held(buf), Notice::Callback(cb))
         {
             Ok(_) => Ok(()),
             Err(refused) => Err(refused_parts(kind, refused)),
@@ -439,7 +446,7 @@ impl SharedChannel {
             *entry = Some(buf);
             n += 1;
         }
-        let (ids, outcome) = self.queue.post_owned_receives(&mut chunk[..n]);
+        let (ids, outcome) = self.queue.post_receives(&mut chunk[..n]);
         // The caller's `Extend` gets the futures; those it does not take
         // are abandoned (see `PostedReceives`).
         ops.extend(PostedReceives { chan: self, ids });
@@ -477,7 +484,7 @@ impl SharedChannel {
     /// the channel was built without
     /// [`completion_events`](crate::ChannelBuilder::completion_events).
     pub fn completion_channel(&self) -> Option<&rdma_core::CompChannel> {
-        self.queue.completions().channel()
+        self.queue.cq.channel()
     }
 
     pub(crate) fn queue(&self) -> &WorkQueue {

@@ -3,7 +3,7 @@
 
 use super::future::wait;
 use super::{finish, SharedChannel};
-use crate::engine::{Abandon, Notify, Refused};
+use crate::engine::{Abandon, Look, Notice, Refused, WithMemory};
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, PoolBuf};
 use crate::work::WorkSuccess;
@@ -78,9 +78,9 @@ impl RecvStream {
         match self
             .chan
             .queue()
-            .post_owned(OwnedKind::Receive, Held::Unique(buf), Notify::Claim)
+            .submit(OwnedKind::Receive, Held::Unique(buf), Notice::Claim)
         {
-            Ok(id) => {
+            Ok((id, _)) => {
                 self.posted.push_back(id);
                 Ok(true)
             }
@@ -153,8 +153,10 @@ impl RecvStream {
                 return Poll::Pending;
             };
             let queue = self.chan.queue();
-            if let Some(returned) =
-                queue.poll_owned(front, self.chan.slot_waker(cx), self.chan.spin)
+            let look = Look::Once(self.chan.slot_waker(cx));
+            if let Some(returned) = queue
+                .take(front, WithMemory, look)
+                .or_else(|| queue.wait(front, WithMemory, self.chan.spin, None))
             {
                 self.posted.pop_front();
                 let (outcome, buf): (_, PoolBuf) = finish(OwnedKind::Receive, returned);

@@ -34,9 +34,11 @@ impl<'scope, 'env> PollingScope<'scope, 'env> {
         // SAFETY: `lent` holds the only access to the buffer, lent for
         // 'scope; this slice lives only while the element is made.
         let element = ScatterElement::new_checked(mr, unsafe { lent.slice() })?;
-        let id = self
+        let (ids, posted) = self
             .queue
-            .post_recv(&mut ReceiveWorkRequest::new(&mut [element]))?;
+            .post_receives(&mut [ReceiveWorkRequest::new(&mut [element])]);
+        posted?;
+        let id = ids.start;
         Ok(LentWork {
             work: self.handle(id),
             lent,
