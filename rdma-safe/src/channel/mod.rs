@@ -156,14 +156,12 @@ impl Channel {
     ///
     /// *t* is the least a device waits a try (verbs define the exponent as
     /// a minimum), so the bound holds with the device's own wait in its
-    /// place: rxe's is *t* in whole kernel ticks, rounded down (64 ms for
-    /// 2^14 at HZ 250); hardware may round it up or raise a small exponent
-    /// to its own floor. To the bound come the watchdog's
+    /// place: rxe's is *t* in whole kernel ticks, rounded down; hardware
+    /// may round it up or raise a small exponent to its own floor. To the bound come the watchdog's
     /// looks, one that starts the quiet period after the last completion
     /// and one that posts the probe — a completion driver round, a
     /// busy-polling future's every 256 empty polls, a blocking wait's every
-    /// 10 ms —, the scheduler's delays (tenths of a second on a loaded,
-    /// emulated host), and, on a device that does not flush the receives
+    /// 10 ms —, the scheduler's delays, and, on a device that does not flush the receives
     /// of a queue pair in error, up to 2 s of flush patience (the receives
     /// are then discarded by a reset). rxe takes a retry count of 7 as
     /// "retry forever": a probe then never fails. A blocking wait reports
