@@ -191,12 +191,16 @@ impl WorkQueue {
             if let Err(e) = self.gate.admit(&self.qp, &st, Operation::Receive, false) {
                 return (0..0, Err(e));
             }
+            // Receives beyond the queue's room are refused (counted here,
+            // the error built only if there are any).
             let fits = reqs.len().min(st.receive_room());
-            let full = (fits < reqs.len())
-                .then(|| queue_too_full(Operation::Receive, (reqs.len() - fits) as u32, &st));
+            let refused = reqs.len() - fits;
             let reqs = &mut reqs[..fits];
             if reqs.is_empty() {
-                return (0..0, Err(full.expect("a refused receive")));
+                return (
+                    0..0,
+                    Err(queue_too_full(Operation::Receive, refused as u32, &st)),
+                );
             }
             let first = st.next_id();
             for (id, req) in (first..).zip(reqs.iter_mut()) {
@@ -211,10 +215,17 @@ impl WorkQueue {
             // does not say which it queued, the channel is shut down and
             // drained before any buffer comes back or any borrow ends.
             // SAFETY: by the reasoning just above.
-            let (posted, rc) = match unsafe { self.qp.post_recv_list(reqs) } {
-                Ok(()) => (reqs.len(), Ok(())),
+            let posted = match unsafe { self.qp.post_recv_list(reqs) } {
+                Ok(()) => reqs.len(),
                 Err(e) => match e.posted() {
-                    Some(k) if k < reqs.len() => (k, Err(e)),
+                    Some(k) if k < reqs.len() => {
+                        track_receives(&mut st, &reqs[..k], owned);
+                        let e = Error::Post {
+                            operation: Operation::Receive,
+                            source: e.into(),
+                        };
+                        return (first..st.next_id(), Err(e));
+                    }
                     _ => {
                         // Not said: track them all, settle, forget them
                         // (giving owned buffers back).
@@ -238,16 +249,14 @@ impl WorkQueue {
                 },
             };
             track_receives(&mut st, &reqs[..posted], owned);
-            let end = st.next_id();
-            let rc = match (rc, full) {
-                (Err(e), _) => Err(Error::Post {
-                    operation: Operation::Receive,
-                    source: e.into(),
-                }),
-                (Ok(()), Some(e)) => Err(e),
-                (Ok(()), None) => Ok(()),
-            };
-            (first..end, rc)
+            let ids = first..st.next_id();
+            if refused > 0 {
+                return (
+                    ids,
+                    Err(queue_too_full(Operation::Receive, refused as u32, &st)),
+                );
+            }
+            (ids, Ok(()))
         })
     }
 

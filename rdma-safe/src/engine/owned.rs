@@ -218,8 +218,10 @@ impl WorkQueue {
                 }
             }
             _ => {
-                let req = kind.send_request(id, sges, self.limits.inline_default);
-                let mut req = [req.signaled()];
+                // Built in its place in the list, then flagged there (not
+                // built aside and moved in: the request is 128 bytes).
+                let mut req = [kind.send_request(id, sges, self.limits.inline_default)];
+                req[0].set_flags(req[0].flags() | SendFlags::SIGNALED);
                 // As for a receive: `held` — a `PoolBytes` the NIC only
                 // reads, or for a read target the buffer's only handle —
                 // comes back only with the completion this function saw

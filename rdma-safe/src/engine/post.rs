@@ -174,8 +174,11 @@ impl WorkQueue {
             return Err(super::queue_too_full(op, n, st));
         }
         let id = st.next_id();
-        for req in reqs[..last].iter_mut() {
-            req.set_wr_id(id | BATCH_MEMBER);
+        // A batch's members (none for one request: no loop to set up).
+        if last > 0 {
+            for req in reqs[..last].iter_mut() {
+                req.set_wr_id(id | BATCH_MEMBER);
+            }
         }
         reqs[last].set_wr_id(id);
         reqs[last].set_flags(reqs[last].flags() | SendFlags::SIGNALED);

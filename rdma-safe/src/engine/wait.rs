@@ -8,7 +8,7 @@
 
 use super::claim::{Claim, Look, Outcome};
 use super::clock::{self, WaitClock, SPIN_EVERY};
-use super::tracker::Take;
+use super::tracker::{Found, Take};
 use super::Completions;
 use super::WorkQueue;
 use crate::error::{Error, Operation, Result};
@@ -121,15 +121,31 @@ impl WorkQueue {
         let poll = |wcs: &mut [_]| self.cq.poll(wcs);
         let f =
             |op, len, wc: &_, held: &mut Held| kind.claim(self.ending.outcome(op, len, wc), held);
+        let mut st = self.lock();
+        // The look first: its most frequent answer (nothing yet) returns
+        // before any outcome is made or moved.
         let taken = match look {
-            Look::Once(waker) => self.lock().poll_take(id, poll, waker, f),
-            Look::Spin(seen) => self.lock().spin_take(id, seen, poll, f),
+            Look::Once(waker) => match st.look(id, poll, waker.is_some()) {
+                Found::Pending => return None,
+                Found::Failed(e) => Err(e),
+                found => Ok(st.claim_found(id, found, waker, f)),
+            },
+            Look::Spin(seen) => match st.look_spin(id, seen, poll) {
+                Found::Pending => return None,
+                Found::Failed(e) => Err(e),
+                found => {
+                    let taken = st.claim_found(id, found, None, f);
+                    *seen = st.completed();
+                    Ok(taken)
+                }
+            },
         };
+        drop(st);
         match taken {
             Ok(Take::Done(r)) => Some(r),
             Ok(Take::Pending) => None,
             Ok(Take::Unknown) => Some(kind.failed(not_outstanding(id), None)),
-            Err(e) => Some(self.claim_after_poll_failure(id, kind, e)),
+            Err(e) => Some(self.claim_after_poll_failure(id, kind, Error::Poll(e))),
         }
     }
 

@@ -123,22 +123,33 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
         let this = self.get_mut();
         let queue = this.chan.queue();
         loop {
+            // Posted: looked at in place (the state is only an id; moving
+            // the whole state out and back is most of a poll's cost).
+            if let State::Posted(id) = this.state {
+                let look = Look::Once(this.chan.slot_waker(cx));
+                if let Some(returned) = queue
+                    .take(id, WithMemory, look)
+                    .or_else(|| queue.wait(id, WithMemory, this.chan.spin, None))
+                {
+                    // SAFETY: `this.state` is a valid, exclusively borrowed
+                    // place holding `State::Posted`, which owns nothing:
+                    // writing over it without a drop loses nothing (an
+                    // assignment would call the state's drop glue).
+                    unsafe { std::ptr::write(&mut this.state, State::Done) };
+                    return Poll::Ready(finish(this.kind, returned));
+                }
+                match wait(this.chan, cx) {
+                    Poll::Ready(()) => continue,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
             let (buf, mut room) = match std::mem::replace(&mut this.state, State::Done) {
                 State::Unposted(buf) => (buf, None),
                 State::Full(buf, room) => (buf, room),
+                // Looked at above; never here.
                 State::Posted(id) => {
-                    let look = Look::Once(this.chan.slot_waker(cx));
-                    if let Some(returned) = queue
-                        .take(id, WithMemory, look)
-                        .or_else(|| queue.wait(id, WithMemory, this.chan.spin, None))
-                    {
-                        return Poll::Ready(finish(this.kind, returned));
-                    }
                     this.state = State::Posted(id);
-                    match wait(this.chan, cx) {
-                        Poll::Ready(()) => continue,
-                        Poll::Pending => return Poll::Pending,
-                    }
+                    continue;
                 }
                 State::Finished { outcome, buf, .. } => {
                     return Poll::Ready((outcome.map_err(|e| *e), buf));

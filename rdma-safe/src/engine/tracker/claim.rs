@@ -21,6 +21,23 @@ pub(crate) enum Take<R> {
     Unknown,
 }
 
+/// What a look at a request found, before anything is claimed (see
+/// [`Tracker::look`]).
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// Still in flight, and the look's poll found nothing.
+    Pending,
+    /// Not tracked (never posted, or claimed already).
+    Unknown,
+    /// Completed, waiting in its slot at this position.
+    Done(usize),
+    /// In flight at this position when the look's poll found this many
+    /// completions (none only for a look that leaves a waker).
+    Polled(usize, usize),
+    /// The poll failed.
+    Failed(rdma_core::Error),
+}
+
 /// A completed callback request, taken out of the tracker.
 pub(crate) struct ReadyCallback {
     pub(crate) callback: Callback,
@@ -53,11 +70,91 @@ impl Tracker {
         self.take_at(pos, f)
     }
 
-    /// [`take`](Self::take), polling once through `poll` first if `id` is
-    /// in flight. Its own completion, if polled, is read where it was
-    /// polled (not copied into the slot and back out). Still in flight
-    /// after the poll: `waker` (if any) is left to be woken at the
-    /// completion.
+    /// Looks at `id` for a claim, polling once through `poll` if it is in
+    /// flight: what was found, nothing claimed yet
+    /// ([`claim_found`](Self::claim_found) does that). `leaves_waker`: the
+    /// claimer leaves a waker if it is still in flight, so a poll that
+    /// found nothing is [`Found::Polled`] too (the waker is left there).
+    ///
+    /// The answer a polling wait gets most often — in flight, nothing
+    /// polled — costs a lookup, the poll and a comparison, and carries no
+    /// outcome to move.
+    #[inline(always)]
+    pub(crate) fn look(
+        &mut self,
+        id: u64,
+        poll: impl FnOnce(&mut [WorkCompletion]) -> rdma_core::Result<usize>,
+        leaves_waker: bool,
+    ) -> Found {
+        let Some(pos) = self.slots.position(id) else {
+            return Found::Unknown;
+        };
+        if self.slots.at(pos).is_some_and(|s| s.done) {
+            return Found::Done(pos);
+        }
+        match poll(&mut self.wcs[..]) {
+            Ok(0) if !leaves_waker => Found::Pending,
+            Ok(n) => Found::Polled(pos, n),
+            Err(e) => Found::Failed(e),
+        }
+    }
+
+    /// [`look`](Self::look) for a wait that spins on `id` alone, without a
+    /// waker. `seen` is the count of completions seen at the wait's last
+    /// look that found `id` in flight (`u64::MAX` before the first): while
+    /// no completion was seen since, `id` is still in flight (only a
+    /// completion seen ends a request), so an empty poll costs the poll and
+    /// two comparisons, without looking `id` up. After claiming what this
+    /// found, the wait sets `seen` to [`completed`](Self::completed).
+    #[inline(always)]
+    pub(crate) fn look_spin(
+        &mut self,
+        id: u64,
+        seen: &mut u64,
+        poll: impl FnOnce(&mut [WorkCompletion]) -> rdma_core::Result<usize>,
+    ) -> Found {
+        if *seen != self.completed_total {
+            let found = self.look(id, poll, false);
+            if matches!(found, Found::Pending) {
+                *seen = self.completed_total;
+            }
+            return found;
+        }
+        match poll(&mut self.wcs[..]) {
+            Ok(0) => Found::Pending,
+            Ok(n) => match self.slots.position(id) {
+                Some(pos) => Found::Polled(pos, n),
+                None => Found::Unknown,
+            },
+            Err(e) => Found::Failed(e),
+        }
+    }
+
+    /// Claims what [`look`](Self::look) or [`look_spin`](Self::look_spin)
+    /// found for `id`, with no other change to the tracker since: a
+    /// completed request is taken; after a poll, its own completion (if
+    /// polled) is read where it was polled (not copied into the slot and
+    /// back out) and the others are delivered; still in flight, `waker`
+    /// (if any) is left to be woken at the completion. A failed poll
+    /// claims nothing (the caller shuts the queue pair down first).
+    #[inline(always)]
+    pub(crate) fn claim_found<R>(
+        &mut self,
+        id: u64,
+        found: Found,
+        waker: Option<&Waker>,
+        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
+    ) -> Take<R> {
+        match found {
+            Found::Pending | Found::Failed(_) => Take::Pending,
+            Found::Unknown => Take::Unknown,
+            Found::Done(pos) => self.take_at(pos, f),
+            Found::Polled(pos, n) => self.polled(pos, id, n, waker, f),
+        }
+    }
+
+    /// [`look`](Self::look) and [`claim_found`](Self::claim_found) in one:
+    /// takes `id` if its completion was seen or is polled now.
     ///
     /// # Errors
     /// The poll's: nothing was claimed, and `id`'s completion may never be
@@ -70,33 +167,19 @@ impl Tracker {
         waker: Option<&Waker>,
         f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Result<Take<R>> {
-        // The path a spinning wait takes most often is the first branch
-        // with an empty poll: a lookup, the poll, a comparison. Everything
-        // else is out of line, so that the waits this is inlined into stay
-        // small.
-        let Some(pos) = self.slots.position(id) else {
-            return Ok(Take::Unknown);
-        };
-        if !self.slots.at(pos).is_some_and(|s| s.done) {
-            let n = match poll(&mut self.wcs[..]) {
-                Ok(n) => n,
-                Err(e) => return Err(Error::Poll(e)),
-            };
-            if n == 0 && waker.is_none() {
-                return Ok(Take::Pending);
-            }
-            return Ok(self.polled(pos, id, n, waker, f));
+        match self.look(id, poll, waker.is_some()) {
+            Found::Failed(e) => Err(Error::Poll(e)),
+            found => Ok(self.claim_found(id, found, waker, f)),
         }
-        Ok(self.take_at(pos, f))
     }
 
-    /// [`poll_take`](Self::poll_take) for a wait that spins on `id`
-    /// alone, without a waker. `seen` is the count of completions seen at
-    /// the wait's last look that found `id` in flight (`u64::MAX` before
-    /// the first): while no completion was seen since, `id` is still in
-    /// flight (only a completion seen ends a request), so an empty poll
-    /// costs the poll and two comparisons, without looking `id` up.
-    #[inline(always)]
+    /// [`look_spin`](Self::look_spin) and
+    /// [`claim_found`](Self::claim_found) in one, `seen` kept as a
+    /// spinning wait keeps it.
+    ///
+    /// # Errors
+    /// As [`poll_take`](Self::poll_take).
+    #[cfg(test)]
     pub(crate) fn spin_take<R>(
         &mut self,
         id: u64,
@@ -104,37 +187,15 @@ impl Tracker {
         poll: impl FnOnce(&mut [WorkCompletion]) -> rdma_core::Result<usize>,
         f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
     ) -> Result<Take<R>> {
-        if *seen != self.completed_total {
-            let taken = self.poll_take(id, poll, None, f);
-            *seen = self.completed_total;
-            return taken;
+        match self.look_spin(id, seen, poll) {
+            Found::Failed(e) => Err(Error::Poll(e)),
+            Found::Pending => Ok(Take::Pending),
+            found => {
+                let taken = self.claim_found(id, found, None, f);
+                *seen = self.completed_total;
+                Ok(taken)
+            }
         }
-        let n = match poll(&mut self.wcs[..]) {
-            Ok(n) => n,
-            Err(e) => return Err(Error::Poll(e)),
-        };
-        if n == 0 {
-            return Ok(Take::Pending);
-        }
-        Ok(self.spun(id, seen, n, f))
-    }
-
-    /// The rest of [`spin_take`](Self::spin_take) once its poll found `n`
-    /// completions.
-    #[inline(never)]
-    fn spun<R>(
-        &mut self,
-        id: u64,
-        seen: &mut u64,
-        n: usize,
-        f: impl FnOnce(Operation, usize, &WorkCompletion, &mut Held) -> R,
-    ) -> Take<R> {
-        let taken = match self.slots.position(id) {
-            Some(pos) => self.polled(pos, id, n, None, f),
-            None => Take::Unknown,
-        };
-        *seen = self.completed_total;
-        taken
     }
 
     /// [`take`](Self::take) of the request at `pos`, completed.

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-pub(crate) use claim::Take;
+pub(crate) use claim::{Found, Take};
 pub(crate) use liveness::Keepalive;
 
 /// Completions taken from the CQ per `ibv_poll_cq` call.

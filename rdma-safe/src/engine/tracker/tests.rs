@@ -512,3 +512,71 @@ fn forgetting_and_retaining_ids() {
     assert_eq!(t.operation_of(b), Some(Operation::Send));
     assert_eq!(t.operation_of(a), None);
 }
+
+#[test]
+fn a_look_says_what_it_found_and_claims_nothing() {
+    let mut t = Tracker::new(8, 8);
+    let a = plain(&mut t, Operation::Send, 1);
+    let b = plain(&mut t, Operation::Write, 1);
+    let empty = |_: &mut [WorkCompletion]| Ok(0);
+    // In flight, nothing polled: nothing to claim, nothing changed.
+    assert!(matches!(t.look(a, empty, false), Found::Pending));
+    // A claimer leaving a waker hears of the empty poll (it leaves the
+    // waker there).
+    assert!(matches!(t.look(a, empty, true), Found::Polled(_, 0)));
+    assert!(matches!(t.look(99, empty, false), Found::Unknown));
+    // The poll found another request's completion: still nothing claimed
+    // by the look; the claim of what it found delivers it.
+    let found = t.look(a, poll_of(&[success(b)]), false);
+    assert!(matches!(found, Found::Polled(_, 1)));
+    assert_eq!(t.completed(), 0, "a look delivers nothing");
+    assert!(matches!(
+        t.claim_found(a, found, None, |_, _, _, _| ()),
+        Take::Pending
+    ));
+    assert_eq!(t.completed(), 1);
+    // b's completion waits in its slot: found done, without a poll.
+    let never = |_: &mut [WorkCompletion]| -> rdma_core::Result<usize> {
+        panic!("a completed request is not polled for")
+    };
+    let found = t.look(b, never, false);
+    assert!(matches!(found, Found::Done(_)));
+    assert!(matches!(
+        t.claim_found(b, found, None, |op, _, wc, _| (op, wc.wr_id())),
+        Take::Done((Operation::Write, id)) if id == b
+    ));
+    // A failed poll is found as such, and its claim takes nothing.
+    let failing = |_: &mut [WorkCompletion]| Err(rdma_core::Error::InvalidArgument("poll".into()));
+    let found = t.look(a, failing, false);
+    assert!(matches!(found, Found::Failed(_)));
+    assert!(matches!(
+        t.claim_found(a, found, None, |_, _, _, _| ()),
+        Take::Pending
+    ));
+    assert_eq!(t.in_flight(), 1, "a is still in flight");
+}
+
+#[test]
+fn a_spinning_look_skips_the_lookup_only_while_nothing_was_seen() {
+    let mut t = Tracker::new(8, 8);
+    let a = plain(&mut t, Operation::Send, 1);
+    let b = plain(&mut t, Operation::Send, 1);
+    let mut seen = u64::MAX;
+    let empty = |_: &mut [WorkCompletion]| Ok(0);
+    assert!(matches!(t.look_spin(a, &mut seen, empty), Found::Pending));
+    assert_eq!(seen, t.completed(), "the first look remembers the count");
+    // Another request completes, seen by someone else's reap: the next
+    // spinning look looks `a` up again (and finds it still in flight).
+    reap(&mut t, &[success(b)]);
+    assert_ne!(seen, t.completed());
+    assert!(matches!(t.look_spin(a, &mut seen, empty), Found::Pending));
+    assert_eq!(seen, t.completed());
+    // Its own completion polled: found at its position.
+    let found = t.look_spin(a, &mut seen, poll_of(&[success(a)]));
+    assert!(matches!(found, Found::Polled(_, 1)));
+    assert!(matches!(
+        t.claim_found(a, found, None, |_, _, wc, _| wc.wr_id()),
+        Take::Done(id) if id == a
+    ));
+    assert_eq!(t.in_flight(), 0);
+}
