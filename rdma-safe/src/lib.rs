@@ -236,6 +236,7 @@ pub mod pool;
 pub mod prepared;
 pub mod scope;
 pub mod srq;
+pub mod stream;
 mod verb;
 pub mod window;
 pub mod work;
