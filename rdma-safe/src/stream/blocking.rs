@@ -73,9 +73,13 @@ impl RdmaStream {
 
     /// Reads what has arrived into `out`, waiting (up to the timeout) for
     /// at least one byte; 0 at the end of the stream (the peer shut its
-    /// writing down or disconnected, and everything it sent was read).
+    /// writing down or closed the stream, and everything it sent was
+    /// read).
     ///
     /// # Errors
+    /// [`Error::PeerDisconnected`] once everything was read from a peer
+    /// whose connection ended without its saying so (its process or host
+    /// died: a reset, not an end);
     /// [`Error::StreamTimeout`] when nothing came within the timeout (the
     /// stream stays usable); the connection's failure (a failed transfer,
     /// [`Error::Protocol`] for a peer breaking the protocol).
@@ -94,6 +98,11 @@ impl RdmaStream {
             }
             let moved = progress?;
             if !self.conn.readable {
+                if self.conn.abrupt() {
+                    return Err(Error::PeerDisconnected {
+                        operation: Operation::Receive,
+                    });
+                }
                 return Ok(0);
             }
             wait.next(moved, "to send data")?;

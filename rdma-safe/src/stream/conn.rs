@@ -108,6 +108,8 @@ pub(crate) struct Conn {
     pub(crate) writable: bool,
     /// Neither side has disconnected.
     pub(crate) connected: bool,
+    /// The connection ended without a word from the peer.
+    abrupt: bool,
     /// Why the connection failed, once it has.
     failed: Option<String>,
     pub(crate) timeout: Duration,
@@ -133,6 +135,7 @@ impl Conn {
             readable: true,
             writable: true,
             connected: true,
+            abrupt: false,
             failed: None,
             timeout: channel.timeout(),
             channel,
@@ -179,7 +182,7 @@ impl Conn {
                 Poll::Ready(None) => {
                     // The peer disconnected (or the channel was shut
                     // down): what arrived before stays readable.
-                    self.end();
+                    self.vanished();
                     moved = true;
                 }
                 Poll::Pending => break,
@@ -199,7 +202,7 @@ impl Conn {
             moved = true;
             if let Err(e) = outcome {
                 if matches!(e, Error::PeerDisconnected { .. }) || !self.connected {
-                    self.end();
+                    self.vanished();
                     continue;
                 }
                 return Err(e);
@@ -260,6 +263,22 @@ impl Conn {
         self.readable = false;
         self.writable = false;
         self.connected = false;
+    }
+
+    /// The connection ended without the peer's saying so (no shutdown or
+    /// disconnect message first): its process or host is gone, and the
+    /// end of what it sent is an error, not the end of the stream.
+    fn vanished(&mut self) {
+        if self.readable {
+            self.abrupt = true;
+        }
+        self.end();
+    }
+
+    /// Whether the connection ended without the peer's shutdown or
+    /// disconnect message.
+    pub(crate) fn abrupt(&self) -> bool {
+        self.abrupt
     }
 
     /// Records `e` as the connection's failure and shuts the channel down
