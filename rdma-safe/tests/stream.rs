@@ -9,8 +9,8 @@ use common::{device_ip, pattern, seed};
 use rdma_safe::cm::CmOptions;
 use rdma_safe::error::ErrorKind;
 use rdma_safe::stream::{RdmaStream, StreamListener};
+use rdma_safe::{cm::Connector, RemoteMemoryRegion};
 use rdma_safe::{Channel, Error, RegisteredBuffer, RemoteAccessBuffer, WriteWorkRequest};
-use rdma_safe::{RemoteMemoryRegion, cm::Connector};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::thread;
@@ -48,7 +48,8 @@ fn every_size_arrives_whole_both_ways() {
             for n in SIZES {
                 let got = read_n(&mut s, n);
                 assert_eq!(got, pattern(seed("up", n), n), "{n} bytes up");
-                s.write_all(&pattern(seed("down", n), n)).expect("write down");
+                s.write_all(&pattern(seed("down", n), n))
+                    .expect("write down");
             }
             s.flush().expect("flush");
             // The client's close ends the stream.
@@ -196,7 +197,9 @@ impl RawPeer {
         }
         let pd = self.channel.pd().clone();
         let buf = RegisteredBuffer::register(&pd, data.to_vec()).expect("register");
-        self.channel.write(wr(&[buf.gather(..)])).expect("raw write");
+        self.channel
+            .write(wr(&[buf.gather(..)]))
+            .expect("raw write");
     }
 }
 

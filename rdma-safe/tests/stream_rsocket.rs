@@ -88,7 +88,11 @@ fn finish(mut child: Child, what: &str) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{what}: rstream failed ({}):\n{text}", out.status);
+    assert!(
+        out.status.success(),
+        "{what}: rstream failed ({}):\n{text}",
+        out.status
+    );
     assert!(!text.contains("verification failed"), "{what}:\n{text}");
     text
 }
@@ -97,7 +101,10 @@ fn read_checked(s: &mut RdmaStream, offset: usize, n: usize, what: &str) {
     let mut got = vec![0u8; n];
     s.read_exact(&mut got)
         .unwrap_or_else(|e| panic!("{what}: reading {n} bytes from rstream: {e}"));
-    assert!(got == counting(offset, n), "{what}: rstream's {n} bytes at {offset}");
+    assert!(
+        got == counting(offset, n),
+        "{what}: rstream's {n} bytes at {offset}"
+    );
 }
 
 /// Our side of rstream's custom test, as its client (`client`) or server.
@@ -148,7 +155,10 @@ fn our_client_against_the_rstream_server() {
         converse(&mut stream, size, count, true, &what);
         drop(stream);
         let out = finish(server, &what);
-        eprintln!("{what}: verified 16 + {} bytes each way\n{out}", size * count);
+        eprintln!(
+            "{what}: verified 16 + {} bytes each way\n{out}",
+            size * count
+        );
     }
 }
 
@@ -181,6 +191,9 @@ fn the_rstream_client_against_our_server() {
             .unwrap_or_else(|e| panic!("{what}: the end of the stream: {e}"));
         assert!(rest.is_empty(), "{what}: bytes after the test");
         let out = finish(client, &what);
-        eprintln!("{what}: verified 16 + {} bytes each way\n{out}", size * count);
+        eprintln!(
+            "{what}: verified 16 + {} bytes each way\n{out}",
+            size * count
+        );
     }
 }

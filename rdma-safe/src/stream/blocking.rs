@@ -93,7 +93,11 @@ impl RdmaStream {
             if self.conn.has_data() {
                 let n = self.conn.copy_out(out)?;
                 // Credits back at once: the peer may be waiting for them.
-                let _ = self.conn.progress();
+                // A failure found meanwhile, or before, is the next call's:
+                // this one returns the data that came before it.
+                if let Err(e) = progress.and_then(|_| self.conn.progress()) {
+                    self.conn.defer(e);
+                }
                 return Ok(n);
             }
             let moved = progress?;

@@ -108,6 +108,9 @@ pub(crate) struct Conn {
     pub(crate) writable: bool,
     /// Neither side has disconnected.
     pub(crate) connected: bool,
+    /// A failure found while the caller had something else to return:
+    /// the next [`progress`](Self::progress) reports it as it was.
+    deferred: Option<Error>,
     /// The connection ended without a word from the peer.
     abrupt: bool,
     /// Why the connection failed, once it has.
@@ -136,6 +139,7 @@ impl Conn {
             writable: true,
             connected: true,
             abrupt: false,
+            deferred: None,
             failed: None,
             timeout: channel.timeout(),
             channel,
@@ -155,6 +159,9 @@ impl Conn {
     /// write, a peer breaking the protocol (the connection is then shut
     /// down).
     pub(crate) fn progress(&mut self) -> Result<bool> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         if let Some(why) = &self.failed {
             return Err(Error::Unusable(why.clone()));
         }
@@ -273,6 +280,12 @@ impl Conn {
             self.abrupt = true;
         }
         self.end();
+    }
+
+    /// Keeps `e` (from a [`progress`](Self::progress) whose caller had
+    /// data to return first) for the next `progress` to report.
+    pub(crate) fn defer(&mut self, e: Error) {
+        self.deferred.get_or_insert(e);
     }
 
     /// Whether the connection ended without the peer's shutdown or
