@@ -8,6 +8,7 @@ use crate::cm::{CmOptions, Connector};
 use crate::error::{Error, ErrorKind, Operation, Result};
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 /// A byte stream over one RDMA connection, speaking librdmacm's rsocket
@@ -19,7 +20,13 @@ use std::time::{Duration, Instant};
 /// write that finds no room, fails with [`Error::StreamTimeout`] and the
 /// stream stays usable. Dropping the stream disconnects.
 pub struct RdmaStream {
-    conn: Conn,
+    pub(super) conn: Conn,
+    /// The timer of async waits.
+    #[cfg(feature = "tokio")]
+    pub(super) timer: super::asynchronous::WaitTimer,
+    /// A control message an async shutdown is still to post.
+    #[cfg(feature = "tokio")]
+    pub(super) queued: Option<Control>,
 }
 
 impl RdmaStream {
@@ -46,14 +53,21 @@ impl RdmaStream {
         let parts = Parts::new(connector.pd())?;
         let channel = connector.connect(&parts.conn_data().encode())?;
         let peer = ConnData::decode(channel.peer_private_data().unwrap_or(&[]))?;
-        let recv = parts.receives(&channel)?;
+        let shared = channel.shared();
+        let recv = parts.receives(&shared)?;
         Ok(RdmaStream::from_conn(Conn::new(
-            channel, recv, parts, &peer,
+            channel, shared, recv, parts, &peer,
         )))
     }
 
     pub(super) fn from_conn(conn: Conn) -> RdmaStream {
-        RdmaStream { conn }
+        RdmaStream {
+            conn,
+            #[cfg(feature = "tokio")]
+            timer: Default::default(),
+            #[cfg(feature = "tokio")]
+            queued: None,
+        }
     }
 
     /// The peer's address.
@@ -89,13 +103,13 @@ impl RdmaStream {
         }
         let mut wait = Wait::new(self.conn.timeout);
         loop {
-            let progress = self.conn.progress();
+            let progress = self.conn.progress(&mut noop());
             if self.conn.has_data() {
                 let n = self.conn.copy_out(out)?;
                 // Credits back at once: the peer may be waiting for them.
                 // A failure found meanwhile, or before, is the next call's:
                 // this one returns the data that came before it.
-                if let Err(e) = progress.and_then(|_| self.conn.progress()) {
+                if let Err(e) = progress.and_then(|_| self.conn.progress(&mut noop())) {
                     self.conn.defer(e);
                 }
                 return Ok(n);
@@ -130,7 +144,7 @@ impl RdmaStream {
         }
         let mut wait = Wait::new(self.conn.timeout);
         loop {
-            let moved = self.conn.progress()?;
+            let moved = self.conn.progress(&mut noop())?;
             if !self.conn.writable {
                 return Err(self.conn.ended_error(Operation::Write));
             }
@@ -153,7 +167,7 @@ impl RdmaStream {
     pub fn flush_all(&mut self) -> Result<()> {
         let mut wait = Wait::new(self.conn.timeout);
         loop {
-            let moved = self.conn.progress()?;
+            let moved = self.conn.progress(&mut noop())?;
             if self.conn.all_sent() {
                 return Ok(());
             }
@@ -201,7 +215,7 @@ impl RdmaStream {
     fn send_control(&mut self, control: Control) -> Result<()> {
         let mut wait = Wait::new(self.conn.timeout);
         loop {
-            let moved = self.conn.progress()?;
+            let moved = self.conn.progress(&mut noop())?;
             if !self.conn.connected {
                 return Ok(());
             }
@@ -217,6 +231,12 @@ impl RdmaStream {
         }
         self.flush_all()
     }
+}
+
+/// The context of a blocking wait: no task to wake, the wait looks again
+/// itself.
+fn noop() -> Context<'static> {
+    Context::from_waker(Waker::noop())
 }
 
 /// A bounded wait: spins, then yields the processor, until its deadline.

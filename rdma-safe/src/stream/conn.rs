@@ -16,7 +16,7 @@ use crate::pool::BufferPool;
 use crate::work::{Held, OwnedKind, WorkSuccess};
 use crate::{Channel, ProtectionDomain};
 use std::collections::VecDeque;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The memory of a stream, registered before the connection exists (its
@@ -68,15 +68,13 @@ impl Parts {
         )
     }
 
-    /// The receives for `channel`, posted now (before an accept, or right
-    /// after a connect).
+    /// The receives for the channel of `shared`, posted now (before an
+    /// accept, or right after a connect).
     ///
     /// # Errors
     /// The error of posting them.
-    pub(crate) fn receives(&self, channel: &Channel) -> Result<RecvStream> {
-        let mut recv = channel
-            .shared()
-            .receive_stream(self.receive.clone(), usize::from(RECEIVES));
+    pub(crate) fn receives(&self, shared: &SharedChannel) -> Result<RecvStream> {
+        let mut recv = shared.receive_stream(self.receive.clone(), usize::from(RECEIVES));
         recv.post_now()?;
         Ok(recv)
     }
@@ -122,11 +120,18 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// The state of a connection just made: `peer` is the peer's
-    /// connection data, `recv` the receives posted for it.
-    pub(crate) fn new(channel: Channel, recv: RecvStream, parts: Parts, peer: &ConnData) -> Conn {
+    /// connection data, `recv` the receives posted for it on `shared` (the
+    /// channel's handle, with a reactor for async use or without).
+    pub(crate) fn new(
+        channel: Channel,
+        shared: SharedChannel,
+        recv: RecvStream,
+        parts: Parts,
+        peer: &ConnData,
+    ) -> Conn {
         let first = peer.data_buf;
         Conn {
-            shared: channel.shared(),
+            shared,
             recv,
             parts,
             in_flight: VecDeque::with_capacity(DATA_BUFFERS + CONTROLS + 1),
@@ -152,20 +157,22 @@ impl Conn {
     }
 
     /// Takes every completion there is, sends the credits owed; `Ok(true)`
-    /// if anything happened.
+    /// if anything happened. With a reactor, `cx`'s task is woken by the
+    /// next receive or by the completion of the oldest write in flight
+    /// (whatever a stream waits for comes with one of them).
     ///
     /// # Errors
     /// The connection's failure (which it keeps reporting): a failed
     /// write, a peer breaking the protocol (the connection is then shut
     /// down).
-    pub(crate) fn progress(&mut self) -> Result<bool> {
+    pub(crate) fn progress(&mut self, cx: &mut Context<'_>) -> Result<bool> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
         if let Some(why) = &self.failed {
             return Err(Error::Unusable(why.clone()));
         }
-        let outcome = self.take_completions();
+        let outcome = self.take_completions(cx);
         let outcome = outcome.and_then(|moved| Ok(self.grant()? || moved));
         if let Err(e) = &outcome {
             self.fail(e);
@@ -173,11 +180,10 @@ impl Conn {
         outcome
     }
 
-    fn take_completions(&mut self) -> Result<bool> {
+    fn take_completions(&mut self, cx: &mut Context<'_>) -> Result<bool> {
         let mut moved = false;
-        let mut cx = Context::from_waker(Waker::noop());
         while self.readable || self.connected {
-            match self.recv.poll_next(&mut cx) {
+            match self.recv.poll_next(cx) {
                 Poll::Ready(Some(Ok((wc, buf)))) => {
                     // The receive's buffer holds nothing (the message was
                     // an RDMA write with immediate): back to the pool.
@@ -196,7 +202,8 @@ impl Conn {
             }
         }
         while let Some(&(id, sent)) = self.in_flight.front() {
-            let taken = self.shared.queue().take(id, WithMemory, Look::Once(None));
+            let look = Look::Once(self.shared.slot_waker(cx));
+            let taken = self.shared.queue().take(id, WithMemory, look);
             let Some((outcome, held)) = taken else {
                 break;
             };

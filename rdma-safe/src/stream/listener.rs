@@ -4,7 +4,7 @@ use super::blocking::RdmaStream;
 use super::conn::{Conn, Parts};
 use super::options;
 use super::wire::ConnData;
-use crate::cm::{CmOptions, Listener};
+use crate::cm::{CmOptions, Incoming, Listener};
 use crate::error::Result;
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -18,6 +18,32 @@ pub struct StreamListener {
 }
 
 impl StreamListener {
+    /// The connection manager's listener.
+    #[cfg(feature = "tokio")]
+    pub(super) fn listener(&self) -> &Listener {
+        &self.listener
+    }
+
+    /// The request and its rsocket connection data; a request without is
+    /// rejected.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`](crate::Error::Protocol) for private data that
+    /// is not rsocket's connection data.
+    pub(super) fn check(incoming: Incoming) -> Result<(Incoming, ConnData)> {
+        match ConnData::decode(incoming.private_data()) {
+            Ok(peer) => Ok((incoming, peer)),
+            Err(e) => {
+                // The requester learns of the refusal at once (a CM
+                // reject), not by its timeout.
+                if let Err(reject) = incoming.reject(&[]) {
+                    log::debug!("rejecting a request that is not rsocket's: {reject}");
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Listens on `addr` (`"ip:port"`; port 0 picks a free one) with
     /// [`CmOptions::default`].
     ///
@@ -56,24 +82,14 @@ impl StreamListener {
     /// came; the errors of registering the stream's memory and of the
     /// accept.
     pub fn accept(&self) -> Result<RdmaStream> {
-        let incoming = self.listener.incoming()?;
-        let peer = match ConnData::decode(incoming.private_data()) {
-            Ok(peer) => peer,
-            Err(e) => {
-                // The requester learns of the refusal at once (a CM
-                // reject), not by its timeout.
-                if let Err(reject) = incoming.reject(&[]) {
-                    log::debug!("rejecting a request that is not rsocket's: {reject}");
-                }
-                return Err(e);
-            }
-        };
+        let (incoming, peer) = Self::check(self.listener.incoming()?)?;
         let parts = Parts::new(incoming.pd())?;
         let (channel, acceptance) = incoming.prepare()?;
-        let recv = parts.receives(&channel)?;
+        let shared = channel.shared();
+        let recv = parts.receives(&shared)?;
         acceptance.accept(&parts.conn_data().encode())?;
         Ok(RdmaStream::from_conn(Conn::new(
-            channel, recv, parts, &peer,
+            channel, shared, recv, parts, &peer,
         )))
     }
 }

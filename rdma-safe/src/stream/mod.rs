@@ -65,6 +65,8 @@
 //! down; a peer that names memory of its own wrongly only fails the
 //! writes into it.
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod blocking;
 mod conn;
 mod credits;
@@ -94,7 +96,8 @@ const CONTROLS: usize = 4;
 /// Bytes a message may carry inline (rsocket's default).
 const INLINE: u32 = 64;
 
-/// `opts` with the queue capacities a stream needs.
+/// `opts` with the queue capacities a stream needs, and completion
+/// events (which its async form sleeps on; the blocking form polls).
 fn options(opts: &CmOptions) -> CmOptions {
     let caps = QpCapabilities {
         max_send_wr: (DATA_BUFFERS + CONTROLS + 4) as u32,
@@ -103,5 +106,5 @@ fn options(opts: &CmOptions) -> CmOptions {
         max_recv_sge: 1,
         max_inline_data: INLINE,
     };
-    opts.capabilities(caps)
+    opts.capabilities(caps).completion_events(true)
 }
