@@ -48,7 +48,9 @@ async fn sizes_arrive_whole_both_ways() {
         .await
         .expect("connect");
     for n in SIZES {
-        c.write_all(&pattern(seed("up", n), n)).await.expect("write up");
+        c.write_all(&pattern(seed("up", n), n))
+            .await
+            .expect("write up");
         let mut got = vec![0u8; n];
         c.read_exact(&mut got).await.expect("read down");
         assert!(got == pattern(seed("down", n), n), "{n} bytes down");
@@ -102,8 +104,8 @@ async fn cancelled_reads_and_writes_lose_no_byte() {
         rounds += 1;
         // Pauses now and then: the reader waits, and its reads are
         // cancelled while they wait.
-        if rounds % 64 == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        if rounds % 8 == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let end = (sent + 50_000).min(total);
         match or_cancelled(c.write(&data[sent..end])).await {

@@ -2,24 +2,8 @@
 //! [`StreamListener::accept_async`], and tokio's `AsyncRead` and
 //! `AsyncWrite` (shutdown included).
 //!
-//! # Cancel safety
-//!
-//! No future of the stream's holds bytes or memory across its polls: a
-//! poll of a read either copies out what has arrived and returns it, or
-//! takes nothing and returns `Pending`; a poll of a write either posts
-//! bytes and returns how many, or posts nothing. Dropping a read or write
-//! future between polls therefore loses no byte and sends none twice, and
-//! what the NIC may still touch — the data of posted writes, the receives
-//! — is the engine's pool memory, held until its completion is seen,
-//! never memory Rust gave back (see the [module](super) docs).
-//!
-//! A poll that cannot go on registers its task to be woken by the next
-//! message from the peer or by the completion of the oldest write in
-//! flight (the stream's completion driver sleeps on the completion
-//! channel), and with a timer at the stream's timeout: a wait that sees
-//! nothing for that long fails with
-//! [`Error::StreamTimeout`](crate::Error::StreamTimeout), as the blocking
-//! calls do.
+//! Why they are cancel-safe and how their waits sleep and end: the
+//! [module](super) docs, *Async and cancel safety*.
 
 use super::blocking::{io_error, RdmaStream};
 use super::conn::{Conn, Parts};
@@ -54,9 +38,7 @@ impl RdmaStream {
     ) -> Result<RdmaStream> {
         let connector = Connector::resolve_async(addr, &options(opts)).await?;
         let parts = Parts::new(connector.pd())?;
-        let channel = connector
-            .connect_async(&parts.conn_data().encode())
-            .await?;
+        let channel = connector.connect_async(&parts.conn_data().encode()).await?;
         let peer = ConnData::decode(channel.peer_private_data().unwrap_or(&[]))?;
         let shared = channel.shared().with_tokio()?;
         let recv = parts.receives(&shared)?;
@@ -132,9 +114,7 @@ impl StreamListener {
         let (channel, acceptance) = incoming.prepare()?;
         let shared = channel.shared().with_tokio()?;
         let recv = parts.receives(&shared)?;
-        acceptance
-            .accept_async(&parts.conn_data().encode())
-            .await?;
+        acceptance.accept_async(&parts.conn_data().encode()).await?;
         Ok(RdmaStream::from_conn(Conn::new(
             channel, shared, recv, parts, &peer,
         )))
@@ -205,8 +185,7 @@ impl AsyncWrite for RdmaStream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let acked = "to acknowledge the writes posted";
-        this.poll_until(cx, acked, Conn::all_sent)
-            .map_err(io_error)
+        this.poll_until(cx, acked, Conn::all_sent).map_err(io_error)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -223,9 +202,8 @@ impl AsyncWrite for RdmaStream {
         loop {
             let acked = "to acknowledge the writes posted";
             let queued = this.queued;
-            let ready = |c: &Conn| {
-                !c.connected || (c.all_sent() && (queued.is_none() || c.control_room()))
-            };
+            let ready =
+                |c: &Conn| !c.connected || (c.all_sent() && (queued.is_none() || c.control_room()));
             std::task::ready!(this.poll_until(cx, acked, ready)).map_err(io_error)?;
             let Some(control) = this.queued.take() else {
                 return Poll::Ready(Ok(()));

@@ -3,7 +3,19 @@
 //! `rcopy` and programs run under `librspreload.so` are their peers:
 //! [`StreamListener::bind`] / [`StreamListener::accept`] and
 //! [`RdmaStream::connect`], with blocking [`std::io::Read`] and
-//! [`std::io::Write`].
+//! [`std::io::Write`]; with the `tokio` feature, tokio's `AsyncRead` and
+//! `AsyncWrite` too (`RdmaStream::connect_async`,
+//! `StreamListener::accept_async`), cancel-safe: a dropped read or write
+//! future loses no byte (see *Async and cancel safety* below).
+//!
+//! Every wait is bounded by the options' timeout
+//! ([`CmOptions::timeout`](crate::cm::CmOptions::timeout)): a read that
+//! finds nothing to read for that long, or a write that finds no room,
+//! fails with [`Error::StreamTimeout`](crate::Error::StreamTimeout) and
+//! leaves the stream usable; a peer that disconnects ends the stream (0
+//! from a read) if it said so first (rsocket's disconnect or shutdown
+//! message), and is [`Error::PeerDisconnected`](crate::Error::PeerDisconnected)
+//! if it did not (its process or host died).
 //!
 //! ```no_run
 //! use rdma_safe::stream::{RdmaStream, StreamListener};
@@ -45,6 +57,19 @@
 //! probes from a peer are accepted and dropped, and this side offers no
 //! iomap. iWARP devices, on which rsocket sends its messages as sends
 //! instead of immediates, are not supported.
+//!
+//! # Async and cancel safety
+//!
+//! No future of the stream's holds bytes or memory across its polls: a
+//! poll of a read copies out what has arrived and returns it, or takes
+//! nothing; a poll of a write posts bytes and says how many, or posts
+//! nothing. Dropping a read or write future between polls therefore loses
+//! no byte and sends none twice. A poll that cannot go on registers its
+//! task with the stream's completion driver (woken by the next message
+//! from the peer or the completion of the oldest write in flight) and a
+//! timer at the stream's timeout. Dropping a stream sends rsocket's
+//! disconnect message and waits for it (at most 2 s) on the dropping
+//! thread, also on a runtime's worker.
 //!
 //! # Soundness
 //!
