@@ -143,6 +143,48 @@ fn a_read_with_nothing_coming_times_out_and_the_stream_stays_usable() {
     });
 }
 
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_reader_that_stops_holds_the_writer_back() {
+    let (listener, addr) = listener();
+    thread::scope(|t| {
+        let (go, wait) = std::sync::mpsc::channel::<usize>();
+        let server = t.spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            // Reads nothing until the writer was held back.
+            let written = wait.recv().expect("the writer's count");
+            let got = read_n(&mut s, written);
+            assert_eq!(got, pattern(seed("held", 1 << 22), 1 << 22)[..written]);
+        });
+        let mut c = RdmaStream::connect_with(addr, &opts()).expect("connect");
+        c.set_timeout(Duration::from_millis(500));
+        let data = pattern(seed("held", 1 << 22), 1 << 22);
+        let mut written = 0;
+        let err = loop {
+            match c.write_some(&data[written..]) {
+                Ok(n) => written += n,
+                Err(e) => break e,
+            }
+            assert!(
+                written < data.len(),
+                "4 MiB went into a peer that reads nothing"
+            );
+        };
+        assert!(matches!(err, Error::StreamTimeout { .. }), "{err}");
+        // What a peer that reads nothing takes: its receive ring.
+        assert!(
+            written <= 512 << 10,
+            "{written} bytes written into a stopped reader"
+        );
+        assert!(
+            written >= 256 << 10,
+            "only {written} bytes before the writer stopped"
+        );
+        go.send(written).expect("tell the reader");
+        server.join().expect("server");
+    });
+}
+
 /// A raw channel that plays an rsocket peer by hand: its connection data
 /// names a target list and a receive buffer of its own.
 struct RawPeer {

@@ -197,3 +197,85 @@ fn the_rstream_client_against_our_server() {
         );
     }
 }
+
+/// The async form, in a module of its own: tokio's `AsyncReadExt` and
+/// std's `Read` name the same methods.
+mod on_tokio {
+    use super::{counting, device_ip, finish, free_port, log_retry, opts, rstream, spawn};
+    use super::{RdmaStream, StreamListener, TIMEOUT};
+    use std::net::SocketAddr;
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The async stream against rstream, both ways, one size: the same
+    /// conversation through tokio's `AsyncRead`/`AsyncWrite`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+    async fn the_async_stream_against_rstream_both_ways() {
+        let Some(rstream) = rstream("the_async_stream_against_rstream_both_ways") else {
+            return;
+        };
+        let (size, count) = (65536, 32);
+        let total = size * count;
+        let args = |role: &str, port: u16| -> Vec<String> {
+            let mut a: Vec<String> = ["-T", "v", "-S", &size.to_string(), "-C", &count.to_string()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            a.extend([role.into(), device_ip(), "-p".into(), port.to_string()]);
+            a
+        };
+        async fn read_checked(s: &mut RdmaStream, offset: usize, n: usize) {
+            let mut got = vec![0u8; n];
+            s.read_exact(&mut got).await.expect("read from rstream");
+            assert!(
+                got == counting(offset, n),
+                "rstream's {n} bytes at {offset}"
+            );
+        }
+
+        // rstream serves, we connect.
+        let port = free_port();
+        let server = spawn(&rstream, &args("-b", port));
+        let addr: SocketAddr = format!("{}:{port}", device_ip()).parse().expect("addr");
+        let deadline = Instant::now() + TIMEOUT;
+        let mut c = loop {
+            match RdmaStream::connect_async(addr, &opts()).await {
+                Ok(s) => break s,
+                Err(e) if Instant::now() < deadline => {
+                    log_retry(&e);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("connecting to rstream: {e}"),
+            }
+        };
+        c.write_all(&counting(0, 16)).await.expect("sync");
+        read_checked(&mut c, 0, 16).await;
+        c.write_all(&counting(16, total)).await.expect("send");
+        read_checked(&mut c, 16, total).await;
+        drop(c);
+        let what = format!("async client, rstream -T v -S {size} -C {count} (server)");
+        finish(server, &what);
+        eprintln!("{what}: verified 16 + {total} bytes each way");
+
+        // rstream connects, we serve.
+        let listener =
+            StreamListener::bind_with(format!("{}:0", device_ip()), &opts()).expect("listen");
+        let port = listener.local_addr().expect("bound").port();
+        let client = spawn(&rstream, &args("-s", port));
+        let mut s = listener.accept_async().await.expect("accept rstream");
+        read_checked(&mut s, 0, 16).await;
+        s.write_all(&counting(0, 16)).await.expect("sync");
+        read_checked(&mut s, 16, total).await;
+        s.write_all(&counting(16, total)).await.expect("send");
+        s.flush().await.expect("flush");
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest)
+            .await
+            .expect("the end of the stream");
+        assert!(rest.is_empty());
+        let what = format!("async server, rstream -T v -S {size} -C {count} (client)");
+        finish(client, &what);
+        eprintln!("{what}: verified 16 + {total} bytes each way");
+    }
+}
