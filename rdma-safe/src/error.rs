@@ -270,6 +270,27 @@ pub enum Error {
     /// Other I/O (e.g. a stream used to exchange regions).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The peer of a byte stream ([`RdmaStream`](crate::stream::RdmaStream))
+    /// broke the rsocket protocol: connection data that is not rsocket's
+    /// (or of a version other than 1), more bytes or messages than this
+    /// side published room for, credits it never had, or a target entry
+    /// that does not fit. The stream is shut down.
+    #[error("rsocket protocol violated by the peer: {0}")]
+    Protocol(String),
+    /// A byte stream waited its timeout for the peer — for data to read,
+    /// or for room (credits and published buffers) to write into — and
+    /// none came. Nothing was lost or posted by the wait: the stream stays
+    /// usable, and the call may be retried.
+    #[error(
+        "the stream waited {timeout:?} for the peer {waiting_for} and none came (the peer is \
+         slow, stopped reading, or is gone); the stream stays usable"
+    )]
+    StreamTimeout {
+        /// What the wait was for.
+        waiting_for: &'static str,
+        /// The wait.
+        timeout: Duration,
+    },
 }
 
 /// What kind of failure an [`Error`] is, for code that reacts to classes
@@ -328,6 +349,8 @@ impl Error {
             Error::Alloc(AllocError::OutOfMemory { .. }) => ErrorKind::OutOfMemory,
             Error::Alloc(_) | Error::Pool(PoolError::InvalidSize(_)) => ErrorKind::InvalidInput,
             Error::Pool(PoolError::Exhausted { .. }) => ErrorKind::Exhausted,
+            Error::Protocol(_) => ErrorKind::InvalidData,
+            Error::StreamTimeout { .. } => ErrorKind::TimedOut,
         }
     }
 

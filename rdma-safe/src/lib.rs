@@ -109,6 +109,7 @@
 //! | [`owned`] | owned operations: requests, futures, streams, reactors |
 //! | [`pool`] | pool buffers |
 //! | [`datagram`], [`srq`], [`window`] | datagrams, shared receive queues, memory windows |
+//! | [`stream`] | byte streams that speak rsocket: [`RdmaStream`](stream::RdmaStream) (`Read`/`Write`, tokio's `AsyncRead`/`AsyncWrite`), [`StreamListener`](stream::StreamListener) |
 //! | [`exchange`] | deadline-bounded out-of-band exchanges over TCP: [`Bounded`](exchange::Bounded), [`swap`](exchange::swap) |
 //! | [`error`] | the error's kinds and details, [`Operation`](error::Operation) |
 //!
@@ -236,6 +237,7 @@ pub mod pool;
 pub mod prepared;
 pub mod scope;
 pub mod srq;
+pub mod stream;
 mod verb;
 pub mod window;
 pub mod work;

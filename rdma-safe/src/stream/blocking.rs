@@ -1,0 +1,343 @@
+//! [`RdmaStream`]: the blocking stream — connect, read, write, flush,
+//! shut down — over a [`Conn`], every wait bounded by its timeout.
+
+use super::conn::{Conn, Parts};
+use super::options;
+use super::wire::{ConnData, Control};
+use crate::cm::{CmOptions, Connector};
+use crate::error::{Error, ErrorKind, Operation, Result};
+use std::io;
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::task::{Context, Waker};
+use std::time::{Duration, Instant};
+
+/// A byte stream over one RDMA connection, speaking librdmacm's rsocket
+/// protocol: `rstream`, `rcopy` and programs under `librspreload.so` are
+/// its peers (see the [module](super) docs).
+///
+/// Reads and writes block, each wait bounded by the options' timeout
+/// ([`CmOptions::timeout`]): a read that finds no data for that long, or a
+/// write that finds no room, fails with [`Error::StreamTimeout`] and the
+/// stream stays usable. Dropping the stream disconnects.
+pub struct RdmaStream {
+    pub(super) conn: Conn,
+    /// The timer of async waits.
+    #[cfg(feature = "tokio")]
+    pub(super) timer: super::asynchronous::WaitTimer,
+    /// A control message an async shutdown is still to post.
+    #[cfg(feature = "tokio")]
+    pub(super) queued: Option<Control>,
+}
+
+impl RdmaStream {
+    /// Connects to the stream listener (or rsocket server) at `addr`,
+    /// with [`CmOptions::default`].
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    pub fn connect(addr: impl ToSocketAddrs) -> Result<RdmaStream> {
+        Self::connect_with(addr, &CmOptions::default())
+    }
+
+    /// Connects to `addr` with `opts` (its timeout, retry budget and
+    /// events; the queue capacities are the stream's own).
+    ///
+    /// # Errors
+    /// The connection manager's errors (as [`Connector::resolve`] and
+    /// [`Connector::connect`]: nobody listening, an unreachable address, a
+    /// timeout); [`Error::Protocol`] when the peer's accept does not carry
+    /// rsocket's connection data (the connection is then closed); the
+    /// error of registering the stream's memory.
+    pub fn connect_with(addr: impl ToSocketAddrs, opts: &CmOptions) -> Result<RdmaStream> {
+        let connector = Connector::resolve(addr, &options(opts))?;
+        let parts = Parts::new(connector.pd())?;
+        let channel = connector.connect(&parts.conn_data().encode())?;
+        let peer = ConnData::decode(channel.peer_private_data().unwrap_or(&[]))?;
+        let shared = channel.shared();
+        let recv = parts.receives(&shared)?;
+        Ok(RdmaStream::from_conn(Conn::new(
+            channel, shared, recv, parts, &peer,
+        )))
+    }
+
+    pub(super) fn from_conn(conn: Conn) -> RdmaStream {
+        RdmaStream {
+            conn,
+            #[cfg(feature = "tokio")]
+            timer: Default::default(),
+            #[cfg(feature = "tokio")]
+            queued: None,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.conn.channel().peer_addr()
+    }
+
+    /// The bound on each wait.
+    pub fn timeout(&self) -> Duration {
+        self.conn.timeout
+    }
+
+    /// Sets the bound on each wait.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.conn.timeout = timeout;
+    }
+
+    /// Reads what has arrived into `out`, waiting (up to the timeout) for
+    /// at least one byte; 0 at the end of the stream (the peer shut its
+    /// writing down or closed the stream, and everything it sent was
+    /// read).
+    ///
+    /// # Errors
+    /// [`Error::PeerDisconnected`] once everything was read from a peer
+    /// whose connection ended without its saying so (its process or host
+    /// died: a reset, not an end);
+    /// [`Error::StreamTimeout`] when nothing came within the timeout (the
+    /// stream stays usable); the connection's failure (a failed transfer,
+    /// [`Error::Protocol`] for a peer breaking the protocol).
+    pub fn read_some(&mut self, out: &mut [u8]) -> Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mut wait = Wait::new(self.conn.timeout);
+        loop {
+            let progress = self.conn.progress(&mut noop());
+            if self.conn.has_data() {
+                let n = self.conn.copy_out(out)?;
+                // Credits back at once: the peer may be waiting for them.
+                // A failure found meanwhile, or before, is the next call's:
+                // this one returns the data that came before it.
+                if let Err(e) = progress.and_then(|_| self.conn.progress(&mut noop())) {
+                    self.conn.defer(e);
+                }
+                return Ok(n);
+            }
+            let moved = progress?;
+            if !self.conn.readable {
+                if self.conn.abrupt() {
+                    return Err(Error::PeerDisconnected {
+                        operation: Operation::Receive,
+                    });
+                }
+                return Ok(0);
+            }
+            wait.next(moved, "to send data")?;
+        }
+    }
+
+    /// Posts as much of `data` as the peer has room for, waiting (up to
+    /// the timeout) until it has room for some; how many bytes were posted.
+    /// Large writes go out one published buffer at a time, each message at
+    /// most a send buffer (64 KiB); messages up to the queue pair's inline
+    /// size go inline.
+    ///
+    /// # Errors
+    /// [`Error::PeerDisconnected`] once the peer disconnected (or this
+    /// side shut writing down: then an `io::ErrorKind::BrokenPipe` for
+    /// [`io::Write`]); [`Error::StreamTimeout`] when the peer gave no room
+    /// within the timeout (it stopped reading); the connection's failure.
+    pub fn write_some(&mut self, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let mut wait = Wait::new(self.conn.timeout);
+        loop {
+            let moved = self.conn.progress(&mut noop())?;
+            if !self.conn.writable {
+                return Err(self.conn.ended_error(Operation::Write));
+            }
+            if self.conn.can_send() {
+                return self.conn.send_some(data);
+            }
+            wait.next(
+                moved,
+                "to give room to write into (credits or a receive buffer)",
+            )?;
+        }
+    }
+
+    /// Waits (up to the timeout) until every byte written has been placed
+    /// in the peer's memory.
+    ///
+    /// # Errors
+    /// [`Error::StreamTimeout`] when the writes did not complete in time;
+    /// the connection's failure.
+    pub fn flush_all(&mut self) -> Result<()> {
+        let mut wait = Wait::new(self.conn.timeout);
+        loop {
+            let moved = self.conn.progress(&mut noop())?;
+            if self.conn.all_sent() {
+                return Ok(());
+            }
+            wait.next(moved, "to acknowledge the writes posted")?;
+        }
+    }
+
+    /// Shuts down writing ([`Shutdown::Write`]: the peer reads to the end
+    /// of the stream, and may still send), reading (only locally, as
+    /// rsocket does; the connection closes once both are shut down) or
+    /// both (the peer is told the connection is over).
+    ///
+    /// # Errors
+    /// The error of flushing what was written or of posting the message.
+    pub fn shutdown(&mut self, how: Shutdown) -> Result<()> {
+        let c = &mut self.conn;
+        let control = match how {
+            Shutdown::Write if !c.writable => return Ok(()),
+            Shutdown::Write => {
+                c.writable = false;
+                if c.readable {
+                    Control::Shutdown
+                } else {
+                    Control::Disconnect
+                }
+            }
+            Shutdown::Read => {
+                c.readable = false;
+                if c.writable {
+                    return Ok(());
+                }
+                Control::Disconnect
+            }
+            Shutdown::Both => {
+                c.readable = false;
+                c.writable = false;
+                Control::Disconnect
+            }
+        };
+        self.send_control(control)
+    }
+
+    /// Waits for what was written to be placed, then posts `control` and
+    /// waits for it too.
+    fn send_control(&mut self, control: Control) -> Result<()> {
+        let mut wait = Wait::new(self.conn.timeout);
+        loop {
+            let moved = self.conn.progress(&mut noop())?;
+            if !self.conn.connected {
+                return Ok(());
+            }
+            if self.conn.all_sent() && self.conn.control_room() {
+                break;
+            }
+            wait.next(moved, "to acknowledge the writes posted")?;
+        }
+        self.conn.post_control(control)?;
+        if control == Control::Disconnect {
+            // Nothing more goes out; the drop disconnects.
+            self.conn.connected = false;
+        }
+        self.flush_all()
+    }
+}
+
+/// The context of a blocking wait: no task to wake, the wait looks again
+/// itself.
+fn noop() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
+/// A bounded wait: spins, then yields the processor, until its deadline.
+struct Wait {
+    deadline: Instant,
+    timeout: Duration,
+    looks: u64,
+    idle: u32,
+}
+
+impl Wait {
+    fn new(timeout: Duration) -> Wait {
+        let now = Instant::now();
+        Wait {
+            deadline: now
+                .checked_add(timeout)
+                .unwrap_or(now + Duration::from_secs(1 << 32)),
+            timeout,
+            looks: 0,
+            idle: 0,
+        }
+    }
+
+    /// One more look found nothing new (`moved` false) or something: goes
+    /// on waiting, or fails once the deadline has passed.
+    fn next(&mut self, moved: bool, waiting_for: &'static str) -> Result<()> {
+        self.looks += 1;
+        self.idle = if moved { 0 } else { self.idle + 1 };
+        // The clock is read from the 64th look on, whether or not things
+        // move: a peer that keeps sending credits but never what is waited
+        // for does not stretch the bound.
+        if self.looks > 64 && Instant::now() >= self.deadline {
+            return Err(Error::StreamTimeout {
+                waiting_for,
+                timeout: self.timeout,
+            });
+        }
+        if self.idle > 64 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+}
+
+/// The stream's error as an I/O error of the matching kind, the stream's
+/// error inside.
+pub(crate) fn io_error(e: Error) -> io::Error {
+    let kind = match e.kind() {
+        ErrorKind::PeerDisconnected => io::ErrorKind::ConnectionReset,
+        ErrorKind::TimedOut => io::ErrorKind::TimedOut,
+        ErrorKind::InvalidData => io::ErrorKind::InvalidData,
+        ErrorKind::Connect => io::ErrorKind::ConnectionRefused,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e)
+}
+
+impl io::Read for RdmaStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_some(buf).map_err(io_error)
+    }
+}
+
+impl io::Write for RdmaStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if !self.conn.writable && self.conn.connected {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream's writing was shut down",
+            ));
+        }
+        self.write_some(buf).map_err(io_error)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.flush_all().map_err(io_error)
+    }
+}
+
+impl Drop for RdmaStream {
+    fn drop(&mut self) {
+        // Tell an rsocket peer the connection is over (it may not watch
+        // for the CM's disconnect while it reads), within a short bound;
+        // the channel's drop then disconnects and flushes what is left.
+        if self.conn.connected {
+            self.conn.timeout = self.conn.timeout.min(Duration::from_secs(2));
+            let _ = self.send_control(Control::Disconnect);
+        }
+    }
+}
+
+impl std::fmt::Debug for RdmaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaStream")
+            .field("peer", &self.peer_addr())
+            .field("conn", &self.conn)
+            .finish()
+    }
+}
