@@ -11,38 +11,15 @@
 
 mod common;
 
+use common::counting::{allocations, Counting};
+
 use common::{pair, pair_with, pd, registered, scatter_chunks, srq_pair};
 use rdma_safe::channel::SharedCompletionQueue;
 use rdma_safe::owned::Request;
 use rdma_safe::{owned::OwnedRequest, AtomicWorkRequest, BufferPool, RemoteAccessBuffer};
 use rdma_safe::{Error, ReceiveWorkRequest, SendWorkRequest, WriteWorkRequest};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Counts every allocation of the process.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -72,7 +49,7 @@ fn owned_operations_allocate_nothing_per_operation() {
         let mut counted = 0;
         for round in 0..WARM + ROUNDS {
             if round == WARM {
-                counted = ALLOCATIONS.load(Ordering::Relaxed);
+                counted = allocations();
             }
             let mut tx = pool.try_alloc().expect("tx");
             tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
@@ -86,12 +63,12 @@ fn owned_operations_allocate_nothing_per_operation() {
             assert_eq!(got.bytes(), 256);
             assert_eq!(buf[..8], (round as u64).to_le_bytes());
         }
-        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
+        let per_op = (allocations() - counted) as f64 / (2 * ROUNDS) as f64;
         println!("allocations per owned operation (send or receive, tokio futures): {per_op:.3}");
         // The target is zero; a runtime may allocate now and then on its own.
         assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
         // The blocking form of the same, without a runtime in the loop.
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for round in 0..ROUNDS {
             let mut tx = pool.try_alloc().expect("tx");
             tx[..8].copy_from_slice(&(round as u64).to_le_bytes());
@@ -106,7 +83,7 @@ fn owned_operations_allocate_nothing_per_operation() {
                 std::thread::sleep(Duration::from_micros(10));
             }
         }
-        let blocking = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64;
+        let blocking = (allocations() - before) as f64 / ROUNDS as f64;
         println!(
             "allocations per blocking send + callback receive: {blocking:.3} \
              (the callback's box is one)"
@@ -132,7 +109,7 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
         let mut counted = 0;
         for round in 0..WARM + ROUNDS {
             if round == WARM {
-                counted = ALLOCATIONS.load(Ordering::Relaxed);
+                counted = allocations();
             }
             let rx = pool.try_alloc().expect("rx");
             let (r, s) = tokio::join!(
@@ -142,7 +119,7 @@ fn busy_polled_futures_allocate_nothing_per_operation() {
             assert_eq!(r.0.expect("receive").bytes(), 64);
             s.0.expect("send");
         }
-        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * ROUNDS) as f64;
+        let per_op = (allocations() - counted) as f64 / (2 * ROUNDS) as f64;
         println!("allocations per busy-polled owned operation: {per_op:.3}");
         assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
     });
@@ -178,7 +155,7 @@ fn started_operations_allocate_nothing_per_operation() {
             let mut counted = 0;
             for round in 0..WARM + ROUNDS {
                 if round == WARM {
-                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                    counted = allocations();
                 }
                 // One receive started alone, two together.
                 let answer = sb.start(Request::receive(pool.try_alloc().expect("rx")));
@@ -193,8 +170,7 @@ fn started_operations_allocate_nothing_per_operation() {
                     assert_eq!(buf[..], [9u8; 64][..]);
                 }
             }
-            let per_op =
-                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (6 * ROUNDS) as f64;
+            let per_op = (allocations() - counted) as f64 / (6 * ROUNDS) as f64;
             println!("allocations per started operation (reactor: {reactor}): {per_op:.3}");
             assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
         }
@@ -223,7 +199,7 @@ fn futures_on_a_shared_completion_queue_allocate_nothing_per_operation() {
         let mut counted = 0;
         for round in 0..WARM + ROUNDS {
             if round == WARM {
-                counted = ALLOCATIONS.load(Ordering::Relaxed);
+                counted = allocations();
             }
             let (rx1, rx2) = (pool.try_alloc().expect("rx"), pool.try_alloc().expect("rx"));
             let (r1, s1, r2, s2) = tokio::join!(
@@ -237,7 +213,7 @@ fn futures_on_a_shared_completion_queue_allocate_nothing_per_operation() {
             s1.0.expect("send 1");
             s2.0.expect("send 2");
         }
-        let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (4 * ROUNDS) as f64;
+        let per_op = (allocations() - counted) as f64 / (4 * ROUNDS) as f64;
         println!("allocations per owned operation on a shared CQ: {per_op:.3}");
         assert!(per_op < 0.05, "{per_op:.3} allocations per operation");
         assert_eq!(cq.strays(), 0);
@@ -257,7 +233,7 @@ fn blocking_atomics_allocate_nothing_per_operation() {
     let mut counted = 0;
     for round in 0..WARM + ROUNDS {
         if round == WARM {
-            counted = ALLOCATIONS.load(Ordering::Relaxed);
+            counted = allocations();
         }
         a.run(AtomicWorkRequest::fetch_and_add(
             counter,
@@ -267,7 +243,7 @@ fn blocking_atomics_allocate_nothing_per_operation() {
         .expect("fetch-and-add");
         assert_eq!(u64::from_ne_bytes(old[..8].try_into().unwrap()), round);
     }
-    let per_op = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / ROUNDS as f64;
+    let per_op = (allocations() - counted) as f64 / ROUNDS as f64;
     println!("allocations per blocking atomic: {per_op:.3}");
     assert_eq!(per_op, 0.0, "{per_op:.3} allocations per blocking atomic");
 }
@@ -297,7 +273,7 @@ fn owned_batch_futures_allocate_nothing_per_batch() {
         let mut counted = 0;
         for round in 0..WARM + ROUNDS {
             if round == WARM {
-                counted = ALLOCATIONS.load(Ordering::Relaxed);
+                counted = allocations();
             }
             reqs.extend((0..PER).map(|k| {
                 let at = remote.slice((64 * k) as u64, 64).expect("piece");
@@ -308,7 +284,7 @@ fn owned_batch_futures_allocate_nothing_per_batch() {
             reqs = back;
             reqs.clear();
         }
-        let per_batch = (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / ROUNDS as f64;
+        let per_batch = (allocations() - counted) as f64 / ROUNDS as f64;
         println!(
             "allocations per owned batch of {PER} writes (busy-polled future): {per_batch:.3}"
         );
@@ -347,7 +323,7 @@ fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
             let mut counted = 0;
             for round in 0..WARM + ROUNDS {
                 if round == WARM {
-                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                    counted = allocations();
                 }
                 assert_eq!(sb.post_receive_batch_into(&mut ring, &mut recvs)?, PER);
                 a.run_batch(&mut sends)?;
@@ -355,11 +331,10 @@ fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
                     assert_eq!(r.wait()?.bytes(), SIZE);
                 }
             }
-            let per_op =
-                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (2 * PER * ROUNDS) as f64;
+            let per_op = (allocations() - counted) as f64 / (2 * PER * ROUNDS) as f64;
             // The form that returns a new `Vec` of handles allocates it:
             // the count sees this path.
-            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let before = allocations();
             for _ in 0..ROUNDS {
                 let handles = sb.post_receive_batch(&mut ring)?;
                 a.run_batch(&mut sends)?;
@@ -367,7 +342,7 @@ fn scoped_receive_and_send_batches_allocate_nothing_per_operation() {
                     assert_eq!(r.wait()?.bytes(), SIZE);
                 }
             }
-            let vec_form = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / ROUNDS as f64;
+            let vec_form = (allocations() - before) as f64 / ROUNDS as f64;
             Ok::<_, Error>((per_op, vec_form))
         })
         .expect("batches");
@@ -417,13 +392,11 @@ fn prepared_batches_allocate_nothing_per_post() {
             let mut counted = 0;
             for round in 0..WARM + ROUNDS {
                 if round == WARM {
-                    counted = ALLOCATIONS.load(Ordering::Relaxed);
+                    counted = allocations();
                 }
                 assert_eq!(s.post_prepared(&mut batch)?.wait()?.bytes(), SIZE * PER);
             }
-            Ok::<_, Error>(
-                (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (PER * ROUNDS) as f64,
-            )
+            Ok::<_, Error>((allocations() - counted) as f64 / (PER * ROUNDS) as f64)
         })
         .expect("prepared writes");
     println!("allocations per operation, prepared batches of {PER} writes: {per_op:.3}");
@@ -450,7 +423,7 @@ fn shared_receive_queue_refills_allocate_nothing() {
     let mut counted = 0;
     for round in 0..WARM + ROUNDS {
         if round == WARM {
-            counted = ALLOCATIONS.load(Ordering::Relaxed);
+            counted = allocations();
         }
         for _ in 0..SLOTS {
             a.send(SendWorkRequest::new(&g)).expect("send");
@@ -468,8 +441,7 @@ fn shared_receive_queue_refills_allocate_nothing() {
             "every slot posted again"
         );
     }
-    let per_message =
-        (ALLOCATIONS.load(Ordering::Relaxed) - counted) as f64 / (SLOTS * ROUNDS) as f64;
+    let per_message = (allocations() - counted) as f64 / (SLOTS * ROUNDS) as f64;
     println!(
         "allocations per message through a shared receive queue refilled {SLOTS} slots \
          at a time: {per_message:.3}"

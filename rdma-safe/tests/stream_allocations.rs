@@ -8,36 +8,13 @@
 
 mod common;
 
+use common::counting::{allocations, Counting};
+
 use common::device_ip;
 use rdma_safe::cm::CmOptions;
 use rdma_safe::stream::{RdmaStream, StreamListener};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Counts every allocation of the process.
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -69,12 +46,12 @@ fn writes_and_reads_allocate_nothing_per_call() {
         let mut before = 0;
         for round in 0..WARM + ROUNDS {
             if round == WARM {
-                before = ALLOCATIONS.load(Ordering::Relaxed);
+                before = allocations();
             }
             c.write_all(&out).expect("write");
             c.read_exact(&mut back).expect("read the echo");
         }
-        let allocated = ALLOCATIONS.load(Ordering::Relaxed) - before;
+        let allocated = allocations() - before;
         assert!(back == out, "the echo is what was sent");
         assert_eq!(
             allocated, 0,
