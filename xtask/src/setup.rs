@@ -16,7 +16,18 @@ pub(crate) const APT_PACKAGES: &[(&str, &str)] = &[
     ("rdma-core", "userspace RDMA stack"),
     ("ibverbs-providers", "the rxe provider (librxe)"),
     ("ibverbs-utils", "ibv_devices, ibv_devinfo, ibv_rc_pingpong"),
-    ("rdmacm-utils", "rping, ucmatose"),
+    (
+        "rdmacm-utils",
+        "rping, ucmatose, rstream; librspreload.so (in librdmacm1)",
+    ),
+    (
+        "curl",
+        "an unmodified TCP client reaching the stream's HTTP example over rsockets",
+    ),
+    (
+        "netcat-openbsd",
+        "nc, an unmodified TCP sender to a stream listener over rsockets",
+    ),
     ("perftest", "ib_write_bw and friends, the reference peers"),
     (
         "valgrind",
