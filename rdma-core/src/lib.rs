@@ -45,6 +45,8 @@ mod cq;
 mod device;
 mod device_caps;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 mod fd;
 mod gid;
 mod mr;
