@@ -19,7 +19,8 @@ use rdma_safe::work::WcStatus;
 use rdma_safe::{
     error::{ErrorKind, Operation},
     BufferPool, Channel, Error, ProtectionDomain, ReceiveWorkRequest, RegisteredBuffer,
-    RemoteAccessBuffer, RemoteMemoryRegion, ScopeError, WorkSuccess, WriteWorkRequest,
+    RemoteAccessBuffer, RemoteMemoryRegion, ScopeError, SendWorkRequest, WorkSuccess,
+    WriteWorkRequest,
 };
 use std::time::{Duration, Instant};
 
@@ -683,17 +684,69 @@ fn a_queue_pair_smaller_than_asked() {
         Err(e) => assert!(a.is_usable(), "refused, not poisoned: {e}"),
         Ok(_) => panic!("a batch of {BATCH} on a send queue of 2"),
     }
-    // More writes than the queue holds, in a scope: they wait for room.
+    // In a scope, a post beyond the queue's room is refused before the
+    // verb (typed, the channel usable); two at a time fit.
     a.scope(|s| {
-        let handles: Vec<_> = wrs
-            .drain(..)
+        let mut wrs = wrs.drain(..);
+        let first: Vec<_> = wrs
+            .by_ref()
+            .take(2)
             .map(|wr| s.post(wr))
             .collect::<Result<_, _>>()?;
-        handles.into_iter().try_for_each(|h| h.wait().map(drop))
+        let third = wrs.next().expect("a third write");
+        match s.post(third) {
+            Err(Error::Post { .. }) => {}
+            other => panic!("a third write on a queue of 2: {other:?}"),
+        }
+        first.into_iter().try_for_each(|h| h.wait().map(drop))?;
+        let rest: Vec<_> = [third]
+            .into_iter()
+            .chain(wrs)
+            .map(|wr| s.post(wr))
+            .collect::<Result<_, _>>()?;
+        rest.into_iter().try_for_each(|h| h.wait().map(drop))
     })
     .expect("writes through a small queue");
     let mut got = vec![0; BATCH * PIECE];
     peer.read(0, &mut got).expect("read");
     assert_eq!(got[..], src[..], "the writes' bytes");
     assert_oracle_clear("smaller QP", &[a.qp_num(), b.qp_num()], &[&src[..]]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn refused_shared_receive_queue_refills() {
+    let pd = pd();
+    let (mut srq, mut a, _b) = common::srq_pair(&pd, 8, 64);
+    let tx = registered(&pd, pattern(seed("srq-refill", 1), 64));
+    let mut buf = [0u8; 64];
+    let mut exchange = |srq: &mut rdma_safe::SharedReceiveQueue, n: usize, what: &str| {
+        for _ in 0..n {
+            a.send(SendWorkRequest::new(&[tx.gather(..)]))
+                .unwrap_or_else(|e| panic!("{what}: send: {e}"));
+            let r = srq
+                .receive(&mut buf, TIMEOUT)
+                .unwrap_or_else(|e| panic!("{what}: receive: {e}"))
+                .unwrap_or_else(|| panic!("{what}: no message"));
+            assert_eq!(buf[..r.len()], tx[..], "{what}: the message");
+        }
+    };
+    exchange(&mut srq, 4, "before the faults");
+    for (fault, what) in [
+        (Fault::refused_doorbell(), "rxe: the SRQ's doorbell refused"),
+        (Fault::bad_wr_at(1), "mlx5: bad_wr at the second receive"),
+        (Fault::queue_full_at(0), "mlx5: the SRQ full"),
+    ] {
+        let installed = fault::install(Plan::new(18).at(Site::PostSrqRecv, When::Call(0), fault));
+        let r = srq.refill();
+        assert_fired(what, &installed, Site::PostSrqRecv, 1);
+        assert!(matches!(r, Err(Error::Post { .. })), "{what}: {r:?}");
+        drop(installed);
+        // What the refusal left posted still takes messages; a refill
+        // posts the rest.
+        exchange(&mut srq, 2, what);
+        srq.refill()
+            .unwrap_or_else(|e| panic!("{what}: the next refill: {e}"));
+        exchange(&mut srq, 4, what);
+    }
 }
