@@ -750,3 +750,122 @@ fn refused_shared_receive_queue_refills() {
         exchange(&mut srq, 4, what);
     }
 }
+
+/// A receive of one message into `rx` on `path`, the message sent by `a`
+/// from another thread (no plan there) once the receive may be posted.
+fn receive_one(
+    path: Path,
+    w: &mut World,
+    rx: &mut RegisteredBuffer<Vec<u8>>,
+) -> rdma_safe::Result<WorkSuccess> {
+    let (a, b, src, pool) = (&mut w.a, &mut w.b, &w.src, &w.pool);
+    std::thread::scope(|t| {
+        let sender = t.spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            a.send(SendWorkRequest::new(&[src.gather(..PIECE)]))
+        });
+        let got = match path {
+            Path::Blocking => b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..PIECE)])),
+            Path::Scope => b
+                .scope(|s| {
+                    let mut sc = [rx.scatter(..PIECE)];
+                    s.post_receive(ReceiveWorkRequest::new(&mut sc))?.wait()
+                })
+                .map_err(ScopeError::flatten),
+            Path::Owned => {
+                let (r, buf) = b
+                    .shared()
+                    .run(Request::receive(pool.try_alloc().expect("a buffer")));
+                if r.is_ok() {
+                    rx[..PIECE].copy_from_slice(&buf[..PIECE]);
+                }
+                r
+            }
+        };
+        // A refused receive takes no message: the send then fails or
+        // times out (the sender's bounded wait), which is not this test's.
+        let _ = sender.join().expect("the sender");
+        got
+    })
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn refused_receive_posts() {
+    for path in PATHS {
+        // mlx5, the head refused: nothing queued; the retry takes the message.
+        let what = &format!("{path:?}: receive refused at the head");
+        let mut w = World::new("recv-head");
+        let mut rx = registered(&w.pd, vec![FILL; PIECE]);
+        let plan = Plan::new(19).at_qp(
+            w.b.qp_num(),
+            Site::PostRecv,
+            When::Call(0),
+            Fault::bad_wr_at(0),
+        );
+        let installed = fault::install(plan);
+        match path {
+            Path::Blocking => {
+                let r = w.b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)]));
+                assert_post_error(what, r, EINVAL);
+            }
+            Path::Scope => {
+                let r = w.b.scope(|s| {
+                    s.post_receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)]))
+                        .map(drop)
+                });
+                assert_post_error(what, r.map_err(ScopeError::flatten), EINVAL);
+            }
+            Path::Owned => {
+                let buf = w.pool.try_alloc().expect("a buffer");
+                let (r, _) = w.b.shared().run(Request::receive(buf));
+                assert_post_error(what, r, EINVAL);
+            }
+        }
+        assert_fired(what, &installed, Site::PostRecv, 1);
+        assert!(w.b.is_usable(), "{what}: nothing was queued");
+        assert!(rx.iter().all(|&x| x == FILL), "{what}: written");
+        let done = receive_one(path, &mut w, &mut rx).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(done.bytes(), PIECE, "{what}");
+        assert_eq!(rx[..], w.src[..PIECE], "{what}: the message");
+        assert_oracle_clear(what, &w.qps(), &[&rx[..]]);
+        drop(installed);
+
+        // rxe, the doorbell refused: the receive may be queued; the channel
+        // is shut down before the memory comes back.
+        let what = &format!("{path:?}: receive doorbell refused");
+        let mut w = World::new("recv-doorbell");
+        let mut rx = registered(&w.pd, vec![FILL; PIECE]);
+        let plan = Plan::new(20).at_qp(
+            w.b.qp_num(),
+            Site::PostRecv,
+            When::Call(0),
+            Fault::refused_doorbell(),
+        );
+        let installed = fault::install(plan);
+        let r = match path {
+            Path::Blocking => w.b.receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)])),
+            Path::Scope => {
+                w.b.scope(|s| {
+                    s.post_receive(ReceiveWorkRequest::new(&mut [rx.scatter(..)]))?
+                        .wait()
+                })
+                .map_err(ScopeError::flatten)
+            }
+            Path::Owned => {
+                let buf = w.pool.try_alloc().expect("a buffer");
+                w.b.shared().run(Request::receive(buf)).0
+            }
+        };
+        assert_fired(what, &installed, Site::PostRecv, 1);
+        assert_post_error(what, r, EINVAL);
+        assert!(!w.b.is_usable(), "{what}: still usable");
+        assert!(rx.iter().all(|&x| x == FILL), "{what}: written");
+        assert_oracle_clear(what, &w.qps(), &[&rx[..]]);
+        assert_eq!(
+            w.pool.available(),
+            w.pool.capacity(),
+            "{what}: pool buffers missing"
+        );
+    }
+}
