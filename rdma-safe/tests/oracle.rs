@@ -5,7 +5,7 @@
 //! points — a registration dropped, a pool chunk returned, a lent buffer
 //! given back — each fail loudly, naming the request.
 //!
-//! Built with the `fault-injection` feature, as `faults.rs`.
+//! Built with the `fault-injection` feature, as the `faults_*.rs` scenarios.
 #![cfg(feature = "fault-injection")]
 
 mod common;

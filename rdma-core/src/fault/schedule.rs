@@ -326,7 +326,7 @@ impl std::fmt::Debug for Installed {
 /// The fault this call at `site` (on queue pair `qp_num`, if it has one)
 /// gets, if any, recorded as fired.
 pub(crate) fn decide(site: Site, qp_num: Option<u32>) -> Option<Fault> {
-    ACTIVE.with(|a| {
+    with_active(|a| {
         let mut a = a.borrow_mut();
         let a = a.as_mut()?;
         let mut chosen = None;
@@ -354,11 +354,12 @@ pub(crate) fn decide(site: Site, qp_num: Option<u32>) -> Option<Fault> {
         }
         chosen
     })
+    .flatten()
 }
 
 /// Starts holding completions back on the CQ at `cq` for `polls` polls.
 pub(crate) fn hold(cq: usize, polls: u32) {
-    ACTIVE.with(|a| {
+    with_active(|a| {
         if let Some(a) = a.borrow_mut().as_mut() {
             a.held.insert(cq, polls);
         }
@@ -367,7 +368,7 @@ pub(crate) fn hold(cq: usize, polls: u32) {
 
 /// Whether this poll of the CQ at `cq` is one held back (counting it).
 pub(crate) fn held(cq: usize) -> bool {
-    ACTIVE.with(|a| {
+    with_active(|a| {
         let mut a = a.borrow_mut();
         let Some(left) = a.as_mut().and_then(|a| a.held.get_mut(&cq)) else {
             return false;
@@ -378,9 +379,17 @@ pub(crate) fn held(cq: usize) -> bool {
         *left -= 1;
         true
     })
+    .unwrap_or(false)
 }
 
 /// Random bits from the installed plan's generator (0 without a plan).
 pub(crate) fn garbage() -> u32 {
-    ACTIVE.with(|a| a.borrow_mut().as_mut().map_or(0, |a| a.rng.next_u32()))
+    with_active(|a| a.borrow_mut().as_mut().map_or(0, |a| a.rng.next_u32())).unwrap_or(0)
+}
+
+/// `f` on this thread's plan slot; `None` once the thread's locals are
+/// being destroyed (a verb called from another thread-local's `Drop` then
+/// gets no fault rather than a panic).
+fn with_active<R>(f: impl FnOnce(&RefCell<Option<Active>>) -> R) -> Option<R> {
+    ACTIVE.try_with(f).ok()
 }

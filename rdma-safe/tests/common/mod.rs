@@ -10,6 +10,8 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod peer;
 use rdma_safe::cm::{CmOptions, Listener};
 use rdma_safe::error::{Error, Operation};

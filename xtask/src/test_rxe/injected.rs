@@ -9,7 +9,12 @@ use crate::Result;
 
 /// The test targets of rdma-safe that only have tests with the feature
 /// (built without it, they are empty).
-pub(super) const TARGETS: [&str; 2] = ["faults", "oracle"];
+pub(super) const TARGETS: [&str; 4] = [
+    "faults_posts",
+    "faults_completions",
+    "faults_control",
+    "oracle",
+];
 
 /// Builds rdma-core's unit tests (the schedule and the oracle) and
 /// rdma-safe's [`TARGETS`] with the feature; their labels say so.
