@@ -29,7 +29,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     for path in PATHS {
         // Flushed writes: their status survives, their other fields are noise.
         let what = &format!("{path:?}: garbled flush completions");
-        let mut w = World::new("garbage-flush");
+        let mut w = World::new(path, "garbage-flush");
         let a = w.a.qp_num();
         let plan = Plan::new(7)
             .at_qp(a, Site::PostSend, When::Call(0), Fault::FlushAt { at: 0 })
@@ -46,19 +46,15 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
 
         // A remote access error: the peer refuses a wrong key.
         let what = &format!("{path:?}: garbled remote access error");
-        let mut w = World::new("garbage-rkey");
+        let mut w = World::new(path, "garbage-rkey");
         let plan = Plan::new(8).at(Site::ErrorCompletion, When::Always, Fault::Garble);
         let installed = fault::install(plan);
         let good = w.remote(0);
         let bad = RemoteMemoryRegion::new(good.address(), good.length(), good.rkey() ^ 0x5a5a_0000);
         let r = match path {
-            Path::Owned => {
-                w.a.shared()
-                    .run(Request::write(
-                        common::frozen(&w.pool, &w.src[..PIECE]),
-                        bad,
-                    ))
-                    .0
+            Path::Owned | Path::Async => {
+                let data = common::frozen(&w.pool, &w.src[..PIECE]);
+                run_owned(path, &w.a, Request::write(data, bad)).0
             }
             _ => {
                 let g = [w.src.gather(..PIECE)];
@@ -84,7 +80,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     // not from the completion's opcode.
     for path in PATHS {
         let what = &format!("{path:?}: garbled flushed receive");
-        let mut w = World::new("garbage-recv");
+        let mut w = World::new(path, "garbage-recv");
         let plan = Plan::new(9)
             .at_qp(
                 w.b.qp_num(),
@@ -104,9 +100,9 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
                 })
                 .map_err(ScopeError::flatten)
             }
-            Path::Owned => {
+            Path::Owned | Path::Async => {
                 let buf = w.pool.try_alloc().expect("a buffer");
-                w.b.shared().run(Request::receive(buf)).0
+                run_owned(path, &w.b, Request::receive(buf)).0
             }
         };
         assert_fired(what, &installed, Site::PostRecv, 1);
@@ -137,7 +133,7 @@ fn poll_errors() {
     for path in PATHS {
         for when in [When::Call(0), When::Call(1), When::PerMille(300)] {
             let what = &format!("{path:?}: poll_cq fails at {when:?}");
-            let mut w = World::new("poll-error");
+            let mut w = World::new(path, "poll-error");
             let installed = fault::install(Plan::new(10).at(Site::PollCq, when, Fault::PollError));
             let mut outcomes = Vec::new();
             for _ in 0..8 {
@@ -181,7 +177,7 @@ fn completions_held_back() {
     for path in PATHS {
         for polls in [1, 3, 200] {
             let what = &format!("{path:?}: completions held back for {polls} polls");
-            let mut w = World::new("held-back");
+            let mut w = World::new(path, "held-back");
             let plan = Plan::new(11).at(
                 Site::PollCq,
                 When::Call(0),

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 fn mlx5_bad_wr_in_a_batch_shuts_the_channel_down() {
     for path in PATHS {
         let what = &format!("{path:?}: bad_wr at request 2 of {BATCH}");
-        let mut w = World::new("mlx5-bad-wr");
+        let mut w = World::new(path, "mlx5-bad-wr");
         let plan = Plan::new(1).at_qp(
             w.a.qp_num(),
             Site::PostSend,
@@ -52,7 +52,7 @@ fn mlx5_bad_wr_at_the_head_leaves_the_channel_usable() {
     for path in PATHS {
         for n in [1, BATCH] {
             let what = &format!("{path:?}: bad_wr at the head of {n}");
-            let mut w = World::new("mlx5-head");
+            let mut w = World::new(path, "mlx5-head");
             let plan = Plan::new(2).at_qp(
                 w.a.qp_num(),
                 Site::PostSend,
@@ -85,7 +85,7 @@ fn rxe_refused_doorbell_shuts_the_channel_down() {
     for path in PATHS {
         for n in [1, BATCH] {
             let what = &format!("{path:?}: refused doorbell on {n}");
-            let mut w = World::new("rxe-doorbell");
+            let mut w = World::new(path, "rxe-doorbell");
             let plan = Plan::new(3).at_qp(
                 w.a.qp_num(),
                 Site::PostSend,
@@ -108,7 +108,7 @@ fn enomem_on_a_full_queue() {
     for path in PATHS {
         // At the head: nothing queued, the channel usable, a retry lands.
         let what = &format!("{path:?}: ENOMEM at the head");
-        let mut w = World::new("enomem-head");
+        let mut w = World::new(path, "enomem-head");
         let plan = Plan::new(4).at_qp(
             w.a.qp_num(),
             Site::PostSend,
@@ -126,7 +126,7 @@ fn enomem_on_a_full_queue() {
 
         // At request 3 of 4: three queued, the channel shut down.
         let what = &format!("{path:?}: ENOMEM at request 3 of {BATCH}");
-        let mut w = World::new("enomem-batch");
+        let mut w = World::new(path, "enomem-batch");
         let plan = Plan::new(5).at_qp(
             w.a.qp_num(),
             Site::PostSend,
@@ -146,7 +146,7 @@ fn enomem_on_a_full_queue() {
 fn flush_in_the_middle_of_a_batch() {
     for path in PATHS {
         let what = &format!("{path:?}: flush after request 2 of {BATCH}");
-        let mut w = World::new("flush-mid-batch");
+        let mut w = World::new(path, "flush-mid-batch");
         let plan = Plan::new(6).at_qp(
             w.a.qp_num(),
             Site::PostSend,
@@ -237,10 +237,12 @@ fn receive_one(
                     s.post_receive(ReceiveWorkRequest::new(&mut sc))?.wait()
                 })
                 .map_err(ScopeError::flatten),
-            Path::Owned => {
-                let (r, buf) = b
-                    .shared()
-                    .run(Request::receive(pool.try_alloc().expect("a buffer")));
+            Path::Owned | Path::Async => {
+                let (r, buf) = run_owned(
+                    path,
+                    b,
+                    Request::receive(pool.try_alloc().expect("a buffer")),
+                );
                 if r.is_ok() {
                     rx[..PIECE].copy_from_slice(&buf[..PIECE]);
                 }
@@ -260,7 +262,7 @@ fn refused_receive_posts() {
     for path in PATHS {
         // mlx5, the head refused: nothing queued; the retry takes the message.
         let what = &format!("{path:?}: receive refused at the head");
-        let mut w = World::new("recv-head");
+        let mut w = World::new(path, "recv-head");
         let mut rx = registered(&w.pd, vec![FILL; PIECE]);
         let plan = Plan::new(19).at_qp(
             w.b.qp_num(),
@@ -281,9 +283,9 @@ fn refused_receive_posts() {
                 });
                 assert_post_error(what, r.map_err(ScopeError::flatten), EINVAL);
             }
-            Path::Owned => {
+            Path::Owned | Path::Async => {
                 let buf = w.pool.try_alloc().expect("a buffer");
-                let (r, _) = w.b.shared().run(Request::receive(buf));
+                let (r, _) = run_owned(path, &w.b, Request::receive(buf));
                 assert_post_error(what, r, EINVAL);
             }
         }
@@ -299,7 +301,7 @@ fn refused_receive_posts() {
         // rxe, the doorbell refused: the receive may be queued; the channel
         // is shut down before the memory comes back.
         let what = &format!("{path:?}: receive doorbell refused");
-        let mut w = World::new("recv-doorbell");
+        let mut w = World::new(path, "recv-doorbell");
         let mut rx = registered(&w.pd, vec![FILL; PIECE]);
         let plan = Plan::new(20).at_qp(
             w.b.qp_num(),
@@ -317,9 +319,9 @@ fn refused_receive_posts() {
                 })
                 .map_err(ScopeError::flatten)
             }
-            Path::Owned => {
+            Path::Owned | Path::Async => {
                 let buf = w.pool.try_alloc().expect("a buffer");
-                w.b.shared().run(Request::receive(buf)).0
+                run_owned(path, &w.b, Request::receive(buf)).0
             }
         };
         assert_fired(what, &installed, Site::PostRecv, 1);

@@ -6,7 +6,7 @@
 
 use super::{pattern, pd, registered, seed};
 use rdma_core::fault::{self, Installed, Site};
-use rdma_safe::owned::{OwnedRequest, Request};
+use rdma_safe::owned::{Completed, OwnedBuffer, OwnedRequest, Request};
 use rdma_safe::work::WcStatus;
 use rdma_safe::{
     error::{ErrorKind, Operation},
@@ -38,9 +38,12 @@ pub enum Path {
     Scope,
     /// `SharedChannel::run` of an owning write or batch.
     Owned,
+    /// An owning operation's future (`SharedChannel::submit`), awaited on
+    /// a current-thread tokio runtime over completion events.
+    Async,
 }
 
-pub const PATHS: [Path; 3] = [Path::Blocking, Path::Scope, Path::Owned];
+pub const PATHS: [Path; 4] = [Path::Blocking, Path::Scope, Path::Owned, Path::Async];
 
 /// What may have landed in the peer's memory after a scenario.
 #[derive(Clone, Copy, Debug)]
@@ -63,9 +66,12 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(tag: &str) -> World {
+    /// The world of a scenario on `path` (the async path's channels have
+    /// completion events; the others busy-poll).
+    pub fn new(path: Path, tag: &str) -> World {
         let pd = pd();
-        let (a, b) = super::pair_with_timeout(&pd, TIMEOUT);
+        let events = matches!(path, Path::Async);
+        let (a, b) = super::pair_with(&pd, |c| c.timeout(TIMEOUT).completion_events(events));
         let src = registered(&pd, pattern(seed(tag, BATCH), BATCH * PIECE));
         let peer = RemoteAccessBuffer::new(&pd, BATCH * PIECE).expect("peer memory");
         peer.write(0, &[FILL; BATCH * PIECE])
@@ -113,16 +119,15 @@ impl World {
                     _ => Ok(a.scope(|s| s.post_batch(&mut wrs)?.wait())?),
                 }
             }
-            Path::Owned => {
-                let sa = self.a.shared();
+            Path::Owned | Path::Async => {
                 let bytes = |i: usize| super::frozen(&self.pool, &self.src[i * PIECE..][..PIECE]);
                 if n == 1 {
-                    sa.run(Request::write(bytes(0), remotes[0])).0
+                    run_owned(path, &self.a, Request::write(bytes(0), remotes[0])).0
                 } else {
                     let reqs = (0..n)
                         .map(|i| OwnedRequest::write(bytes(i), remotes[i]))
                         .collect();
-                    sa.run(Request::batch(reqs)).0
+                    run_owned(path, &self.a, Request::batch(reqs)).0
                 }
             }
         }
@@ -224,4 +229,21 @@ pub fn assert_flushed(what: &str, r: &rdma_safe::Result<WorkSuccess>) {
         }) => {}
         other => panic!("{what}: expected a flushed write, got {other:?}"),
     }
+}
+
+/// Runs the owning `req` on `ch`: blocking (`SharedChannel::run`) on
+/// [`Path::Owned`], else as a future on a current-thread tokio runtime
+/// (this thread: the fault plan is this thread's).
+pub fn run_owned<B: OwnedBuffer>(path: Path, ch: &Channel, req: Request<B>) -> Completed<B> {
+    if !matches!(path, Path::Async) {
+        return ch.shared().run(req);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async {
+        let sa = ch.shared().with_tokio().expect("register with tokio");
+        sa.submit(req).await
+    })
 }
