@@ -29,6 +29,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     for path in PATHS {
         // Flushed writes: their status survives, their other fields are noise.
         let what = &format!("{path:?}: garbled flush completions");
+        println!("scenario: {what}");
         let mut w = World::new(path, "garbage-flush");
         let a = w.a.qp_num();
         let plan = Plan::new(7)
@@ -46,6 +47,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
 
         // A remote access error: the peer refuses a wrong key.
         let what = &format!("{path:?}: garbled remote access error");
+        println!("scenario: {what}");
         let mut w = World::new(path, "garbage-rkey");
         let plan = Plan::new(8).at(Site::ErrorCompletion, When::Always, Fault::Garble);
         let installed = fault::install(plan);
@@ -80,6 +82,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     // not from the completion's opcode.
     for path in PATHS {
         let what = &format!("{path:?}: garbled flushed receive");
+        println!("scenario: {what}");
         let mut w = World::new(path, "garbage-recv");
         let plan = Plan::new(9)
             .at_qp(
@@ -133,6 +136,7 @@ fn poll_errors() {
     for path in PATHS {
         for when in [When::Call(0), When::Call(1), When::PerMille(300)] {
             let what = &format!("{path:?}: poll_cq fails at {when:?}");
+            println!("scenario: {what}");
             let mut w = World::new(path, "poll-error");
             let installed = fault::install(Plan::new(10).at(Site::PollCq, when, Fault::PollError));
             let mut outcomes = Vec::new();
@@ -177,6 +181,7 @@ fn completions_held_back() {
     for path in PATHS {
         for polls in [1, 3, 200] {
             let what = &format!("{path:?}: completions held back for {polls} polls");
+            println!("scenario: {what}");
             let mut w = World::new(path, "held-back");
             let plan = Plan::new(11).at(
                 Site::PollCq,

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 fn mlx5_bad_wr_in_a_batch_shuts_the_channel_down() {
     for path in PATHS {
         let what = &format!("{path:?}: bad_wr at request 2 of {BATCH}");
+        println!("scenario: {what}");
         let mut w = World::new(path, "mlx5-bad-wr");
         let plan = Plan::new(1).at_qp(
             w.a.qp_num(),
@@ -52,6 +53,7 @@ fn mlx5_bad_wr_at_the_head_leaves_the_channel_usable() {
     for path in PATHS {
         for n in [1, BATCH] {
             let what = &format!("{path:?}: bad_wr at the head of {n}");
+            println!("scenario: {what}");
             let mut w = World::new(path, "mlx5-head");
             let plan = Plan::new(2).at_qp(
                 w.a.qp_num(),
@@ -85,6 +87,7 @@ fn rxe_refused_doorbell_shuts_the_channel_down() {
     for path in PATHS {
         for n in [1, BATCH] {
             let what = &format!("{path:?}: refused doorbell on {n}");
+            println!("scenario: {what}");
             let mut w = World::new(path, "rxe-doorbell");
             let plan = Plan::new(3).at_qp(
                 w.a.qp_num(),
@@ -108,6 +111,7 @@ fn enomem_on_a_full_queue() {
     for path in PATHS {
         // At the head: nothing queued, the channel usable, a retry lands.
         let what = &format!("{path:?}: ENOMEM at the head");
+        println!("scenario: {what}");
         let mut w = World::new(path, "enomem-head");
         let plan = Plan::new(4).at_qp(
             w.a.qp_num(),
@@ -126,6 +130,7 @@ fn enomem_on_a_full_queue() {
 
         // At request 3 of 4: three queued, the channel shut down.
         let what = &format!("{path:?}: ENOMEM at request 3 of {BATCH}");
+        println!("scenario: {what}");
         let mut w = World::new(path, "enomem-batch");
         let plan = Plan::new(5).at_qp(
             w.a.qp_num(),
@@ -146,6 +151,7 @@ fn enomem_on_a_full_queue() {
 fn flush_in_the_middle_of_a_batch() {
     for path in PATHS {
         let what = &format!("{path:?}: flush after request 2 of {BATCH}");
+        println!("scenario: {what}");
         let mut w = World::new(path, "flush-mid-batch");
         let plan = Plan::new(6).at_qp(
             w.a.qp_num(),
@@ -262,6 +268,7 @@ fn refused_receive_posts() {
     for path in PATHS {
         // mlx5, the head refused: nothing queued; the retry takes the message.
         let what = &format!("{path:?}: receive refused at the head");
+        println!("scenario: {what}");
         let mut w = World::new(path, "recv-head");
         let mut rx = registered(&w.pd, vec![FILL; PIECE]);
         let plan = Plan::new(19).at_qp(
@@ -301,6 +308,7 @@ fn refused_receive_posts() {
         // rxe, the doorbell refused: the receive may be queued; the channel
         // is shut down before the memory comes back.
         let what = &format!("{path:?}: receive doorbell refused");
+        println!("scenario: {what}");
         let mut w = World::new(path, "recv-doorbell");
         let mut rx = registered(&w.pd, vec![FILL; PIECE]);
         let plan = Plan::new(20).at_qp(
