@@ -23,15 +23,10 @@ use rdma_safe::{
 };
 use std::time::Instant;
 
-/// The paths these scenarios run on. Not the async one yet: on it, one of
-/// them stalls until the VM's step limit cuts the run, which is not
-/// understood yet; the post scenarios (`faults_posts.rs`) do run there.
-const COMPLETION_PATHS: [Path; 3] = [Path::Blocking, Path::Scope, Path::Owned];
-
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn garbage_in_the_undefined_fields_of_error_completions() {
-    for path in COMPLETION_PATHS {
+    for path in PATHS {
         // Flushed writes: their status survives, their other fields are noise.
         let what = &format!("{path:?}: garbled flush completions");
         println!("scenario: {what}");
@@ -84,8 +79,10 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     }
 
     // Flushed receives: their operation comes from the engine's records,
-    // not from the completion's opcode.
-    for path in COMPLETION_PATHS {
+    // not from the completion's opcode. Not on the async path yet: there
+    // the receive's future (or what follows it) does not return, which is
+    // not understood yet.
+    for path in [Path::Blocking, Path::Scope, Path::Owned] {
         let what = &format!("{path:?}: garbled flushed receive");
         println!("scenario: {what}");
         let mut w = World::new(path, "garbage-recv");
@@ -138,7 +135,7 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn poll_errors() {
-    for path in COMPLETION_PATHS {
+    for path in PATHS {
         for when in [When::Call(0), When::Call(1), When::PerMille(300)] {
             let what = &format!("{path:?}: poll_cq fails at {when:?}");
             println!("scenario: {what}");
@@ -183,7 +180,7 @@ fn poll_errors() {
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn completions_held_back() {
-    for path in COMPLETION_PATHS {
+    for path in PATHS {
         for polls in [1, 3, 200] {
             let what = &format!("{path:?}: completions held back for {polls} polls");
             println!("scenario: {what}");
