@@ -79,9 +79,11 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     }
 
     // Flushed receives: their operation comes from the engine's records,
-    // not from the completion's opcode. Not on the async path yet: there
-    // the receive's future (or what follows it) does not return, which is
-    // not understood yet.
+    // not from the completion's opcode. Not on the async path yet: rxe
+    // does not flush a receive posted to a queue pair already in ERR until
+    // the next move to ERR; the blocking waits notice the state and shut
+    // the channel down (which flushes it), but an owning receive's future
+    // has nothing that looks at the queue pair's state, and waits forever.
     for path in [Path::Blocking, Path::Scope, Path::Owned] {
         let what = &format!("{path:?}: garbled flushed receive");
         println!("scenario: {what}");
