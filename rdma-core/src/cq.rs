@@ -46,6 +46,10 @@ impl CompQueue {
     ) -> Result<Self> {
         let cqe = c_int::try_from(cqe)
             .map_err(|_| Error::InvalidArgument(format!("CQ size {cqe} too large")))?;
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::CreateCq, None) {
+            return Err(Error::verb("ibv_create_cq", errno));
+        }
         let ch = channel.map_or(ptr::null_mut(), |c| c.as_ptr());
         // SAFETY: the context (and channel, if any) are alive.
         let ptr =
@@ -92,7 +96,10 @@ impl CompQueue {
     /// the filled prefix (empty when the CQ is empty). Failed completions are
     /// returned like the others: check [`WorkCompletion::status`].
     #[inline]
+    #[cfg_attr(feature = "fault-injection", allow(unreachable_code))]
     pub fn poll<'a>(&self, out: &'a mut [WorkCompletion]) -> Result<&'a mut [WorkCompletion]> {
+        #[cfg(feature = "fault-injection")]
+        return crate::fault::poll(self.as_ptr(), out);
         let n = c_int::try_from(out.len()).unwrap_or(c_int::MAX);
         // SAFETY: the CQ is alive; `WorkCompletion` is `repr(transparent)` over
         // `ibv_wc`, and `out` has room for `n` of them.
@@ -106,6 +113,10 @@ impl CompQueue {
     /// `ibv_req_notify_cq`—Arms the CQ: the next completion (the next
     /// solicited one, if `solicited_only`) raises an event on its channel.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::ReqNotifyCq, None) {
+            return Err(Error::verb("ibv_req_notify_cq", errno));
+        }
         // SAFETY: the CQ is alive.
         check_rc("ibv_req_notify_cq", unsafe {
             sys::ibv_req_notify_cq(self.as_ptr(), solicited_only.into())

@@ -35,6 +35,13 @@
 //!
 //! Every failure is an [`Error`]: the verb that failed and its errno, or a
 //! work completion's status with a hint of its usual cause.
+//!
+//! # Features
+//!
+//! `fault-injection` (off by default, for tests): the `fault` module, a
+//! fault-injecting layer over the verbs this crate calls and a memory
+//! oracle that fails a test when memory a posted request names is handed
+//! back. Off, nothing of it is compiled.
 
 mod ah;
 mod async_event;
@@ -45,6 +52,8 @@ mod cq;
 mod device;
 mod device_caps;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 mod fd;
 mod gid;
 mod mr;

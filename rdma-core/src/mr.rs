@@ -2,13 +2,30 @@
 
 use crate::error::{Error, Result};
 use crate::pd::ProtectionDomain;
-use crate::wrapper::{deleter, Wrapper};
+#[cfg(not(feature = "fault-injection"))]
+use crate::wrapper::deleter;
+use crate::wrapper::Wrapper;
 use ibverbs_sys as sys;
 use std::ffi::c_int;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+#[cfg(not(feature = "fault-injection"))]
 deleter!(sys::ibv_mr, ibv_dereg_mr);
+
+// The fault-injection layer's deregistration: the memory oracle checks that
+// no request still in the NIC's hands names the region's memory.
+#[cfg(feature = "fault-injection")]
+impl crate::wrapper::Deleter for sys::ibv_mr {
+    const DESTROY_VERB: &'static str = "ibv_dereg_mr";
+    unsafe fn delete(ptr: *mut Self) -> c_int {
+        // SAFETY: `ptr` is a live MR (`Deleter::delete`'s contract).
+        let (addr, len) = unsafe { ((*ptr).addr, (*ptr).length) };
+        crate::fault::check_released(addr.cast(), len, "a memory region is deregistered");
+        // SAFETY: forwarded from `Deleter::delete`'s contract.
+        unsafe { sys::ibv_dereg_mr(ptr) }
+    }
+}
 
 bitflags::bitflags! {
     /// Access a memory region grants (`enum ibv_access_flags`).
@@ -78,6 +95,10 @@ impl MemoryRegion {
         length: usize,
         access: AccessFlags,
     ) -> Result<Self> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::RegisterMr, None) {
+            return Err(Error::verb("ibv_reg_mr", errno));
+        }
         // SAFETY: forwarded to the caller; the PD is alive.
         let ptr =
             unsafe { sys::ibv_reg_mr(pd.as_ptr(), addr.cast(), length, access.bits() as c_int) };
@@ -101,6 +122,10 @@ impl MemoryRegion {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Self> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::RegisterMr, None) {
+            return Err(Error::verb("ibv_reg_mr_iova", errno));
+        }
         // SAFETY: forwarded to the caller; the PD is alive.
         let ptr = unsafe {
             sys::ibv_reg_mr_iova(
@@ -137,6 +162,10 @@ impl MemoryRegion {
             return Err(Error::InvalidArgument(format!(
                 "dmabuf iova {iova:#x} must have the same page offset as offset {offset:#x}"
             )));
+        }
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::RegisterMr, None) {
+            return Err(Error::verb("ibv_reg_dmabuf_mr", errno));
         }
         // SAFETY: forwarded to the caller; the PD is alive, `fd` is open.
         let ptr = unsafe {

@@ -10,12 +10,32 @@ use crate::port::Mtu;
 use crate::qp_builder::QpCapabilities;
 use crate::srq::SharedReceiveQueue;
 use crate::wr::{self, RecvRequest, SendRequest};
-use crate::wrapper::{deleter, Wrapper};
+#[cfg(not(feature = "fault-injection"))]
+use crate::wrapper::deleter;
+use crate::wrapper::Wrapper;
 use ibverbs_sys as sys;
 use std::fmt;
 use std::ptr;
 
+#[cfg(not(feature = "fault-injection"))]
 deleter!(sys::ibv_qp, ibv_destroy_qp);
+
+// The fault-injection layer's destroy: the oracle forgets the requests a
+// destroyed queue pair discarded.
+#[cfg(feature = "fault-injection")]
+impl crate::wrapper::Deleter for sys::ibv_qp {
+    const DESTROY_VERB: &'static str = "ibv_destroy_qp";
+    unsafe fn delete(ptr: *mut Self) -> std::ffi::c_int {
+        // SAFETY: `ptr` is a live QP (`Deleter::delete`'s contract).
+        let qp_num = unsafe { (*ptr).qp_num };
+        // SAFETY: forwarded from `Deleter::delete`'s contract.
+        let rc = unsafe { sys::ibv_destroy_qp(ptr) };
+        if rc == 0 {
+            crate::fault::discard_qp(qp_num, true);
+        }
+        rc
+    }
+}
 
 /// Transport service of a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -195,10 +215,19 @@ impl QueuePair {
 
     /// `ibv_modify_qp`—Applies the attributes of `attr` selected by `mask`.
     pub fn modify(&self, attr: &mut sys::ibv_qp_attr, mask: sys::ibv_qp_attr_mask) -> Result<()> {
+        #[cfg(feature = "fault-injection")]
+        let state = (mask.0 & sys::ibv_qp_attr_mask::IBV_QP_STATE.0 != 0).then_some(attr.qp_state);
+        #[cfg(feature = "fault-injection")]
+        if let Err(errno) = crate::fault::modify(self.qp_num(), state) {
+            return Err(Error::verb("ibv_modify_qp", errno));
+        }
         // SAFETY: the QP is alive; `attr` is valid for reads.
-        check_rc("ibv_modify_qp", unsafe {
-            sys::ibv_modify_qp(self.as_ptr(), attr, mask.0 as i32)
-        })
+        let rc = unsafe { sys::ibv_modify_qp(self.as_ptr(), attr, mask.0 as i32) };
+        #[cfg(feature = "fault-injection")]
+        if rc == 0 {
+            crate::fault::modified(self.qp_num(), state);
+        }
+        check_rc("ibv_modify_qp", rc)
     }
 
     /// `ibv_query_qp`—The current state.
@@ -390,7 +419,11 @@ impl QueuePair {
     /// bytes than its capabilities) and how many requests, from the start of
     /// `wrs`, were posted: those will complete, the rest will not.
     #[inline]
+    #[cfg_attr(feature = "fault-injection", allow(unreachable_code))]
     pub unsafe fn post_send_list(&self, wrs: &mut [SendRequest<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: forwarded to the caller.
+        return unsafe { crate::fault::post_send(self, wrs) };
         let Some(head) = wr::link(wrs) else {
             return Ok(());
         };
@@ -422,7 +455,11 @@ impl QueuePair {
     /// As [`post_send_list`](Self::post_send_list) (`ENOMEM`: the receive
     /// queue is full; `EINVAL` on a QP that uses an SRQ).
     #[inline]
+    #[cfg_attr(feature = "fault-injection", allow(unreachable_code))]
     pub unsafe fn post_recv_list(&self, wrs: &mut [RecvRequest<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: forwarded to the caller.
+        return unsafe { crate::fault::post_recv(self, wrs) };
         let Some(head) = wr::link(wrs) else {
             return Ok(());
         };
@@ -455,10 +492,18 @@ impl QueuePair {
     #[inline]
     pub unsafe fn post_send(&self, wr: &mut sys::ibv_send_wr) -> Result<()> {
         let mut bad = ptr::null_mut();
+        #[cfg(feature = "fault-injection")]
+        let queue = crate::fault::Queue::Send(self.qp_num());
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: `wr` is a well-formed list (the caller's contract).
+        let (post, n) = unsafe { crate::fault::record_raw(queue, wr) };
         // SAFETY: the QP is alive; the rest is the caller's contract.
-        check_rc("ibv_post_send", unsafe {
-            sys::ibv_post_send(self.as_ptr(), wr, &mut bad)
-        })
+        let rc = unsafe { sys::ibv_post_send(self.as_ptr(), wr, &mut bad) };
+        #[cfg(feature = "fault-injection")]
+        if rc != 0 {
+            crate::fault::unrecord_raw(queue, post, wr, n, bad);
+        }
+        check_rc("ibv_post_send", rc)
     }
 
     /// `ibv_post_recv`—Posts a list of receive work requests.
@@ -470,10 +515,18 @@ impl QueuePair {
     #[inline]
     pub unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<()> {
         let mut bad = ptr::null_mut();
+        #[cfg(feature = "fault-injection")]
+        let queue = crate::fault::Queue::Recv(self.qp_num());
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: `wr` is a well-formed list (the caller's contract).
+        let (post, n) = unsafe { crate::fault::record_raw(queue, wr) };
         // SAFETY: the QP is alive; the rest is the caller's contract.
-        check_rc("ibv_post_recv", unsafe {
-            sys::ibv_post_recv(self.as_ptr(), wr, &mut bad)
-        })
+        let rc = unsafe { sys::ibv_post_recv(self.as_ptr(), wr, &mut bad) };
+        #[cfg(feature = "fault-injection")]
+        if rc != 0 {
+            crate::fault::unrecord_raw(queue, post, wr, n, bad);
+        }
+        check_rc("ibv_post_recv", rc)
     }
 }
 

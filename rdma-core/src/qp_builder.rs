@@ -103,11 +103,25 @@ impl QueuePairBuilder {
             sq_sig_all: self.sq_sig_all.into(),
             ..Default::default()
         };
+        #[cfg(feature = "fault-injection")]
+        let at_most = crate::fault::qp_caps(&mut init.cap)
+            .map_err(|errno| crate::Error::verb("ibv_create_qp", errno))?;
         // SAFETY: the PD, CQs and SRQ are alive; `init` is valid for reads and
         // writes (actual capacities are written back).
         let ptr = unsafe { sys::ibv_create_qp(self.pd.as_ptr(), &mut init) };
         // SAFETY: a non-null QP is ours to destroy.
         let raw = unsafe { Wrapper::from_created("ibv_create_qp", ptr) }?;
+        #[cfg(feature = "fault-injection")]
+        {
+            if let Some(at_most) = at_most {
+                crate::fault::clamp_caps(&mut init.cap, at_most);
+            }
+            if let Some(srq) = &self.srq {
+                // SAFETY: the QP is alive; `qp_num` never changes.
+                let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+                crate::fault::attach_srq(qp_num, srq.as_ptr() as usize);
+            }
+        }
         Ok(self.finish(raw, init.cap))
     }
 

@@ -4,13 +4,31 @@ use crate::async_event::SrqId;
 use crate::error::{check_rc, PostError, Result};
 use crate::pd::ProtectionDomain;
 use crate::wr::{self, RecvRequest};
-use crate::wrapper::{deleter, Wrapper};
+#[cfg(not(feature = "fault-injection"))]
+use crate::wrapper::deleter;
+use crate::wrapper::Wrapper;
 use ibverbs_sys as sys;
 use std::fmt;
 use std::ptr;
 use std::sync::Arc;
 
+#[cfg(not(feature = "fault-injection"))]
 deleter!(sys::ibv_srq, ibv_destroy_srq);
+
+// The fault-injection layer's destroy: the oracle forgets the receives a
+// destroyed SRQ discarded.
+#[cfg(feature = "fault-injection")]
+impl crate::wrapper::Deleter for sys::ibv_srq {
+    const DESTROY_VERB: &'static str = "ibv_destroy_srq";
+    unsafe fn delete(ptr: *mut Self) -> std::ffi::c_int {
+        // SAFETY: forwarded from `Deleter::delete`'s contract.
+        let rc = unsafe { sys::ibv_destroy_srq(ptr) };
+        if rc == 0 {
+            crate::fault::discard_srq(ptr as usize);
+        }
+        rc
+    }
+}
 
 struct Inner {
     raw: Wrapper<sys::ibv_srq>,
@@ -43,6 +61,10 @@ impl SharedReceiveQueue {
                 srq_limit: 0,
             },
         };
+        #[cfg(feature = "fault-injection")]
+        if let Some(errno) = crate::fault::refused(crate::fault::Site::CreateSrq, None) {
+            return Err(crate::Error::verb("ibv_create_srq", errno));
+        }
         // SAFETY: the PD is alive; `init` is valid for reads and writes.
         let ptr = unsafe { sys::ibv_create_srq(pd.as_ptr(), &mut init) };
         // SAFETY: a non-null SRQ is ours to destroy.
@@ -118,7 +140,11 @@ impl SharedReceiveQueue {
     /// As [`QueuePair::post_recv_list`](crate::QueuePair::post_recv_list)
     /// (`ENOMEM`: the SRQ is full).
     #[inline]
+    #[cfg_attr(feature = "fault-injection", allow(unreachable_code))]
     pub unsafe fn post_recv_list(&self, wrs: &mut [RecvRequest<'_>]) -> Result<(), PostError> {
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: forwarded to the caller.
+        return unsafe { crate::fault::post_srq_recv(self, wrs) };
         let Some(head) = wr::link(wrs) else {
             return Ok(());
         };
@@ -141,10 +167,18 @@ impl SharedReceiveQueue {
     /// As [`QueuePair::post_recv`](crate::QueuePair::post_recv).
     pub unsafe fn post_recv(&self, wr: &mut sys::ibv_recv_wr) -> Result<()> {
         let mut bad = ptr::null_mut();
+        #[cfg(feature = "fault-injection")]
+        let queue = crate::fault::Queue::Srq(self.as_ptr() as usize);
+        #[cfg(feature = "fault-injection")]
+        // SAFETY: `wr` is a well-formed list (the caller's contract).
+        let (post, n) = unsafe { crate::fault::record_raw(queue, wr) };
         // SAFETY: the SRQ is alive; the rest is the caller's contract.
-        check_rc("ibv_post_srq_recv", unsafe {
-            sys::ibv_post_srq_recv(self.as_ptr(), wr, &mut bad)
-        })
+        let rc = unsafe { sys::ibv_post_srq_recv(self.as_ptr(), wr, &mut bad) };
+        #[cfg(feature = "fault-injection")]
+        if rc != 0 {
+            crate::fault::unrecord_raw(queue, post, wr, n, bad);
+        }
+        check_rc("ibv_post_srq_recv", rc)
     }
 }
 

@@ -149,7 +149,7 @@ impl WcOpcode {
 /// them is polled into directly ([`CompQueue::poll`](crate::CompQueue::poll)).
 #[derive(Clone, Copy, Default)]
 #[repr(transparent)]
-pub struct WorkCompletion(sys::ibv_wc);
+pub struct WorkCompletion(pub(crate) sys::ibv_wc);
 
 impl WorkCompletion {
     /// A completion no device produced: `wr_id` with `status`, every other

@@ -229,6 +229,8 @@ mod engine;
 pub mod error;
 pub mod exchange;
 mod fatal;
+#[cfg(feature = "fault-injection")]
+mod fault;
 pub mod memory;
 pub mod owned;
 mod pd;

@@ -47,6 +47,8 @@ impl<'data> PendingWork<'data> {
     pub fn poll(self) -> Result<Result<WorkSuccess>, Self> {
         match self.shared.take(self.id, Outcome, Look::Once(None)) {
             Some(outcome) => {
+                #[cfg(feature = "fault-injection")]
+                crate::fault::finished(&self.shared, &[self.id], "a PendingWork is taken");
                 // Completed and claimed: nothing is left for `Drop` to wait
                 // for, but the reference to the channel must still be
                 // released.
@@ -61,9 +63,13 @@ impl<'data> PendingWork<'data> {
     /// timeout) and returns its outcome.
     pub fn wait(self) -> Result<WorkSuccess> {
         let (id, timeout) = (self.id, self.timeout);
-        self.disarm()
+        let queue = self.disarm();
+        let outcome = queue
             .wait(id, Outcome, Duration::ZERO, Some(timeout))
-            .expect(BOUNDED)
+            .expect(BOUNDED);
+        #[cfg(feature = "fault-injection")]
+        crate::fault::finished(&queue, &[id], "a PendingWork is waited for");
+        outcome
     }
 
     /// Takes the channel's state out without running `Drop` (which would
@@ -81,6 +87,8 @@ impl Drop for PendingWork<'_> {
         let outcome = self
             .shared
             .wait(self.id, Outcome, Duration::ZERO, Some(self.timeout));
+        #[cfg(feature = "fault-injection")]
+        crate::fault::finished(&self.shared, &[self.id], "a PendingWork is dropped");
         if let Some(Err(e)) = outcome {
             log::warn!("PendingWork {} dropped unpolled and failed: {e}", self.id);
         }

@@ -96,6 +96,8 @@ where
     };
     // The scope's promise: nothing it posted is still tracked (so none of
     // the memory it lent is in the NIC's hands) once it returns.
+    #[cfg(feature = "fault-injection")]
+    crate::fault::finished(queue, &scope.posted, "a scope returns");
     debug_assert_eq!(
         queue.tracked(Ids::Count(&scope.posted)),
         0,

@@ -54,6 +54,8 @@ impl Claim for WithMemory {
 
     #[inline(always)]
     fn claim(self, outcome: Result<WorkSuccess>, held: &mut Held) -> Returned {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::held_returned(held);
         (outcome, std::mem::take(held))
     }
 

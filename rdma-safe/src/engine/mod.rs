@@ -61,6 +61,8 @@ use std::sync::Arc;
 use std::time::Duration;
 pub(crate) use tracker::Counters;
 use tracker::Tracker;
+#[cfg(feature = "fault-injection")]
+pub(crate) use tracker::BATCH_MEMBER;
 
 /// A reliable-connected queue pair with its completion tracking. Shared by
 /// a channel, its pending work and its scopes (`Arc` or borrow): every

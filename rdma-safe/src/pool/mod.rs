@@ -296,6 +296,12 @@ impl PoolInner {
 
     /// Returns chunk `idx` (no handle to it is left) and wakes a waiter.
     pub(crate) fn release(&self, idx: u32) {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::released(
+            self.chunk(idx).0,
+            self.buffer_size,
+            "a pool chunk goes back",
+        );
         let waiters = {
             let mut free = self.lock();
             free.stack.push(idx);

@@ -105,6 +105,8 @@ impl<'scope> Lending<'scope> {
     /// the NIC (the operation was not posted yet, or its completion was
     /// reaped) nor another slice of this `Lending`.
     unsafe fn slice(&self) -> &'scope mut [u8] {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::released(self.ptr.as_ptr(), self.len, "a lent buffer comes back");
         // SAFETY: the address and length are those of a `&'scope mut
         // [u8]` given up to this value; exclusivity is the caller's.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }

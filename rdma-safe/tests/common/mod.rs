@@ -11,6 +11,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod counting;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod peer;
 use rdma_safe::cm::{CmOptions, Listener};
 use rdma_safe::error::{Error, Operation};

@@ -1,7 +1,9 @@
 //! `cargo xtask test-rxe` — builds the workspace's tests and runs all of
 //! them, device tests included, on a real soft-RoCE device.
 //!
-//! 1. `cargo test --workspace --no-run` collects the test executables.
+//! 1. `cargo test --workspace --no-run` collects the test executables;
+//!    rdma-core's and rdma-safe's fault-injection tests are built apart,
+//!    with that feature (see [`injected`]).
 //! 2. On the host: `cargo test --workspace --doc` (doctests, compile-fail
 //!    ones included) and test targets using trybuild (they need rustc and
 //!    a writable target directory).
@@ -16,6 +18,7 @@ mod failures;
 mod faults;
 mod faults_connections;
 mod faults_handshake;
+mod injected;
 mod msrv;
 mod packages;
 mod pairs;
@@ -115,7 +118,12 @@ pub(crate) fn main(args: Args) -> Result<ExitCode> {
             "--examples",
         ],
     )?;
-    let tests: Vec<&Artifact> = built.iter().filter(|a| a.test).collect();
+    let with_faults = injected::build(&ws)?;
+    let tests: Vec<&Artifact> = built
+        .iter()
+        .filter(|a| a.test && !injected::is_empty_without_the_feature(a))
+        .chain(&with_faults)
+        .collect();
     let (host_only, rest): (Vec<&Artifact>, Vec<&Artifact>) =
         tests.iter().partition(|a| a.needs_host_toolchain());
     let (skipped, on_device): (Vec<&Artifact>, Vec<&Artifact>) = rest
