@@ -33,7 +33,10 @@ const MAX_FAILED_ACCEPTS: u32 = 100;
 /// The answer to one request head: (status line, body).
 pub fn answer(head: &[u8]) -> (&'static str, Vec<u8>) {
     let Ok(text) = std::str::from_utf8(head) else {
-        return ("400 Bad Request", b"the request head is not UTF-8\n".to_vec());
+        return (
+            "400 Bad Request",
+            b"the request head is not UTF-8\n".to_vec(),
+        );
     };
     let mut words = text.lines().next().unwrap_or("").split_whitespace();
     let (Some(method), Some(path), Some(version)) = (words.next(), words.next(), words.next())
@@ -49,7 +52,10 @@ pub fn answer(head: &[u8]) -> (&'static str, Vec<u8>) {
     if let Some(n) = path.strip_prefix("/bytes/") {
         return match n.parse::<usize>() {
             Ok(n) if n <= MAX_BODY => ("200 OK", (0..n).map(|i| i as u8).collect()),
-            _ => ("400 Bad Request", b"/bytes/N takes N up to 64 MiB\n".to_vec()),
+            _ => (
+                "400 Bad Request",
+                b"/bytes/N takes N up to 64 MiB\n".to_vec(),
+            ),
         };
     }
     ("200 OK", format!("hello over RDMA: {path}\n").into_bytes())
@@ -86,7 +92,9 @@ fn serve_one(mut stream: RdmaStream) -> std::io::Result<()> {
     )?;
     stream.write_all(&body)?;
     stream.flush()?;
-    stream.shutdown(Shutdown::Write).map_err(std::io::Error::other)?;
+    stream
+        .shutdown(Shutdown::Write)
+        .map_err(std::io::Error::other)?;
     // Read to the client's end, so the answer is taken before the drop
     // disconnects.
     let mut rest = [0u8; 256];

@@ -79,12 +79,13 @@ fn garbage_in_the_undefined_fields_of_error_completions() {
     }
 
     // Flushed receives: their operation comes from the engine's records,
-    // not from the completion's opcode. Not on the async path yet: rxe
-    // does not flush a receive posted to a queue pair already in ERR until
-    // the next move to ERR; the blocking waits notice the state and shut
-    // the channel down (which flushes it), but an owning receive's future
-    // has nothing that looks at the queue pair's state, and waits forever.
-    for path in [Path::Blocking, Path::Scope, Path::Owned] {
+    // not from the completion's opcode. rxe does not flush a receive posted
+    // to a queue pair already in ERR until the next move to ERR; every
+    // wait notices the state and shuts the channel down (which flushes
+    // it): the blocking ones at their clock reads, a future's through the
+    // completion driver's watchdog (its first round, or within the
+    // channel's timeout).
+    for path in PATHS {
         let what = &format!("{path:?}: garbled flushed receive");
         println!("scenario: {what}");
         let mut w = World::new(path, "garbage-recv");

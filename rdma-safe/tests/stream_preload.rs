@@ -96,7 +96,10 @@ fn curl_fetches_from_the_http_example_through_rspreload() {
     let small = get("/hello");
     let text = String::from_utf8_lossy(&small);
     assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-    assert!(text.ends_with("\r\n\r\nhello over RDMA: /hello\n"), "{text}");
+    assert!(
+        text.ends_with("\r\n\r\nhello over RDMA: /hello\n"),
+        "{text}"
+    );
     // 3 MiB: many of the stream's messages, several turns of its ring.
     let n = 3 << 20;
     let big = get(&format!("/bytes/{n}"));

@@ -369,6 +369,10 @@ impl WorkQueue {
     /// A failed completion has moved the queue pair to the error state:
     /// what is still in flight (receives, which a quiet peer would never
     /// fill) is drained now, so that their waiters learn of the failure.
+    /// So is a queue pair the device reports broken or in the error state
+    /// (asked at most every [`STATE_QUERY_EVERY`] while work is in flight,
+    /// at the calls this gets: a driver round, or every [`SPIN_EVERY`]th
+    /// empty poll of a busy-polling future).
     pub(crate) fn stall_deadline(&self, timeout: Duration) -> Option<Instant> {
         let now = clock::now();
         let mut st = self.lock();
@@ -376,6 +380,19 @@ impl WorkQueue {
             let why = why.to_owned();
             self.shut_down(Some(&mut st), &why);
             return None;
+        }
+        // As the blocking waits do at their clock reads: a queue pair
+        // moved to the error state is shut down and drained. Its flushes
+        // would end the waits anyway, but a receive posted to a queue pair
+        // already in the error state may get none (rxe flushes only at the
+        // move to ERR), and receives alone have no stall deadline.
+        if st.state_look_due(now, STATE_QUERY_EVERY) {
+            drop(st);
+            if let Some(why) = self.broken() {
+                self.shut_down(None, &why);
+                return None;
+            }
+            st = self.lock();
         }
         let probe = self.keep_alive(&mut st, now);
         let Some(deadline) = st.progress_deadline(now, timeout) else {

@@ -61,6 +61,22 @@ impl Tracker {
         Some(since + timeout)
     }
 
+    /// Whether a wait without a timer of its own should ask the device
+    /// for the queue pair's state now: work is in flight and the last
+    /// look was at least `every` ago (the look is then counted as made).
+    pub(crate) fn state_look_due(&mut self, now: Instant, every: Duration) -> bool {
+        if self.in_flight == 0 {
+            return false;
+        }
+        match self.state_looked {
+            Some(at) if now.saturating_duration_since(at) < every => false,
+            _ => {
+                self.state_looked = Some(now);
+                true
+            }
+        }
+    }
+
     /// Sets the keepalive interval (`None`: no probes).
     pub(crate) fn set_keepalive(&mut self, interval: Option<Duration>) {
         self.keepalive = interval.filter(|d| !d.is_zero());

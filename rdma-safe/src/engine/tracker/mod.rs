@@ -118,6 +118,9 @@ pub(crate) struct Tracker {
     /// (completions seen, since when): the progress watchdog of waits that
     /// have no timer of their own.
     progress_mark: Option<(u64, Instant)>,
+    /// When a wait without a timer of its own last asked the device for
+    /// the queue pair's state.
+    state_looked: Option<Instant>,
     /// How long the queue pair may go without a completion before a
     /// keepalive probe is posted (`None`: never).
     keepalive: Option<Duration>,
@@ -153,6 +156,7 @@ impl Tracker {
             ready_callbacks: VecDeque::new(),
             abandoned_total: 0,
             progress_mark: None,
+            state_looked: None,
             keepalive: None,
             probe: None,
             quiet_mark: None,

@@ -580,3 +580,20 @@ fn a_spinning_look_skips_the_lookup_only_while_nothing_was_seen() {
     ));
     assert_eq!(t.in_flight(), 0);
 }
+
+#[test]
+fn the_queue_pairs_state_is_looked_at_only_with_work_in_flight_and_not_too_often() {
+    let mut t = Tracker::new(8, 8);
+    let every = Duration::from_millis(10);
+    let t0 = Instant::now();
+    assert!(!t.state_look_due(t0, every), "nothing in flight");
+    let id = plain(&mut t, Operation::Receive, 0);
+    assert!(t.state_look_due(t0, every), "work in flight, never looked");
+    assert!(!t.state_look_due(t0 + every / 2, every), "looked just now");
+    assert!(t.state_look_due(t0 + every, every), "due again");
+    reap(&mut t, &[success(id)]);
+    assert!(
+        !t.state_look_due(t0 + every * 3, every),
+        "nothing in flight"
+    );
+}
