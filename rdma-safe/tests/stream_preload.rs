@@ -1,9 +1,10 @@
-//! Unmodified TCP programs against our byte stream, through librdmacm's
-//! `librspreload.so` (which runs their sockets over rsockets): `curl`
-//! fetching from the `http_stream` example, and `nc` sending to a
-//! `StreamListener`. Data checked byte for byte.
+//! An unmodified TCP program against our byte stream, through librdmacm's
+//! `librspreload.so` (which runs its sockets over rsockets): `curl`
+//! fetching from the `http_stream` example, data checked byte for byte.
+//! (`nc` from netcat-openbsd is not taken over by the preload library: it
+//! connects over TCP, and is refused.)
 //!
-//! A missing `curl`, `nc` or `librspreload.so` fails the test under
+//! A missing `curl` or `librspreload.so` fails the test under
 //! `cargo xtask test-rxe` (`RDMA_TEST_REQUIRE_DEVICE=1`) and is a visible
 //! skip elsewhere.
 
@@ -12,7 +13,6 @@ mod common;
 use common::device_ip;
 use rdma_safe::cm::CmOptions;
 use rdma_safe::stream::StreamListener;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -58,12 +58,21 @@ fn preloaded(preload: &Path, program: &Path, args: &[String], stdin: &[u8]) -> O
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the preloaded program");
-    {
+    // Fed from a thread, so that a program that exits early (its stderr
+    // then says why) does not fail the feeding.
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
         use std::io::Write;
-        let mut input = child.stdin.take().expect("stdin");
-        input.write_all(stdin).expect("the program's input");
-    }
-    child.wait_with_output().expect("the program's output")
+        input.write_all(&data)
+    });
+    let out = child.wait_with_output().expect("the program's output");
+    let fed = feeder.join().expect("the feeding thread");
+    assert!(
+        fed.is_ok() || !out.status.success(),
+        "{program:?} exited successfully without reading its input: {fed:?}"
+    );
+    out
 }
 
 fn listener() -> StreamListener {
@@ -118,38 +127,4 @@ fn curl_fetches_from_the_http_example_through_rspreload() {
         .join()
         .expect("the server thread")
         .expect("the server");
-}
-
-#[test]
-#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
-fn nc_sends_to_a_stream_listener_through_rspreload() {
-    let test = "nc_sends_to_a_stream_listener_through_rspreload";
-    let (Some(preload), Some(nc)) = (tool(test, PRELOAD), tool(test, "nc")) else {
-        return;
-    };
-    let listener = listener();
-    let port = listener.local_addr().expect("bound").port();
-    let server = std::thread::spawn(move || -> rdma_safe::Result<Vec<u8>> {
-        let mut stream = listener.accept()?;
-        let mut got = Vec::new();
-        stream.read_to_end(&mut got).map_err(rdma_safe::Error::Io)?;
-        Ok(got)
-    });
-    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
-    // `-N`: shut the socket down at the end of the input, so the server
-    // reads an end.
-    let args = ["-N", "-w", "20", &device_ip(), &port.to_string()].map(String::from);
-    let out = preloaded(&preload, &nc, &args, &data);
-    assert!(
-        out.status.success(),
-        "nc: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got = server
-        .join()
-        .expect("the server thread")
-        .expect("the server");
-    assert_eq!(got.len(), data.len(), "bytes received");
-    assert!(got == data, "the bytes nc sent");
 }

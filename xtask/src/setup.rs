@@ -24,10 +24,6 @@ pub(crate) const APT_PACKAGES: &[(&str, &str)] = &[
         "curl",
         "an unmodified TCP client reaching the stream's HTTP example over rsockets",
     ),
-    (
-        "netcat-openbsd",
-        "nc, an unmodified TCP sender to a stream listener over rsockets",
-    ),
     ("perftest", "ib_write_bw and friends, the reference peers"),
     (
         "valgrind",

@@ -167,7 +167,7 @@ impl AsyncWrite for RdmaStream {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        if !this.conn.writable && this.conn.connected {
+        if this.conn.shut_write {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the stream's writing was shut down",
@@ -193,6 +193,7 @@ impl AsyncWrite for RdmaStream {
         let c = &mut this.conn;
         if c.writable {
             c.writable = false;
+            c.shut_write = true;
             this.queued = Some(if c.readable {
                 Control::Shutdown
             } else {

@@ -144,6 +144,12 @@ impl RdmaStream {
         }
         let mut wait = Wait::new(self.conn.timeout);
         loop {
+            // This side's shutdown is looked at before the peer's news: a
+            // write after it is refused as such, whatever the peer did
+            // meanwhile.
+            if !self.conn.writable {
+                return Err(self.conn.ended_error(Operation::Write));
+            }
             let moved = self.conn.progress(&mut noop())?;
             if !self.conn.writable {
                 return Err(self.conn.ended_error(Operation::Write));
@@ -188,6 +194,7 @@ impl RdmaStream {
             Shutdown::Write if !c.writable => return Ok(()),
             Shutdown::Write => {
                 c.writable = false;
+                c.shut_write = true;
                 if c.readable {
                     Control::Shutdown
                 } else {
@@ -204,6 +211,7 @@ impl RdmaStream {
             Shutdown::Both => {
                 c.readable = false;
                 c.writable = false;
+                c.shut_write = true;
                 Control::Disconnect
             }
         };
@@ -307,7 +315,7 @@ impl io::Write for RdmaStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        if !self.conn.writable && self.conn.connected {
+        if self.conn.shut_write {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the stream's writing was shut down",

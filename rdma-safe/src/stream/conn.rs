@@ -104,6 +104,9 @@ pub(crate) struct Conn {
     pub(crate) readable: bool,
     /// This side may still send data.
     pub(crate) writable: bool,
+    /// This side shut its writing down (a later write is refused as
+    /// such, whatever the peer did since).
+    pub(crate) shut_write: bool,
     /// Neither side has disconnected.
     pub(crate) connected: bool,
     /// A failure found while the caller had something else to return:
@@ -142,6 +145,7 @@ impl Conn {
             peer_big_endian: peer.big_endian(),
             readable: true,
             writable: true,
+            shut_write: false,
             connected: true,
             abrupt: false,
             deferred: None,
