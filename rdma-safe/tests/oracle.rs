@@ -36,10 +36,11 @@ fn raw_qp(pd: &ProtectionDomain) -> (QueuePair, CompQueue) {
 fn rogue_receive(qp: &QueuePair, addr: *const u8, len: usize, lkey: u32) {
     let sge = [Sge::new(addr as u64, len as u32, lkey)];
     let mut wr = [RecvRequest::new(ROGUE, &sge)];
-    // SAFETY: not sound, on purpose, and contained: the QP never leaves
-    // INIT, so no message ever arrives; it is reset (discarding the
-    // receive) before the memory is freed, and the memory the oracle
-    // refuses to hand back is leaked.
+    // Not sound, on purpose, and contained: the QP never leaves INIT, so
+    // no message ever arrives; it is reset (discarding the receive) before
+    // the memory is freed, and memory the oracle refuses to hand back is
+    // leaked.
+    // SAFETY: by the containment just above.
     unsafe { qp.post_recv_list(&mut wr) }.expect("post the rogue receive");
 }
 

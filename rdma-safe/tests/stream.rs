@@ -132,7 +132,9 @@ fn a_read_with_nothing_coming_times_out_and_the_stream_stays_usable() {
             let start = Instant::now();
             let err = s.read_some(&mut [0u8; 16]).expect_err("nothing was sent");
             assert!(matches!(err, Error::StreamTimeout { .. }), "{err}");
-            assert!(start.elapsed() < Duration::from_secs(3), "bounded");
+            // Only a hang fails this (100x the timeout): a loaded machine
+            // may take several times the timeout to notice it.
+            assert!(start.elapsed() < Duration::from_secs(30), "bounded");
             s.set_timeout(TIMEOUT);
             read_n(&mut s, 5)
         });

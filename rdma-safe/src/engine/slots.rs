@@ -79,10 +79,10 @@ impl<T> SlotRing<T> {
         let i = (self.head + self.span) & self.mask();
         let entry = &mut self.entries[i];
         debug_assert!(entry.is_none(), "outside the window every entry is None");
-        // SAFETY: `entry` is a valid, exclusively borrowed place, and it
-        // holds `None` (outside the window every entry does): writing over
-        // it without a drop loses nothing. Unlike `Option::replace`, this
-        // neither moves the old entry out nor looks at it.
+        // Unlike `Option::replace`, this neither moves the old entry out
+        // nor looks at it.
+        // SAFETY: `entry` is a valid, exclusive place holding `None`
+        // (outside the window every entry does): no drop is lost.
         unsafe { std::ptr::write(entry, Some(slot)) };
         self.span += 1;
         self.live += 1;

@@ -131,10 +131,10 @@ impl<B: OwnedBuffer> Future for Op<'_, B> {
                     .take(id, WithMemory, look)
                     .or_else(|| queue.wait(id, WithMemory, this.chan.spin, None))
                 {
-                    // SAFETY: `this.state` is a valid, exclusively borrowed
-                    // place holding `State::Posted`, which owns nothing:
-                    // writing over it without a drop loses nothing (an
-                    // assignment would call the state's drop glue).
+                    // Written without the state's drop glue (an assignment
+                    // would call it for a state known to own nothing).
+                    // SAFETY: `this.state` is a valid, exclusive place holding
+                    // `State::Posted`, which owns nothing: no drop is lost.
                     unsafe { std::ptr::write(&mut this.state, State::Done) };
                     return Poll::Ready(finish(this.kind, returned));
                 }
