@@ -61,29 +61,39 @@ pub fn answer(head: &[u8]) -> (&'static str, Vec<u8>) {
     ("200 OK", format!("hello over RDMA: {path}\n").into_bytes())
 }
 
-/// Reads a request head (up to the blank line) from `stream`: `None` if
-/// the client closed first or the head is larger than [`MAX_HEAD`].
-fn read_head(stream: &mut RdmaStream) -> std::io::Result<Option<Vec<u8>>> {
+/// What a client sent before its answer.
+enum Head {
+    /// A whole request head, up to the blank line.
+    Whole(Vec<u8>),
+    /// More than [`MAX_HEAD`] bytes without the blank line.
+    TooLarge,
+    /// The client ended its stream first: nothing to answer.
+    Closed,
+}
+
+/// Reads a request head from `stream`.
+fn read_head(stream: &mut RdmaStream) -> std::io::Result<Head> {
     let mut head = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         if head.len() > MAX_HEAD {
-            return Ok(None);
+            return Ok(Head::TooLarge);
         }
         let n = stream.read(&mut buf)?;
         if n == 0 {
-            return Ok(None);
+            return Ok(Head::Closed);
         }
         head.extend_from_slice(&buf[..n]);
     }
-    Ok(Some(head))
+    Ok(Head::Whole(head))
 }
 
 /// Serves one connection: one request, one answer, then the stream's end.
 fn serve_one(mut stream: RdmaStream) -> std::io::Result<()> {
     let (status, body) = match read_head(&mut stream)? {
-        Some(head) => answer(&head),
-        None => ("431 Request Header Fields Too Large", Vec::new()),
+        Head::Whole(head) => answer(&head),
+        Head::TooLarge => ("431 Request Header Fields Too Large", Vec::new()),
+        Head::Closed => return Ok(()),
     };
     write!(
         stream,
