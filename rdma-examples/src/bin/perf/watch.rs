@@ -184,7 +184,16 @@ pub(crate) fn wait(
             )));
         }
         if resting {
-            peer.rest()?;
+            if let Err(gone) = peer.rest() {
+                // What the peer did before it left still counts: a peer
+                // answers the last exchange and exits at once, and both
+                // can land within one rest. Its completion is already
+                // on the queue then, ahead of any flush.
+                return match work.poll() {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(gone),
+                };
+            }
         }
     }
 }
