@@ -145,6 +145,52 @@ fn a_read_with_nothing_coming_times_out_and_the_stream_stays_usable() {
     });
 }
 
+/// The CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_blocked_read_sleeps_instead_of_spinning() {
+    let (listener, addr) = listener();
+    let (timed_out, told) = std::sync::mpsc::channel();
+    thread::scope(|t| {
+        let server = t.spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            s.set_timeout(Duration::from_secs(2));
+            let (cpu, wall) = (thread_cpu(), Instant::now());
+            let err = s.read_some(&mut [0u8; 16]).expect_err("nothing was sent");
+            assert!(matches!(err, Error::StreamTimeout { .. }), "{err}");
+            let (cpu, wall) = (thread_cpu() - cpu, wall.elapsed());
+            // A wait that spins or yields uses its whole wall time (a
+            // yield is a system call); one asleep on completion events
+            // wakes a few times a second. Half is far from either.
+            assert!(
+                cpu < wall / 2,
+                "a blocked read used {cpu:?} of CPU in {wall:?}"
+            );
+            // Woken by the message, it reads it.
+            s.set_timeout(TIMEOUT);
+            timed_out.send(()).expect("tell the client");
+            read_n(&mut s, 5)
+        });
+        let mut c = RdmaStream::connect_with(addr, &opts()).expect("connect");
+        told.recv_timeout(TIMEOUT * 3)
+            .expect("the server's read timed out");
+        thread::sleep(Duration::from_millis(300));
+        c.write_all(b"awake").expect("write");
+        assert_eq!(server.join().expect("server"), b"awake");
+    });
+}
+
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn a_reader_that_stops_holds_the_writer_back() {

@@ -43,7 +43,7 @@ pub(crate) use list::{fill_list, with_list, Receives, STACK_LIST};
 pub(crate) use list::{RECEIVES_PER_CALL, SHORT_RECEIVES};
 pub(crate) use owned::{Notice, Refused, Returned};
 pub(crate) use srq::{Polled, SrqQueue};
-pub(crate) use wait::{Abandon, Ids, BOUNDED};
+pub(crate) use wait::{until, Abandon, Ids, BOUNDED};
 
 use crate::error::{Error, Operation, Result, VerbsError};
 use crate::pool::PoolBuf;

@@ -216,19 +216,7 @@ impl WorkQueue {
             guard.disarm();
             return Some(r);
         }
-        // When next to ask the device for the queue pair's state: a system
-        // call (ibv_query_qp), so not at every clock read (on a slow link a
-        // busy wait reads the clock once or twice per operation).
-        let mut next_state_query = STATE_QUERY_EVERY;
-        let broken = |elapsed: Duration, now: Instant| {
-            if elapsed >= next_state_query {
-                next_state_query = elapsed + STATE_QUERY_EVERY;
-                self.keep_alive(&mut self.lock(), now);
-                self.broken()
-            } else {
-                self.watch.broken(self.qp.qp_num())
-            }
-        };
+        let broken = watchdog(self);
         let clock = WaitClock::new(timeout, self.events);
         let out = match wait_for(
             &self.cq,
@@ -453,6 +441,60 @@ impl WorkQueue {
         }
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
+    }
+}
+
+/// What a blocking wait looks at on each clock read: the queue pair's
+/// breakage (async events at every read; its state, a system call
+/// (`ibv_query_qp`), and the keepalive every [`STATE_QUERY_EVERY`]: on a
+/// slow link a busy wait reads the clock once or twice per operation).
+fn watchdog(queue: &WorkQueue) -> impl FnMut(Duration, Instant) -> Option<String> + '_ {
+    let mut next_state_query = STATE_QUERY_EVERY;
+    move |elapsed: Duration, now: Instant| {
+        if elapsed >= next_state_query {
+            next_state_query = elapsed + STATE_QUERY_EVERY;
+            queue.keep_alive(&mut queue.lock(), now);
+            queue.broken()
+        } else {
+            queue.watch.broken(queue.qp.qp_num())
+        }
+    }
+}
+
+/// A blocking wait for whatever `progress` waits for on `queue` — more
+/// than one request, such as a stream's next message or its oldest write
+/// — through the engine's one wait loop: `progress` (which takes what has
+/// completed, through the engine) is called until it yields, polling for
+/// `spin` and then sleeping on the queue's completion events (if it has
+/// them) or yielding the thread, at most `timeout` in all. `Ok(None)`
+/// when the timeout passed: nothing is shut down, the caller decides.
+///
+/// # Errors
+/// [`Error::Unusable`] when the device declared the queue pair broken (or
+/// it is in the error state): it has been shut down and drained, so
+/// every request on it has its completion.
+pub(crate) fn until<R>(
+    queue: &WorkQueue,
+    spin: Duration,
+    timeout: Duration,
+    progress: impl FnMut() -> Option<R>,
+) -> Result<Option<R>> {
+    let clock = WaitClock::new(timeout, queue.events);
+    match wait_for(
+        &queue.cq,
+        clock,
+        timeout,
+        spin,
+        queue.events,
+        progress,
+        watchdog(queue),
+    ) {
+        Ok(r) => Ok(Some(r)),
+        Err(Expired::Timeout(_)) => Ok(None),
+        Err(Expired::Broken(why)) => {
+            queue.shut_down(None, &why);
+            Err(Error::Unusable(why))
+        }
     }
 }
 

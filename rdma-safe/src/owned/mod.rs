@@ -490,6 +490,11 @@ impl SharedChannel {
     pub(crate) fn queue(&self) -> &WorkQueue {
         &self.queue
     }
+
+    /// The engine, shared.
+    pub(crate) fn queue_arc(&self) -> Arc<WorkQueue> {
+        self.queue.clone()
+    }
 }
 
 /// The futures of receives just posted, in order, for the caller's

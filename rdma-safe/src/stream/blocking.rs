@@ -5,11 +5,12 @@ use super::conn::{Conn, Parts};
 use super::options;
 use super::wire::{ConnData, Control};
 use crate::cm::{CmOptions, Connector};
+use crate::engine;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::task::{Context, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A byte stream over one RDMA connection, speaking librdmacm's rsocket
 /// protocol: `rstream`, `rcopy` and programs under `librspreload.so` are
@@ -101,30 +102,34 @@ impl RdmaStream {
         if out.is_empty() {
             return Ok(0);
         }
-        let mut wait = Wait::new(self.conn.timeout);
-        loop {
-            let progress = self.conn.progress(&mut noop());
-            if self.conn.has_data() {
-                let n = self.conn.copy_out(out)?;
+        self.block("to send data", |c| {
+            let progress = c.progress(&mut noop());
+            if c.has_data() {
+                let n = match c.copy_out(out) {
+                    Ok(n) => n,
+                    Err(e) => return Some(Err(e)),
+                };
                 // Credits back at once: the peer may be waiting for them.
                 // A failure found meanwhile, or before, is the next call's:
                 // this one returns the data that came before it.
-                if let Err(e) = progress.and_then(|_| self.conn.progress(&mut noop())) {
-                    self.conn.defer(e);
+                if let Err(e) = progress.and_then(|_| c.progress(&mut noop())) {
+                    c.defer(e);
                 }
-                return Ok(n);
+                return Some(Ok(n));
             }
-            let moved = progress?;
-            if !self.conn.readable {
-                if self.conn.abrupt() {
-                    return Err(Error::PeerDisconnected {
+            if let Err(e) = progress {
+                return Some(Err(e));
+            }
+            if !c.readable {
+                if c.abrupt() {
+                    return Some(Err(Error::PeerDisconnected {
                         operation: Operation::Receive,
-                    });
+                    }));
                 }
-                return Ok(0);
+                return Some(Ok(0));
             }
-            wait.next(moved, "to send data")?;
-        }
+            None
+        })
     }
 
     /// Posts as much of `data` as the peer has room for, waiting (up to
@@ -142,26 +147,24 @@ impl RdmaStream {
         if data.is_empty() {
             return Ok(0);
         }
-        let mut wait = Wait::new(self.conn.timeout);
-        loop {
-            // This side's shutdown is looked at before the peer's news: a
-            // write after it is refused as such, whatever the peer did
-            // meanwhile.
-            if !self.conn.writable {
-                return Err(self.conn.ended_error(Operation::Write));
-            }
-            let moved = self.conn.progress(&mut noop())?;
-            if !self.conn.writable {
-                return Err(self.conn.ended_error(Operation::Write));
-            }
-            if self.conn.can_send() {
-                return self.conn.send_some(data);
-            }
-            wait.next(
-                moved,
-                "to give room to write into (credits or a receive buffer)",
-            )?;
-        }
+        self.block(
+            "to give room to write into (credits or a receive buffer)",
+            |c| {
+                // This side's shutdown is looked at before the peer's news:
+                // a write after it is refused as such, whatever the peer
+                // did meanwhile.
+                if !c.writable {
+                    return Some(Err(c.ended_error(Operation::Write)));
+                }
+                if let Err(e) = c.progress(&mut noop()) {
+                    return Some(Err(e));
+                }
+                if !c.writable {
+                    return Some(Err(c.ended_error(Operation::Write)));
+                }
+                c.can_send().then(|| c.send_some(data))
+            },
+        )
     }
 
     /// Waits (up to the timeout) until every byte written has been placed
@@ -171,14 +174,12 @@ impl RdmaStream {
     /// [`Error::StreamTimeout`] when the writes did not complete in time;
     /// the connection's failure.
     pub fn flush_all(&mut self) -> Result<()> {
-        let mut wait = Wait::new(self.conn.timeout);
-        loop {
-            let moved = self.conn.progress(&mut noop())?;
-            if self.conn.all_sent() {
-                return Ok(());
+        self.block("to acknowledge the writes posted", |c| {
+            match c.progress(&mut noop()) {
+                Err(e) => Some(Err(e)),
+                Ok(_) => c.all_sent().then_some(Ok(())),
             }
-            wait.next(moved, "to acknowledge the writes posted")?;
-        }
+        })
     }
 
     /// Shuts down writing ([`Shutdown::Write`]: the peer reads to the end
@@ -218,19 +219,40 @@ impl RdmaStream {
         self.send_control(control)
     }
 
+    /// Calls `step` on the connection until it yields, at most the
+    /// stream's timeout: at once, then through the engine's wait (a short
+    /// spin, then sleeps on completion events: whatever a stream waits for
+    /// comes with a completion, of a receive or of a write of its own).
+    fn block<R>(
+        &mut self,
+        waiting_for: &'static str,
+        mut step: impl FnMut(&mut Conn) -> Option<Result<R>>,
+    ) -> Result<R> {
+        if let Some(r) = step(&mut self.conn) {
+            return r;
+        }
+        let (queue, timeout) = (self.conn.queue(), self.conn.timeout);
+        match engine::until(&queue, SPIN, timeout, || step(&mut self.conn))? {
+            Some(r) => r,
+            None => Err(Error::StreamTimeout {
+                waiting_for,
+                timeout,
+            }),
+        }
+    }
+
     /// Waits for what was written to be placed, then posts `control` and
     /// waits for it too.
     fn send_control(&mut self, control: Control) -> Result<()> {
-        let mut wait = Wait::new(self.conn.timeout);
-        loop {
-            let moved = self.conn.progress(&mut noop())?;
-            if !self.conn.connected {
-                return Ok(());
+        let connected = self.block("to acknowledge the writes posted", |c| {
+            match c.progress(&mut noop()) {
+                Err(e) => Some(Err(e)),
+                Ok(_) if !c.connected => Some(Ok(false)),
+                Ok(_) => (c.all_sent() && c.control_room()).then_some(Ok(true)),
             }
-            if self.conn.all_sent() && self.conn.control_room() {
-                break;
-            }
-            wait.next(moved, "to acknowledge the writes posted")?;
+        })?;
+        if !connected {
+            return Ok(());
         }
         self.conn.post_control(control)?;
         if control == Control::Disconnect {
@@ -241,54 +263,14 @@ impl RdmaStream {
     }
 }
 
+/// How long a blocking wait polls before it sleeps on completion events
+/// (rsocket's default polling time).
+const SPIN: Duration = Duration::from_micros(10);
+
 /// The context of a blocking wait: no task to wake, the wait looks again
 /// itself.
 fn noop() -> Context<'static> {
     Context::from_waker(Waker::noop())
-}
-
-/// A bounded wait: spins, then yields the processor, until its deadline.
-struct Wait {
-    deadline: Instant,
-    timeout: Duration,
-    looks: u64,
-    idle: u32,
-}
-
-impl Wait {
-    fn new(timeout: Duration) -> Wait {
-        let now = Instant::now();
-        Wait {
-            deadline: now
-                .checked_add(timeout)
-                .unwrap_or(now + Duration::from_secs(1 << 32)),
-            timeout,
-            looks: 0,
-            idle: 0,
-        }
-    }
-
-    /// One more look found nothing new (`moved` false) or something: goes
-    /// on waiting, or fails once the deadline has passed.
-    fn next(&mut self, moved: bool, waiting_for: &'static str) -> Result<()> {
-        self.looks += 1;
-        self.idle = if moved { 0 } else { self.idle + 1 };
-        // The clock is read from the 64th look on, whether or not things
-        // move: a peer that keeps sending credits but never what is waited
-        // for does not stretch the bound.
-        if self.looks > 64 && Instant::now() >= self.deadline {
-            return Err(Error::StreamTimeout {
-                waiting_for,
-                timeout: self.timeout,
-            });
-        }
-        if self.idle > 64 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-        Ok(())
-    }
 }
 
 /// The stream's error as an I/O error of the matching kind, the stream's

@@ -7,7 +7,7 @@
 use super::credits::{Grant, Receiver, Sender};
 use super::wire::{ConnData, Control, Message, Sge, SGE_LEN};
 use super::{CHUNK, CONTROLS, DATA_BUFFERS, RECEIVES, RING_BYTES, SGL_ENTRIES};
-use crate::engine::{Look, Notice, Refused, WithMemory};
+use crate::engine::{Look, Notice, Refused, WithMemory, WorkQueue};
 use crate::error::{Error, Operation, Result};
 use crate::memory::remote::RemoteMemoryRegion;
 use crate::memory::remote_access::RemoteAccessBuffer;
@@ -153,6 +153,11 @@ impl Conn {
             timeout: channel.timeout(),
             channel,
         }
+    }
+
+    /// The engine of the connection, for a blocking wait on it.
+    pub(crate) fn queue(&self) -> std::sync::Arc<WorkQueue> {
+        self.shared.queue_arc()
     }
 
     /// The connection this stream runs over.

@@ -122,7 +122,8 @@ const CONTROLS: usize = 4;
 const INLINE: u32 = 64;
 
 /// `opts` with the queue capacities a stream needs, and completion
-/// events (which its async form sleeps on; the blocking form polls).
+/// events (which both forms sleep on: the async one through its
+/// reactor, the blocking one after a short spin).
 fn options(opts: &CmOptions) -> CmOptions {
     let caps = QpCapabilities {
         max_send_wr: (DATA_BUFFERS + CONTROLS + 4) as u32,
