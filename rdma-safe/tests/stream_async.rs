@@ -142,3 +142,43 @@ async fn an_async_read_with_nothing_coming_times_out() {
     c.write_all(b"later").await.expect("write");
     assert_eq!(&server.await.expect("server"), b"later");
 }
+
+/// A stream dropped on a runtime without a shutdown still says goodbye
+/// (rsocket's disconnect message, posted at the drop): the peer reads
+/// everything written and then the end of the stream, not a reset — also
+/// when the runtime ends right after the drop, before its task runs.
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_stream_dropped_on_a_runtime_ends_the_peers_stream_cleanly() {
+    const N: usize = 256 * 1024;
+    for runtime_ends_at_once in [false, true] {
+        let (listener, addr) = listener();
+        let server = std::thread::spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            let mut got = Vec::new();
+            let end = std::io::Read::read_to_end(&mut s, &mut got);
+            (end.map_err(|e| e.to_string()), got)
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut c = RdmaStream::connect_async(addr, &opts())
+                .await
+                .expect("connect");
+            c.write_all(&pattern(seed("dropped", N), N))
+                .await
+                .expect("write");
+            drop(c);
+            if !runtime_ends_at_once {
+                // The drop's task gets its turns.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        drop(rt);
+        let (end, got) = server.join().expect("server");
+        assert_eq!(end, Ok(N), "runtime ends at once: {runtime_ends_at_once}");
+        assert!(got == pattern(seed("dropped", N), N), "the bytes written");
+    }
+}

@@ -491,6 +491,12 @@ impl SharedChannel {
         &self.queue
     }
 
+    /// Whether the futures sleep on a reactor (a completion driver reaps).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn has_reactor(&self) -> bool {
+        self.driver.is_some()
+    }
+
     /// The engine, shared.
     pub(crate) fn queue_arc(&self) -> Arc<WorkQueue> {
         self.queue.clone()

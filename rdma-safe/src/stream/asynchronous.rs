@@ -100,6 +100,37 @@ impl RdmaStream {
     }
 }
 
+/// A dropped stream's goodbye, on a task of its runtime: posts rsocket's
+/// disconnect message unless `posted` (once a control message may be
+/// posted), waits for it and what was written before it to be placed (at
+/// most [`LINGER`](super::blocking::LINGER) in all), and drops the
+/// connection, which disconnects.
+pub(super) async fn linger(mut conn: Conn, mut posted: bool) {
+    let goodbye = std::future::poll_fn(|cx| loop {
+        let Ok(moved) = conn.progress(cx) else {
+            return Poll::Ready(());
+        };
+        if posted {
+            if conn.all_sent() {
+                return Poll::Ready(());
+            }
+        } else if !conn.connected {
+            return Poll::Ready(());
+        } else if conn.control_room() {
+            if conn.post_control(Control::Disconnect).is_err() {
+                return Poll::Ready(());
+            }
+            conn.connected = false;
+            posted = true;
+            continue;
+        }
+        if !moved {
+            return Poll::Pending;
+        }
+    });
+    let _ = tokio::time::timeout(super::blocking::LINGER, goodbye).await;
+}
+
 impl StreamListener {
     /// [`accept`](Self::accept) as a future: waits for the request and
     /// accepts it without blocking the runtime, and the stream's waits

@@ -8,6 +8,7 @@ use crate::cm::{CmOptions, Connector};
 use crate::engine;
 use crate::error::{Error, ErrorKind, Operation, Result};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::task::{Context, Waker};
 use std::time::Duration;
@@ -21,7 +22,8 @@ use std::time::Duration;
 /// write that finds no room, fails with [`Error::StreamTimeout`] and the
 /// stream stays usable. Dropping the stream disconnects.
 pub struct RdmaStream {
-    pub(super) conn: Conn,
+    /// Taken (once) by the drop, which may hand it to a task.
+    pub(super) conn: ManuallyDrop<Conn>,
     /// The timer of async waits.
     #[cfg(feature = "tokio")]
     pub(super) timer: super::asynchronous::WaitTimer,
@@ -63,7 +65,7 @@ impl RdmaStream {
 
     pub(super) fn from_conn(conn: Conn) -> RdmaStream {
         RdmaStream {
-            conn,
+            conn: ManuallyDrop::new(conn),
             #[cfg(feature = "tokio")]
             timer: Default::default(),
             #[cfg(feature = "tokio")]
@@ -311,15 +313,40 @@ impl io::Write for RdmaStream {
     }
 }
 
+/// How long a dropped stream waits for its disconnect message to be
+/// placed before the channel disconnects.
+pub(super) const LINGER: Duration = Duration::from_secs(2);
+
 impl Drop for RdmaStream {
     fn drop(&mut self) {
         // Tell an rsocket peer the connection is over (it may not watch
         // for the CM's disconnect while it reads), within a short bound;
         // the channel's drop then disconnects and flushes what is left.
+        // A stream on a runtime hands that wait to a task of its own.
+        #[cfg(feature = "tokio")]
+        if self.conn.connected && self.conn.has_reactor() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                // SAFETY: `conn` is taken once, here, and this stream does
+                // not touch it again (nothing runs after its drop).
+                let mut conn = unsafe { ManuallyDrop::take(&mut self.conn) };
+                // Posted now if it can be (the queue pair places it after
+                // what was written), so that the goodbye goes out even if
+                // the runtime ends before the task runs.
+                let posted = conn.control_room() && conn.post_control(Control::Disconnect).is_ok();
+                if posted {
+                    conn.connected = false;
+                }
+                runtime.spawn(super::asynchronous::linger(conn, posted));
+                return;
+            }
+        }
         if self.conn.connected {
-            self.conn.timeout = self.conn.timeout.min(Duration::from_secs(2));
+            self.conn.timeout = self.conn.timeout.min(LINGER);
             let _ = self.send_control(Control::Disconnect);
         }
+        // SAFETY: dropped once, here, and not used after: the stream's
+        // other fields hold nothing of it.
+        unsafe { ManuallyDrop::drop(&mut self.conn) };
     }
 }
 
@@ -327,7 +354,7 @@ impl std::fmt::Debug for RdmaStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaStream")
             .field("peer", &self.peer_addr())
-            .field("conn", &self.conn)
+            .field("conn", &*self.conn)
             .finish()
     }
 }

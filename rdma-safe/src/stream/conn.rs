@@ -160,6 +160,13 @@ impl Conn {
         self.shared.queue_arc()
     }
 
+    /// Whether its completions are reaped by a reactor's driver (its
+    /// async form).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn has_reactor(&self) -> bool {
+        self.shared.has_reactor()
+    }
+
     /// The connection this stream runs over.
     pub(crate) fn channel(&self) -> &Channel {
         &self.channel

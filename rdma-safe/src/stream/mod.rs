@@ -68,8 +68,15 @@
 //! task with the stream's completion driver (woken by the next message
 //! from the peer or the completion of the oldest write in flight) and a
 //! timer at the stream's timeout. Dropping a stream sends rsocket's
-//! disconnect message and waits for it (at most 2 s) on the dropping
-//! thread, also on a runtime's worker.
+//! disconnect message and waits (at most 2 s) for it to be placed before
+//! the connection closes: a blocking stream on the dropping thread, an
+//! async one (dropped inside its runtime) on a task of the runtime, so
+//! the drop never blocks a worker. The message is posted at the drop when
+//! the queue has room, so it goes out even if the runtime ends next; an
+//! async caller that wants to know it arrived awaits
+//! `AsyncWriteExt::shutdown` (call it by that path: the inherent
+//! [`RdmaStream::shutdown`] takes a [`Shutdown`](std::net::Shutdown), as
+//! `std`'s streams do).
 //!
 //! # Soundness
 //!
