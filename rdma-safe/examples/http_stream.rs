@@ -103,7 +103,7 @@ fn serve_one(mut stream: RdmaStream) -> std::io::Result<()> {
     stream.write_all(&body)?;
     stream.flush()?;
     stream
-        .shutdown(Shutdown::Write)
+        .blocking_shutdown(Shutdown::Write)
         .map_err(std::io::Error::other)?;
     // Read to the client's end, so the answer is taken before the drop
     // disconnects.

@@ -6,7 +6,8 @@
 //! With `RDMA_TEST_PEER` set, one host runs the servers and another the
 //! clients (`common::peer`): test-rxe's two-host tier runs this binary that
 //! way in both directions, so every transfer here also crosses a link
-//! between two kernels, each with its own rxe device.
+//! between two kernels, each with its own rxe device. The byte stream
+//! (blocking and async) is among them.
 
 mod common;
 
@@ -17,6 +18,7 @@ use rdma_safe::cm::{CmOptions, Connector};
 use rdma_safe::datagram::DatagramAddress;
 use rdma_safe::memory::AccessFlags;
 use rdma_safe::owned::Request;
+use rdma_safe::stream::{RdmaStream, StreamListener};
 use rdma_safe::work::{WcOpcode, WcStatus};
 use rdma_safe::{
     AtomicWorkRequest, BufferPool, Channel, DatagramEndpoint, Listener, ProtectionDomain,
@@ -553,6 +555,89 @@ fn connection_manager_blocking_and_async() {
             );
             send_one(&mut second, &mut link, "cm async", LEN, Some(9));
             link.meet("done");
+        },
+    );
+}
+
+/// Reads exactly `n` bytes from a blocking stream and checks them against
+/// the pattern of `tag`.
+fn stream_read_checked(s: &mut RdmaStream, tag: &str, n: usize) {
+    let mut got = vec![0u8; n];
+    std::io::Read::read_exact(s, &mut got).unwrap_or_else(|e| panic!("{tag} {n}: read: {e}"));
+    assert_bytes(&got, &pattern(seed(tag, n), n), &format!("{tag} {n}"));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_byte_stream_blocking_and_async() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    peer::run(
+        "a_byte_stream_blocking_and_async",
+        |mut link| {
+            let listener = StreamListener::bind_with(format!("{}:0", device_ip()), &cm_options())
+                .expect("listen");
+            let addr = listener.local_addr().expect("a bound address");
+            link.send(addr.to_string().as_bytes());
+            // A blocking stream: every size up, each answered down.
+            let mut s = listener.accept().expect("accept");
+            for n in SIZES_ACROSS {
+                stream_read_checked(&mut s, "stream up", n);
+                std::io::Write::write_all(&mut s, &pattern(seed("stream down", n), n))
+                    .expect("write down");
+            }
+            let mut rest = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut rest).expect("the end of the stream");
+            assert!(rest.is_empty(), "nothing after the last size");
+            // An async one: the client writes everything, then reads it
+            // back echoed.
+            let rt = runtime();
+            rt.block_on(async {
+                let mut s = listener.accept_async().await.expect("an awaited accept");
+                let mut buf = vec![0u8; 64 * 1024 + 3];
+                loop {
+                    let n = s.read(&mut buf).await.expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    s.write_all(&buf[..n]).await.expect("echo");
+                }
+                s.shutdown().await.expect("shutdown");
+            });
+        },
+        |mut link| {
+            let addr = listener_address(&mut link);
+            let mut s = RdmaStream::connect_with(addr, &cm_options()).expect("connect");
+            for n in SIZES_ACROSS {
+                std::io::Write::write_all(&mut s, &pattern(seed("stream up", n), n))
+                    .expect("write up");
+                stream_read_checked(&mut s, "stream down", n);
+            }
+            s.blocking_shutdown(std::net::Shutdown::Write)
+                .expect("shutdown");
+            drop(s);
+            let rt = runtime();
+            rt.block_on(async {
+                let s = RdmaStream::connect_async(addr, &cm_options())
+                    .await
+                    .expect("an awaited connect");
+                let (mut rd, mut wr) = tokio::io::split(s);
+                const TOTAL: usize = 1 << 20;
+                let sent = pattern(seed("stream echo", TOTAL), TOTAL);
+                let (_, echoed) = tokio::join!(
+                    async {
+                        for chunk in sent.chunks(7919) {
+                            wr.write_all(chunk).await.expect("write");
+                        }
+                        wr.shutdown().await.expect("shutdown");
+                    },
+                    async {
+                        let mut echoed = Vec::with_capacity(TOTAL);
+                        rd.read_to_end(&mut echoed).await.expect("read the echo");
+                        echoed
+                    }
+                );
+                assert_bytes(&echoed, &sent, "the echo");
+            });
         },
     );
 }

@@ -89,7 +89,7 @@ fn many_small_writes_coalesce_in_order() {
         for piece in data.chunks(37) {
             c.write_all(piece).expect("write");
         }
-        c.shutdown(Shutdown::Write).expect("shutdown");
+        c.blocking_shutdown(Shutdown::Write).expect("shutdown");
         server.join().expect("server");
     });
 }
@@ -107,11 +107,11 @@ fn shutdown_write_ends_the_peers_reading_and_not_its_writing() {
             assert_eq!(s.read(&mut [0u8; 8]).expect("read after the end"), 0);
             // Its own direction still works after the client's shutdown.
             s.write_all(b"answer").expect("answer");
-            s.shutdown(Shutdown::Write).expect("shutdown");
+            s.blocking_shutdown(Shutdown::Write).expect("shutdown");
         });
         let mut c = RdmaStream::connect_with(addr, &opts()).expect("connect");
         c.write_all(b"question").expect("ask");
-        c.shutdown(Shutdown::Write).expect("shutdown");
+        c.blocking_shutdown(Shutdown::Write).expect("shutdown");
         let err = c.write(b"more").expect_err("writing after shutdown");
         assert_eq!(err.kind(), std::io::ErrorKind::BrokenPipe, "{err}");
         let mut got = Vec::new();

@@ -187,11 +187,13 @@ impl RdmaStream {
     /// Shuts down writing ([`Shutdown::Write`]: the peer reads to the end
     /// of the stream, and may still send), reading (only locally, as
     /// rsocket does; the connection closes once both are shut down) or
-    /// both (the peer is told the connection is over).
+    /// both (the peer is told the connection is over); blocks until what
+    /// was written and the message are placed (`std`'s streams call this
+    /// `shutdown`; here that name is tokio's `AsyncWriteExt::shutdown`).
     ///
     /// # Errors
     /// The error of flushing what was written or of posting the message.
-    pub fn shutdown(&mut self, how: Shutdown) -> Result<()> {
+    pub fn blocking_shutdown(&mut self, how: Shutdown) -> Result<()> {
         let c = &mut self.conn;
         let control = match how {
             Shutdown::Write if !c.writable => return Ok(()),

@@ -31,7 +31,7 @@
 //! });
 //! let mut client = RdmaStream::connect("10.0.2.15:7471")?;
 //! client.write_all(b"hello, stream")?;
-//! client.shutdown(std::net::Shutdown::Write)?;
+//! client.blocking_shutdown(std::net::Shutdown::Write)?;
 //! assert_eq!(server.join().unwrap()?, b"hello, stream");
 //! # Ok(())
 //! # }
@@ -73,10 +73,10 @@
 //! async one (dropped inside its runtime) on a task of the runtime, so
 //! the drop never blocks a worker. The message is posted at the drop when
 //! the queue has room, so it goes out even if the runtime ends next; an
-//! async caller that wants to know it arrived awaits
-//! `AsyncWriteExt::shutdown` (call it by that path: the inherent
-//! [`RdmaStream::shutdown`] takes a [`Shutdown`](std::net::Shutdown), as
-//! `std`'s streams do).
+//! async caller that wants to know it arrived awaits `shutdown()`
+//! (tokio's `AsyncWriteExt`). The blocking form is
+//! [`RdmaStream::blocking_shutdown`], named as tokio names its blocking
+//! twins so that it does not hide the async one.
 //!
 //! # Soundness
 //!
