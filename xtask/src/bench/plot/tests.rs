@@ -314,3 +314,58 @@ fn ticks_and_paths() {
         Path::new("target/bench-send_lat.svg")
     );
 }
+
+#[test]
+fn a_stream_plot_has_rstream_ours_and_tcp() {
+    let mut r = report("stream_bw", "rstream", 1, None);
+    for (i, row) in r["results"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let base = 3.0 * (i + 1) as f64;
+        row["tcp"] = values(&[base, base * 1.5], 0);
+    }
+    let svg = svg_of(r, "stream_bw");
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    let texts = texts(&doc);
+    let has = |s: &str| texts.iter().any(|t| t.contains(s));
+    assert!(
+        has("stream_bw: throughput — rstream vs ours, TCP for reference"),
+        "{texts:?}"
+    );
+    for name in [
+        "rstream (librdmacm)",
+        "ours (rstream on rdma_safe::stream)",
+        "TCP (rstream -T s)",
+    ] {
+        assert!(texts.contains(&name.to_string()), "{name} in {texts:?}");
+    }
+    assert!(has("throughput, both ways [MB/s"), "{texts:?}");
+    // Every run a marker: 11 of rstream's, 12 of ours, 8 TCP squares
+    // (and the legend's, one pixel larger).
+    let (circles, triangles) = run_markers(&doc);
+    assert_eq!((circles.len(), triangles), (11, 12));
+    let squares: Vec<_> = filled(&doc, "rect", TCP).collect();
+    let side = (2 * MARKER).to_string();
+    let runs = squares
+        .iter()
+        .filter(|n| n.attribute("width") == Some(side.as_str()))
+        .count();
+    assert_eq!((runs, squares.len()), (8, 9), "{svg}");
+    assert!(median_line(&doc, TCP, 4));
+    // TCP's markers sit right of ours at each size: the rightmost square
+    // is right of every triangle.
+    let x_of = |n: &roxmltree::Node| -> f64 {
+        n.attribute("x")
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    let right_square = squares.iter().map(x_of).fold(f64::MIN, f64::max);
+    let right_triangle = filled(&doc, "polygon", OURS)
+        .filter_map(|n| {
+            let first = n.attribute("points")?.split_whitespace().next()?;
+            first.split_once(',')?.0.parse::<f64>().ok()
+        })
+        .fold(f64::MIN, f64::max);
+    assert!(
+        right_square > right_triangle,
+        "{right_square} vs {right_triangle}"
+    );
+}
