@@ -244,7 +244,7 @@ fn draw(
         &[Tool::Perftest, Tool::Ours]
     };
     let ours_program = if stream {
-        "rstream on rdma_safe::stream"
+        "rdma_safe::stream"
     } else if test.ends_with("_async") {
         "perf --async"
     } else if test.ends_with("_cm") {
@@ -285,9 +285,15 @@ fn draw(
     let area = root.titled(&title, (FONT, 26).into_font().style(FontStyle::Bold))?;
     let area = area.titled(
         &format!(
-            "{}; {} repetitions per tool and size",
+            "{}; {} repetitions per tool and size{}",
             report.hosts_text(),
-            report.reps
+            report.reps,
+            // Three names fill the legend's row: its note comes up here.
+            if stream {
+                "; markers: runs, lines: medians"
+            } else {
+                ""
+            }
         ),
         (FONT, 18).into_font().color(&RGBColor(0x40, 0x40, 0x40)),
     )?;
@@ -317,15 +323,15 @@ fn draw(
             }
         }
         legend.draw(&Text::new(name.as_str(), (x + 44, y - 9), text.clone()))?;
-        // Three series take less room per name (the TCP name is short).
-        let per_char = if stream { 8 } else { 9 };
-        x += 44 + per_char * name.len() as i32 + 24;
+        x += 44 + 9 * name.len() as i32 + 30;
     }
-    legend.draw(&Text::new(
-        "markers: every run · lines: medians",
-        (x + 10, 7),
-        text.clone().color(&RGBColor(0x40, 0x40, 0x40)),
-    ))?;
+    if !stream {
+        legend.draw(&Text::new(
+            "markers: every run · lines: medians",
+            (x + 10, 7),
+            text.clone().color(&RGBColor(0x40, 0x40, 0x40)),
+        ))?;
+    }
 
     // The ranges: every size, every plottable value, with room around.
     let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect();

@@ -332,7 +332,7 @@ fn a_stream_plot_has_rstream_ours_and_tcp() {
     );
     for name in [
         "rstream (librdmacm)",
-        "ours (rstream on rdma_safe::stream)",
+        "ours (rdma_safe::stream)",
         "TCP (rstream -T s)",
     ] {
         assert!(texts.contains(&name.to_string()), "{name} in {texts:?}");
