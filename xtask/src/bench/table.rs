@@ -22,7 +22,10 @@ pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
         MAX_RUN_BYTES >> 20,
         a.reps
     );
+    // The verbs rows' legend; the stream rows have their own below.
+    let verbs_rows = rows.iter().any(|c| !c.test.stream);
     match a.inline {
+        _ if !verbs_rows => {}
         Some(n) => {
             println!("inline: -I {n} for both tools in write and send tests (reads take none)")
         }
@@ -30,11 +33,14 @@ pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
             "inline: each tool's default (perftest: none on rxe; ours: up to 220/236 B in write/send latency)"
         ),
     }
-    println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
-    println!("latency:   t_typical usec (median of the run), lower is better");
+    if verbs_rows {
+        println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
+        println!("latency:   t_typical usec (median of the run), lower is better");
+    }
     println!(
-        "ratio: of the medians; pairs: repetitions in which ours beat the perftest run next to it;\n\
-         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n"
+        "ratio: of the medians; pairs: repetitions in which ours beat the {} run next to it;\n\
+         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n",
+        if verbs_rows { "perftest" } else { "rstream" }
     );
     let mut missed = Vec::new();
     let (streams, verbs): (Vec<&Comparison>, Vec<&Comparison>) =
@@ -108,7 +114,8 @@ fn print_streams(a: &Settings, rows: &[&Comparison], missed: &mut Vec<String>) {
          ours (rdma-examples' rstream on rdma_safe::stream) and TCP (rstream -T s), same options;\n\
          stream_bw: MB/sec (2^20 B) both directions together, from rstream's usec/xfer, higher is better;\n\
          stream_lat: usec/xfer (half a round trip, the run's mean), lower is better;\n\
-         ratio, pairs and target against rstream; TCP is a reference, without a target"
+         ratio, pairs and target against rstream; TCP is a reference, without a target;\n\
+         a run counts only if both its sides exited 0"
     );
     println!(
         "{:<10} {:>8}  {:>16}  {:>16}  {:>12}  {:>6}  {:>6}  {:>16}  {:>8}",

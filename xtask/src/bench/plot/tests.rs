@@ -258,17 +258,31 @@ fn plots_are_written_beside_the_report() {
 fn the_committed_report_draws_every_run() {
     // The benchmark document's plots come from this report (`cargo xtask bench
     // --plot-only xtask/doc/bench.json`): every run of it is a marker.
-    let text = include_str!("../../../doc/bench.json");
-    let report: Report = serde_json::from_str(text).expect("a report");
-    for test in report.tests() {
-        let svg = render(&report, test).expect("drawn");
-        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
-        let rows = report.results.iter().filter(|r| r.test == test);
-        let (pt, ours) = rows.fold((0, 0), |(p, o), r| {
-            (p + r.perftest.runs.len(), o + r.ours.runs.len())
-        });
-        let (circles, triangles) = run_markers(&doc);
-        assert_eq!((circles.len(), triangles), (pt, ours), "{test}");
+    // So do the stream rows' (`xtask/doc/bench-stream.json`), TCP's runs
+    // the squares of run size.
+    for text in [
+        include_str!("../../../doc/bench.json"),
+        include_str!("../../../doc/bench-stream.json"),
+    ] {
+        let report: Report = serde_json::from_str(text).expect("a report");
+        for test in report.tests() {
+            let svg = render(&report, test).expect("drawn");
+            let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+            let rows: Vec<&Row> = report.results.iter().filter(|r| r.test == test).collect();
+            let count =
+                |tool: Tool| -> usize { rows.iter().map(|&r| tool.values(r).runs.len()).sum() };
+            let (circles, triangles) = run_markers(&doc);
+            assert_eq!(
+                (circles.len(), triangles),
+                (count(Tool::Perftest), count(Tool::Ours)),
+                "{test}"
+            );
+            let side = (2 * MARKER).to_string();
+            let squares = filled(&doc, "rect", TCP)
+                .filter(|n| n.attribute("width") == Some(side.as_str()))
+                .count();
+            assert_eq!(squares, count(Tool::Tcp), "{test}");
+        }
     }
 }
 
