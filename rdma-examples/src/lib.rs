@@ -8,6 +8,9 @@
 //! * `perf` — bandwidth and latency of RDMA write, RDMA read and send/receive
 //!   in the spirit of perftest (`ib_write_bw`, `ib_read_lat`, ...), with the
 //!   data checked at the end of every test.
+//! * `rstream` — rdmacm-utils' stream benchmark on `rdma_safe::stream`:
+//!   rstream's command line, test and result line, so the C program is
+//!   either peer (the bench's stream rows run both).
 //! * `one_sided` — libevpl's one-sided pattern: RDMA reads and writes from
 //!   several local iovecs with completion callbacks.
 //!

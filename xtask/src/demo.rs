@@ -236,7 +236,14 @@ pub(crate) fn build_examples(ws: &Workspace) -> Result<std::path::PathBuf> {
         .current_dir(&ws.root);
     process::run(&mut cmd)?;
     let bin = ws.target.join("release");
-    for name in ["devices", "rc_pingpong", "perf", "rping", "async_echo"] {
+    for name in [
+        "devices",
+        "rc_pingpong",
+        "perf",
+        "rping",
+        "async_echo",
+        "rstream",
+    ] {
         if !bin.join(name).is_file() {
             return Err(format!("{} was not built", bin.join(name).display()).into());
         }

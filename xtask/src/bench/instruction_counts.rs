@@ -266,6 +266,7 @@ fn set_poll_costs(rows: &mut [InstructionRow]) {
         match tool {
             Tool::Perftest => &mut r.perftest,
             Tool::Ours => &mut r.ours,
+            Tool::Tcp => unreachable!("--instructions counts no stream row"),
         }
     }
     for tool in [Tool::Perftest, Tool::Ours] {

@@ -122,7 +122,9 @@ pub(super) fn runs(a: &Settings) -> Vec<CgRun> {
 fn valgrind(tool: Tool, side: &str) -> String {
     let toggle = match tool {
         Tool::Ours => format!(" --toggle-collect={}", shell_quote(TOGGLE)),
-        Tool::Perftest => String::new(),
+        // C programs: the whole program (a stream row's TCP run would be
+        // rstream's; --instructions runs none).
+        Tool::Perftest | Tool::Tcp => String::new(),
     };
     // --vgdb=no: no gdbserver FIFOs (they too would need the tmpfs).
     // --compress-pos=no: absolute line numbers, simpler to read back.
@@ -157,6 +159,7 @@ fn programs(a: &Settings, r: &CgRun, perf: &str, port: u32) -> (String, String) 
     let extra = format!("{}{}", depth_and_inline(a, r.test), r.test.multi_flags());
     let n = r.n;
     match (r.tool, r.test.cm) {
+        (Tool::Tcp, _) => unreachable!("--instructions runs no stream row"),
         (Tool::Perftest, false) => {
             let cmd = format!("{} {dev}{s} -n {n}{extra} -F -p {port}", r.test.perftest);
             (cmd.clone(), format!("{cmd} 127.0.0.1"))

@@ -49,6 +49,11 @@ struct Row {
     better: &'static str,
     perftest: Values,
     ours: Values,
+    /// Stream rows: the TCP reference (`rstream -T s`) and ours/TCP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tcp: Option<Values>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_ours_tcp: Option<f64>,
     ratio_ours_perftest: Option<f64>,
     pairs: usize,
     pairs_ours_better: usize,
@@ -149,6 +154,8 @@ fn row(a: &Settings, c: &Comparison) -> Row {
         better: if c.test.bw { "higher" } else { "lower" },
         perftest: Values::of(&c.perftest),
         ours: Values::of(&c.ours),
+        tcp: c.test.stream.then(|| Values::of(&c.tcp)),
+        ratio_ours_tcp: c.ratio_tcp().map(round3),
         ratio_ours_perftest: c.ratio().map(round3),
         pairs,
         pairs_ours_better,

@@ -10,6 +10,8 @@ pub(super) struct Comparison {
     pub(super) size: u64,
     pub(super) perftest: Cell,
     pub(super) ours: Cell,
+    /// A stream row's TCP reference (`rstream -T s`); empty otherwise.
+    pub(super) tcp: Cell,
 }
 
 impl Comparison {
@@ -20,6 +22,7 @@ impl Comparison {
             size,
             perftest: Cell::default(),
             ours: Cell::default(),
+            tcp: Cell::default(),
         }
     }
 
@@ -27,6 +30,14 @@ impl Comparison {
     pub(super) fn ratio(&self) -> Option<f64> {
         match (median(&self.ours.values), median(&self.perftest.values)) {
             (Some(o), Some(p)) if p > 0.0 => Some(o / p),
+            _ => None,
+        }
+    }
+
+    /// ours/TCP of the medians (a stream row's reference, no target).
+    pub(super) fn ratio_tcp(&self) -> Option<f64> {
+        match (median(&self.ours.values), median(&self.tcp.values)) {
+            (Some(o), Some(t)) if t > 0.0 => Some(o / t),
             _ => None,
         }
     }

@@ -25,7 +25,9 @@ one SVG plot per test beside it (target/bench-<test>.svg: every run and the
 medians of both tools against the message size); raw outputs stay in
 target/xtask/bench/<pid>/out/raw/. Exits non-zero if any run failed; a
 perftest run that prints `inf` (its clock conversion failing in the guest)
-is reported and left out of the medians instead.";
+is reported and left out of the medians instead. The stream rows
+(stream_bw, stream_lat) run rstream's test with rdmacm-utils' rstream,
+ours and TCP (rstream -T s) in the same way, judged against rstream.";
 
 /// bench's whole-run limit in seconds, a hang guard only (each step is
 /// bounded by `--step-timeout`): the default 14 tests (the atomics at 8 B
@@ -40,7 +42,7 @@ const TIMEOUT: &str = "14400";
 /// rdma_cm variant (those are chosen with `--async` and `--cm`).
 pub(super) const DEFAULT_TESTS: &str = "write_bw,read_bw,send_bw,write_lat,send_lat,\
 atomic_bw,atomic_lat,write_bw_q4,write_bw_q16,write_bw_bidi,read_bw_q4,send_bw_bidi,\
-write_bw_q4_t2,write_bw_q4_t4";
+write_bw_q4_t2,write_bw_q4_t4,stream_bw,stream_lat";
 
 /// The options of `cargo xtask bench`; the fields' doc comments are
 /// `--help`'s text, written for a terminal.
@@ -88,7 +90,12 @@ pub(crate) struct Args {
     /// directions, each tool reports the sum) run both tools
     /// with those flags; write_bw_q4_t2, write_bw_q4_t4 drive
     /// our client's 4 queue pairs from 2 or 4 threads
-    /// (perftest: one)
+    /// (perftest: one); stream_bw (throughput at every size)
+    /// and stream_lat (64 B ping-pong) run rstream's test
+    /// (-S/-C/-I) with rdmacm-utils' rstream, with ours
+    /// (rdma-examples' rstream, on rdma_safe::stream) and,
+    /// for reference, with rstream -T s (TCP); --async,
+    /// --cm, --inline and --instructions leave them out
     #[arg(long, allow_hyphen_values = true, value_name = "T,...", value_parser = tests,
           default_value = DEFAULT_TESTS, verbatim_doc_comment)]
     pub(super) tests: ::std::vec::Vec<Test>,
@@ -258,7 +265,7 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!((a.reps, a.iters, a.hosts), (3, None, 1));
         assert_eq!(a.sizes, [64, 4096, 65536, 1 << 20]);
-        assert_eq!(a.tests.len(), 14);
+        assert_eq!(a.tests.len(), 16);
         assert_eq!((a.inline, a.delay, a.no_setup), (None, None, false));
         let run = a.run.options(crate::rxe::Want::Auto);
         assert_eq!(run.timeout.as_secs(), 14400, "bench's own default");

@@ -1,6 +1,8 @@
 //! The runs of a bench and the plan that runs them: per test, size and
 //! repetition perftest's server and client, then ours, with the same
-//! options, each pair on its own TCP port.
+//! options, each pair on its own TCP port; the stream rows run
+//! rdmacm-utils' `rstream`, ours (rdma-examples' `rstream`, beside `perf`)
+//! and `rstream -T s` (TCP) with the same rstream options.
 
 use std::path::Path;
 
@@ -15,8 +17,11 @@ const BASE_PORT: u32 = 19000;
 /// Which program produced a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Tool {
+    /// perftest's program, or for a stream row rdmacm-utils' `rstream`.
     Perftest,
     Ours,
+    /// A stream row's reference: `rstream -T s`, the same test over TCP.
+    Tcp,
 }
 
 impl Tool {
@@ -25,6 +30,25 @@ impl Tool {
         match self {
             Tool::Perftest => "perftest",
             Tool::Ours => "ours",
+            Tool::Tcp => "tcp",
+        }
+    }
+
+    /// How the labels and file names call it in a run of `test`: a
+    /// stream row's C side is `rstream`.
+    fn name_in(self, test: Test) -> &'static str {
+        match self {
+            Tool::Perftest if test.stream => "rstream",
+            tool => tool.name(),
+        }
+    }
+
+    /// The tools a run of `test` has, in the order they run.
+    pub(super) fn of(test: Test) -> &'static [Tool] {
+        if test.stream {
+            &[Tool::Perftest, Tool::Ours, Tool::Tcp]
+        } else {
+            &[Tool::Perftest, Tool::Ours]
         }
     }
 }
@@ -43,7 +67,7 @@ impl Run {
     pub(super) fn stem(&self) -> String {
         format!(
             "{}-{}-{}-r{}",
-            self.tool.name(),
+            self.tool.name_in(self.test),
             self.test.name,
             self.size,
             self.rep
@@ -54,7 +78,7 @@ impl Run {
     pub(super) fn label_tail(&self) -> String {
         format!(
             "{} {} {} B rep {}",
-            self.tool.name(),
+            self.tool.name_in(self.test),
             self.test.name,
             self.size,
             self.rep
@@ -62,13 +86,14 @@ impl Run {
     }
 }
 
-/// Every run in plan order: per test and size, perftest and ours alternate.
+/// Every run in plan order: per test and size, perftest and ours alternate
+/// (a stream row's rstream, ours and TCP take turns).
 pub(super) fn runs(a: &Settings) -> Vec<Run> {
     let mut v = Vec::new();
     for &test in &a.tests {
         for size in a.sizes_of(test) {
             for rep in 1..=a.reps {
-                for tool in [Tool::Perftest, Tool::Ours] {
+                for &tool in Tool::of(test) {
                     v.push(Run {
                         test,
                         tool,
@@ -104,8 +129,10 @@ pub(super) fn depth_and_inline(a: &Settings, test: Test) -> String {
     options
 }
 
-/// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`.
+/// The plan; the guest writes the raw outputs to `$XTASK_OUT/raw`. Our
+/// `rstream` (the stream rows') is the one beside `perf`.
 pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
+    let rstream = shell_quote(&perf.with_file_name("rstream").to_string_lossy());
     let perf = shell_quote(&perf.to_string_lossy());
     let raw = "R=\"$XTASK_OUT/raw\"; mkdir -p \"$R\"";
     let mut p = Plan::new();
@@ -152,6 +179,7 @@ pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
         // On success show only the result (the line after the table
         // header, or our JSON line); on failure everything.
         let (server, client) = match r.tool {
+            _ if r.test.stream => stream_commands(r, &rstream, raw, &f, n, port, cm_peer),
             _ if r.test.cm => {
                 let options = format!("{s} -n {n}{extra} -p {port}");
                 cm_commands(r, &perf, raw, &f, &options, cm_peer)
@@ -170,6 +198,7 @@ pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
                     ),
                 )
             }
+            Tool::Tcp => unreachable!("only stream rows have a TCP run"),
             Tool::Ours => {
                 let name = r.test.perf_name();
                 let mode = match (r.test.asynchronous, r.test.threads) {
@@ -194,8 +223,11 @@ pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
         };
         let label = format!("[{}/{}] {}", k + 1, runs.len(), r.label_tail());
         // A `-R` server listens on no TCP port: the runner waits 2 s for it
-        // instead (both clients retry while it is not listening yet).
-        let wait_port = if r.test.cm { 0 } else { port as u16 };
+        // instead (both clients retry while it is not listening yet); so
+        // does an rsocket server (rstream's client does not retry: 2 s is
+        // its margin).
+        let rsocket = r.test.stream && r.tool != Tool::Tcp;
+        let wait_port = if r.test.cm || rsocket { 0 } else { port as u16 };
         if a.hosts == 2 {
             let (server, client) = (
                 Side {
@@ -215,6 +247,50 @@ pub(super) fn plan(a: &Settings, runs: &[Run], perf: &Path) -> Plan {
         }
     }
     p
+}
+
+/// rstream's options for a stream row's run of `n` operations at `size`:
+/// `n` transfers each way (`stream_bw`), or `n` iterations of one
+/// transfer each way, a ping-pong (`stream_lat`).
+pub(super) fn stream_shape(test: Test, size: u64, n: u32) -> String {
+    if test.bw {
+        format!("-S {size} -C {n}")
+    } else {
+        format!("-S {size} -C 1 -I {n}")
+    }
+}
+
+/// The server and client commands of a stream row's run: the same rstream
+/// options for all three tools; the server listens on the device's address
+/// (rsocket needs it; TCP takes it too, so that all three go the same
+/// way), the client connects to `peer` (that address, or the other
+/// host's). On success the client's header and result line are shown.
+fn stream_commands(
+    r: &Run,
+    ours: &str,
+    raw: &str,
+    f: &str,
+    n: u32,
+    port: u32,
+    peer: &str,
+) -> (String, String) {
+    let program = match r.tool {
+        Tool::Perftest => "rstream".to_string(),
+        Tool::Ours => ours.to_string(),
+        Tool::Tcp => "rstream -T s".to_string(),
+    };
+    let shape = stream_shape(r.test, r.size, n);
+    (
+        format!(
+            "{raw}; {f}; {program} -b \"$RXE_IPV4\" -p {port} {shape} >\"$f.server.txt\" 2>&1; \
+             rc=$?; [ $rc = 0 ] || cat \"$f.server.txt\"; exit $rc"
+        ),
+        format!(
+            "{raw}; {f}; {program} -s {peer} -p {port} {shape} >\"$f.client.txt\" 2>&1; rc=$?; \
+             if [ $rc = 0 ]; then grep -A1 -e '^name' \"$f.client.txt\"; \
+             else cat \"$f.client.txt\"; fi; exit $rc"
+        ),
+    )
 }
 
 /// The server and client commands of an rdma_cm (`-R`) run: both sides get
@@ -249,6 +325,7 @@ fn cm_commands(
                 ),
             )
         }
+        Tool::Tcp => unreachable!("an rdma_cm row has no TCP run"),
         Tool::Ours => {
             let name = r.test.perf_name();
             (
@@ -329,6 +406,62 @@ mod tests {
             "{}",
             steps[3]
         );
+    }
+
+    #[test]
+    fn stream_rows_run_rstream_ours_and_tcp_alike() {
+        let a = settings::parse(&[
+            "--tests",
+            "stream_bw,stream_lat",
+            "--sizes",
+            "4K",
+            "--reps",
+            "1",
+        ])
+        .unwrap();
+        let r = runs(&a);
+        let tails: Vec<String> = r.iter().map(Run::label_tail).collect();
+        assert_eq!(
+            tails,
+            [
+                "rstream stream_bw 4096 B rep 1",
+                "ours stream_bw 4096 B rep 1",
+                "tcp stream_bw 4096 B rep 1",
+                "rstream stream_lat 64 B rep 1",
+                "ours stream_lat 64 B rep 1",
+                "tcp stream_lat 64 B rep 1",
+            ]
+        );
+        let text = plan(&a, &r, Path::new("/t/perf")).text().to_string();
+        let steps: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("server_client "))
+            .collect();
+        assert_eq!(steps.len(), 6, "{text}");
+        // rsocket servers listen on no TCP port (the runner waits 2 s);
+        // the TCP server's port is waited for.
+        assert!(
+            steps[0].contains(" 0 ") && steps[1].contains(" 0 "),
+            "{}",
+            steps[0]
+        );
+        assert!(steps[2].contains(" 19002 "), "{}", steps[2]);
+        for (step, program) in steps.iter().zip(["rstream", "/t/rstream", "rstream -T s"]) {
+            assert!(
+                step.contains(&format!("{program} -b \"$RXE_IPV4\" -p ")),
+                "{step}"
+            );
+            assert!(
+                step.contains(&format!("{program} -s \"$RXE_IPV4\" -p ")),
+                "{step}"
+            );
+        }
+        assert!(steps[0].contains("-S 4096 -C 16384 >"), "{}", steps[0]);
+        assert!(steps[3].contains("-S 64 -C 1 -I 5000 >"), "{}", steps[3]);
+        // Across two hosts the clients connect to the other one.
+        let a = settings::parse(&["--hosts", "2", "--tests", "stream_lat", "--reps", "1"]).unwrap();
+        let text = plan(&a, &runs(&a), Path::new("/t/perf")).text().to_string();
+        assert!(text.contains("rstream -s \"$PEER_IPV4\""), "{text}");
     }
 
     #[test]

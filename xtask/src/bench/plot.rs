@@ -2,6 +2,9 @@
 //! `send_lat_async`), its metric against the message size, perftest and
 //! ours, every run as a small marker and a line through the medians.
 //!
+//! A stream row's plot has a third series, its TCP reference (`rstream -T
+//! s`), on the right of ours.
+//!
 //! One plot per test rather than one per metric: the tests of a metric
 //! differ by an order of magnitude (read_bw against write_bw, 64 B
 //! against 1 MiB latency), and a test is what a table row names and what
@@ -53,6 +56,9 @@ struct Row {
     better: String,
     perftest: Values,
     ours: Values,
+    /// Stream rows only: the TCP reference.
+    #[serde(default)]
+    tcp: Option<Values>,
 }
 
 /// One tool's values for a test and size.
@@ -74,6 +80,8 @@ const SIZE: (u32, u32) = (960, 600);
 /// the markers' shapes differ too (circle, triangle) for greyscale.
 const PERFTEST: RGBColor = RGBColor(0x00, 0x72, 0xB2);
 const OURS: RGBColor = RGBColor(0xD5, 0x5E, 0x00);
+/// Okabe–Ito bluish green, squares: the stream rows' TCP reference.
+const TCP: RGBColor = RGBColor(0x00, 0x9E, 0x73);
 /// A run's marker: radius (circle) or size (triangle), in pixels; the
 /// legend's markers are one pixel larger so that tests can count the runs'
 /// markers apart.
@@ -148,13 +156,24 @@ impl Report {
 enum Tool {
     Perftest,
     Ours,
+    /// A stream row's TCP reference.
+    Tcp,
 }
+
+/// No values: what a row without a TCP reference has for it.
+static NONE: Values = Values {
+    median: None,
+    runs: Vec::new(),
+    failed: 0,
+    printed_inf: 0,
+};
 
 impl Tool {
     fn values(self, r: &Row) -> &Values {
         match self {
             Tool::Perftest => &r.perftest,
             Tool::Ours => &r.ours,
+            Tool::Tcp => r.tcp.as_ref().unwrap_or(&NONE),
         }
     }
 
@@ -162,16 +181,19 @@ impl Tool {
         match self {
             Tool::Perftest => PERFTEST,
             Tool::Ours => OURS,
+            Tool::Tcp => TCP,
         }
     }
 
     /// The slot of run `i` of `n` in its strip: counted outwards from the
     /// size, so that perftest's strip (on the left) is reversed and both
-    /// read left to right in the order the runs ran.
-    fn slot(self, i: usize, n: usize) -> f64 {
+    /// read left to right in the order the runs ran; TCP's strip follows
+    /// ours on the right, a slot after the widest strip (`most` runs).
+    fn slot(self, i: usize, n: usize, most: usize) -> f64 {
         match self {
             Tool::Perftest => (n - 1 - i) as f64,
             Tool::Ours => i as f64,
+            Tool::Tcp => (most + 1 + i) as f64,
         }
     }
 
@@ -182,7 +204,7 @@ impl Tool {
     fn x(self, size: u64, slot: f64, octave_px: f64) -> f64 {
         let side = match self {
             Tool::Perftest => -1.0,
-            Tool::Ours => 1.0,
+            Tool::Ours | Tool::Tcp => 1.0,
         };
         size as f64 * (side * (GAP_PX + slot * STEP_PX) / octave_px).exp2()
     }
@@ -215,32 +237,63 @@ fn draw(
     svg: &mut String,
 ) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let first = rows[0];
-    let tools = [Tool::Perftest, Tool::Ours];
-    let ours_program = if test.ends_with("_async") {
+    let stream = rows.iter().any(|r| r.tcp.is_some());
+    let tools: &[Tool] = if stream {
+        &[Tool::Perftest, Tool::Ours, Tool::Tcp]
+    } else {
+        &[Tool::Perftest, Tool::Ours]
+    };
+    let ours_program = if stream {
+        "rdma_safe::stream"
+    } else if test.ends_with("_async") {
         "perf --async"
     } else if test.ends_with("_cm") {
         "perf -R"
     } else {
         "perf"
     };
-    let names = [
-        format!("perftest ({})", first.perftest_program),
+    let mut names = vec![
+        if stream {
+            "rstream (librdmacm)".to_string()
+        } else {
+            format!("perftest ({})", first.perftest_program)
+        },
         format!("ours ({ours_program})"),
     ];
+    if stream {
+        names.push("TCP (rstream -T s)".to_string());
+    }
 
     let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let title = format!(
-        "{test}: {} — perftest {} vs ours",
-        if bw { "bandwidth" } else { "latency" },
-        first.perftest_program
-    );
+    let title = if stream {
+        format!(
+            "{test}: {} — rstream vs ours, TCP for reference",
+            if bw {
+                "throughput"
+            } else {
+                "ping-pong latency"
+            }
+        )
+    } else {
+        format!(
+            "{test}: {} — perftest {} vs ours",
+            if bw { "bandwidth" } else { "latency" },
+            first.perftest_program
+        )
+    };
     let area = root.titled(&title, (FONT, 26).into_font().style(FontStyle::Bold))?;
     let area = area.titled(
         &format!(
-            "{}; {} repetitions per tool and size",
+            "{}; {} repetitions per tool and size{}",
             report.hosts_text(),
-            report.reps
+            report.reps,
+            // Three names fill the legend's row: its note comes up here.
+            if stream {
+                "; markers: runs, lines: medians"
+            } else {
+                ""
+            }
         ),
         (FONT, 18).into_font().color(&RGBColor(0x40, 0x40, 0x40)),
     )?;
@@ -261,15 +314,24 @@ fn draw(
         match tool {
             Tool::Perftest => legend.draw(&Circle::new((x + 18, y), MARKER + 1, style))?,
             Tool::Ours => legend.draw(&TriangleMarker::new((x + 18, y), MARKER + 2, style))?,
+            Tool::Tcp => {
+                let h = MARKER + 1;
+                legend.draw(&Rectangle::new(
+                    [(x + 18 - h, y - h), (x + 18 + h, y + h)],
+                    style,
+                ))?
+            }
         }
         legend.draw(&Text::new(name.as_str(), (x + 44, y - 9), text.clone()))?;
         x += 44 + 9 * name.len() as i32 + 30;
     }
-    legend.draw(&Text::new(
-        "markers: every run · lines: medians",
-        (x + 10, 7),
-        text.clone().color(&RGBColor(0x40, 0x40, 0x40)),
-    ))?;
+    if !stream {
+        legend.draw(&Text::new(
+            "markers: every run · lines: medians",
+            (x + 10, 7),
+            text.clone().color(&RGBColor(0x40, 0x40, 0x40)),
+        ))?;
+    }
 
     // The ranges: every size, every plottable value, with room around.
     let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect();
@@ -303,10 +365,12 @@ fn draw(
     let width = f64::from(SIZE.0 - MARGIN_LEFT - MARGIN_RIGHT - Y_LABELS);
     let most_runs = rows
         .iter()
-        .flat_map(|r| [r.perftest.runs.len(), r.ours.runs.len()])
+        .flat_map(|r| tools.iter().map(move |t| t.values(r).runs.len()))
         .max()
         .unwrap_or(1);
-    let strip = GAP_PX + most_runs.saturating_sub(1) as f64 * STEP_PX + 2.0 * f64::from(MARKER);
+    // The right side holds ours and, for a stream row, TCP after a slot.
+    let slots = if stream { 2 * most_runs + 1 } else { most_runs };
+    let strip = GAP_PX + slots.saturating_sub(1) as f64 * STEP_PX + 2.0 * f64::from(MARKER);
     let span = (smax / smin).log2();
     let pad = (strip * span / (width - 2.0 * strip)).max(0.6);
     let x_range = (smin * (-pad).exp2())..(smax * pad.exp2());
@@ -327,10 +391,11 @@ fn draw(
             x_range.log_scale().base(2.0).with_key_points(x_ticks),
             y_range.log_scale().with_key_points(y_ticks),
         )?;
-    let y_desc = if bw {
-        "BW average [MB/s, MB = 2^20 B], higher is better"
-    } else {
-        "t_typical latency [µs], lower is better"
+    let y_desc = match (stream, bw) {
+        (false, true) => "BW average [MB/s, MB = 2^20 B], higher is better",
+        (false, false) => "t_typical latency [µs], lower is better",
+        (true, true) => "throughput, both ways [MB/s, MB = 2^20 B], higher is better",
+        (true, false) => "usec/xfer: half a round trip [µs], lower is better",
     };
     chart
         .configure_mesh()
@@ -344,7 +409,7 @@ fn draw(
         .bold_line_style(RGBColor(0xDD, 0xDD, 0xDD))
         .draw()?;
 
-    for tool in tools {
+    for &tool in tools {
         // The line through the medians (sizes without one are skipped), at
         // the true sizes: both tools' lines share their x, so the gap
         // between them is the gap between the medians; a line from strip
@@ -364,7 +429,11 @@ fn draw(
         // And a dash at the median across the tool's strip of runs, to
         // read the median against the runs it is the median of.
         chart.draw_series(medians.iter().map(|&(size, m, n)| {
-            let ends = [-0.6, n as f64 - 0.4].map(|slot| (tool.x(size, slot, octave_px), m));
+            let first = tool
+                .slot(0, n, most_runs)
+                .min(tool.slot(n - 1, n, most_runs));
+            let ends = [first - 0.6, first + n as f64 - 0.4]
+                .map(|slot| (tool.x(size, slot, octave_px), m));
             PathElement::new(ends, tool.color().stroke_width(2))
         }))?;
         // Every run's value, one marker each: perftest a circle, ours a
@@ -376,7 +445,7 @@ fn draw(
                 .iter()
                 .enumerate()
                 .filter(|&(_, &v)| plottable(v))
-                .map(move |(i, &v)| (tool.x(r.size, tool.slot(i, n), octave_px), v))
+                .map(move |(i, &v)| (tool.x(r.size, tool.slot(i, n, most_runs), octave_px), v))
         });
         let style = tool.color().mix(0.75).filled();
         match tool {
@@ -386,11 +455,17 @@ fn draw(
             Tool::Ours => {
                 chart.draw_series(runs.map(|at| TriangleMarker::new(at, MARKER + 1, style)))?;
             }
+            Tool::Tcp => {
+                let half = [(-MARKER, -MARKER), (MARKER, MARKER)];
+                chart.draw_series(
+                    runs.map(|at| EmptyElement::at(at) + Rectangle::new(half, style)),
+                )?;
+            }
         }
     }
 
     // What is not drawn, said under the chart rather than left out.
-    let missing = missing_text(rows, &names);
+    let missing = missing_text(rows, tools, &names);
     if !missing.is_empty() {
         root.draw(&Text::new(
             missing,
@@ -404,10 +479,10 @@ fn draw(
 
 /// The runs a plot leaves out, e.g. `not drawn: perftest (ib_send_lat)
 /// 1 run printed inf at 64 B`; empty when every run is drawn.
-fn missing_text(rows: &[&Row], names: &[String; 2]) -> String {
+fn missing_text(rows: &[&Row], tools: &[Tool], names: &[String]) -> String {
     let mut parts = Vec::new();
     for r in rows {
-        for (tool, name) in [Tool::Perftest, Tool::Ours].iter().zip(names) {
+        for (tool, name) in tools.iter().zip(names) {
             let v = tool.values(r);
             let dropped = v.runs.iter().filter(|&&x| !plottable(x)).count();
             for (n, what) in [

@@ -66,8 +66,9 @@ const SORTS: [&str; 2] = ["qsort", "qsort_r"];
 pub(super) fn counts(tool: Tool, p: &Profile, poll: Option<(&str, &str)>) -> Counts {
     let ir = match (tool, poll) {
         (Tool::Ours, _) => p.total,
-        (Tool::Perftest, Some((obj, f))) => p.callers_inclusive(obj, f),
-        (Tool::Perftest, None) => p.total.saturating_sub(p.calls_named(&SORTS).1),
+        // A C program (perftest; a stream row's TCP run would be rstream).
+        (Tool::Perftest | Tool::Tcp, Some((obj, f))) => p.callers_inclusive(obj, f),
+        (Tool::Perftest | Tool::Tcp, None) => p.total.saturating_sub(p.calls_named(&SORTS).1),
     };
     let (polls, poll_ir) = poll.map_or((0, 0), |(obj, f)| p.calls_into(obj, f));
     Counts {

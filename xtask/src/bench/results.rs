@@ -1,5 +1,6 @@
-//! Reading the raw outputs back on the host: perftest's text table and our
-//! `perf --json` lines, one value per run, gathered per test and size.
+//! Reading the raw outputs back on the host: perftest's text table, our
+//! `perf --json` lines and (stream rows) rstream's result line, one value
+//! per run, gathered per test and size.
 
 use std::fs;
 use std::path::Path;
@@ -30,6 +31,11 @@ pub(super) fn collect(
     }
     for r in runs {
         let value = match r.tool {
+            // All three programs of a stream row print rstream's lines.
+            _ if r.test.stream => fs::read_to_string(raw.join(format!("{}.client.txt", r.stem())))
+                .ok()
+                .and_then(|t| parse_rstream(&t, r.test, r.size)),
+            Tool::Tcp => unreachable!("only stream rows have a TCP run"),
             Tool::Perftest => fs::read_to_string(raw.join(format!("{}.client.txt", r.stem())))
                 .ok()
                 .and_then(|t| parse_perftest(&t, r.test, r.size)),
@@ -49,6 +55,7 @@ pub(super) fn collect(
         let cell = match r.tool {
             Tool::Perftest => &mut row.perftest,
             Tool::Ours => &mut row.ours,
+            Tool::Tcp => &mut row.tcp,
         };
         if r.test.cm && passed {
             if let Some(ms) = setup_ms(raw, r) {
@@ -75,6 +82,7 @@ fn setup_ms(raw: &Path, r: &Run) -> Option<f64> {
         Tool::Perftest => fs::read_to_string(raw.join(format!("{}.client.ts", r.stem())))
             .ok()
             .and_then(|t| perftest_setup_ms(&t)),
+        Tool::Tcp => None,
     }
 }
 
@@ -136,6 +144,55 @@ fn parse_perftest(text: &str, test: Test, size: u64) -> Option<f64> {
     } else {
         value
     })
+}
+
+/// A stream row's value from rstream's output (the header `name bytes
+/// xfers iters total time Gb/sec usec/xfer`, then the result line, its
+/// size abbreviated as rstream does: `64`, `4k`, `1m`): for `stream_bw`
+/// the throughput in MB/sec (2^20 B) both directions together, from the
+/// line's usec per transfer (`size / usec`), which keeps four or more
+/// digits where its Gb/sec column keeps two decimals (0.05 at 64 B under
+/// emulation); for `stream_lat` the usec per transfer itself (half a round
+/// trip, the run's mean). A run that took no measurable time per transfer
+/// comes back as infinity.
+fn parse_rstream(text: &str, test: Test, size: u64) -> Option<f64> {
+    let mut lines = text.lines();
+    lines.find(|l| l.starts_with("name") && l.contains("usec/xfer"))?;
+    let fields: Vec<&str> = lines.next()?.split_whitespace().collect();
+    if fields.len() != 8 || fields[1] != rstream_size(size) {
+        return None;
+    }
+    let per_xfer: f64 = fields[7].parse().ok()?;
+    if per_xfer.is_nan() || per_xfer <= 0.0 {
+        return Some(f64::INFINITY);
+    }
+    Some(if test.bw {
+        size as f64 / per_xfer * 1e6 / f64::from(1 << 20)
+    } else {
+        per_xfer
+    })
+}
+
+/// A size as rstream's result line abbreviates it (its `size_str`): the
+/// largest binary unit it reaches, one decimal below 10 units when not
+/// whole.
+fn rstream_size(size: u64) -> String {
+    let (base, mag) = match size {
+        s if s >= 1 << 30 => (1 << 30, "g"),
+        s if s >= 1 << 20 => (1 << 20, "m"),
+        s if s >= 1 << 10 => (1 << 10, "k"),
+        _ => (1, ""),
+    };
+    let fraction = if size / base < 10 {
+        (size % base) * 10 / base
+    } else {
+        0
+    };
+    if fraction > 0 {
+        format!("{}.{fraction}{mag}", size / base)
+    } else {
+        format!("{}{mag}", size / base)
+    }
 }
 
 /// The members of a `perf --json` line that bench reads.
@@ -232,6 +289,50 @@ mod tests {
                   1250000000  local address: LID 0000 QPN 0x0014\n";
         assert_eq!(perftest_setup_ms(ts), Some(250.0));
         assert_eq!(perftest_setup_ms("1 Data ex. method\n"), None);
+    }
+
+    /// rstream 44's output of a bandwidth and a ping-pong run, as its
+    /// client prints them (ours prints the same layout).
+    const RSTREAM_BW: &str = "\
+name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer
+custom    4k      20k     1       312m        1.43s      1.83      17.90
+";
+    const RSTREAM_LAT: &str = "\
+name      bytes   xfers   iters   total       time     Gb/sec    usec/xfer
+custom    64      1       5k      625k        0.28s      0.02      28.14
+";
+
+    #[test]
+    fn parses_rstream_lines() {
+        let (bw, lat) = (TESTS[26], TESTS[27]);
+        assert_eq!((bw.name, lat.name), ("stream_bw", "stream_lat"));
+        // 4096 B per 17.90 µs: 218.2 MiB/s.
+        let v = parse_rstream(RSTREAM_BW, bw, 4096).expect("a value");
+        assert!((v - 4096.0 / 17.90 * 1e6 / 1048576.0).abs() < 1e-9, "{v}");
+        assert_eq!(parse_rstream(RSTREAM_LAT, lat, 64), Some(28.14));
+        // Another size's line, no line, an error, a zero time.
+        assert_eq!(parse_rstream(RSTREAM_BW, bw, 64), None);
+        let header = RSTREAM_BW.lines().next().unwrap();
+        assert_eq!(parse_rstream(header, bw, 4096), None);
+        assert_eq!(
+            parse_rstream(
+                &format!("{header}\nrsend: Connection reset by peer\n"),
+                bw,
+                4096
+            ),
+            None
+        );
+        let zero = RSTREAM_LAT.replace("28.14", "0.00");
+        assert!(parse_rstream(&zero, lat, 64).is_some_and(f64::is_infinite));
+        for (size, text) in [
+            (64, "64"),
+            (1536, "1.5k"),
+            (65536, "64k"),
+            (1 << 20, "1m"),
+            (100_003, "97k"),
+        ] {
+            assert_eq!(rstream_size(size), text);
+        }
     }
 
     #[test]

@@ -115,6 +115,13 @@ impl Settings {
             instructions,
             instructions_from: c.instructions_from,
         };
+        if a.instructions.is_some() {
+            // rstream has no loop to count apart from its set-up.
+            a.tests.retain(|t| !t.stream);
+            if a.tests.is_empty() {
+                return Err("bench: --instructions: the stream rows are not counted".into());
+            }
+        }
         if a.instructions.is_some() && a.hosts != 1 {
             return Err("bench: --instructions runs on one host (--hosts 1)".into());
         }
@@ -281,5 +288,9 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().instructions, None);
         let a = parse(&["--instructions-from", "x/raw"]).unwrap();
         assert!(a.instructions.is_some() && a.instructions_from.is_some());
+        // The stream rows are timed only.
+        assert!(a.tests.iter().all(|t| !t.stream));
+        assert!(parse(&[]).unwrap().tests.iter().any(|t| t.stream));
+        assert!(parse(&["--instructions", "--tests", "stream_bw,stream_lat"]).is_err());
     }
 }

@@ -1,5 +1,7 @@
 //! The tests bench runs: our name and perftest's program for each, what it
-//! measures, and the target ours must meet against perftest.
+//! measures, and the target ours must meet against perftest; and the
+//! stream rows, ours (rdma-examples' `rstream`) against rdmacm-utils'
+//! `rstream`, with TCP (`rstream -T s`) for reference.
 
 /// One test: our name, perftest's program, bandwidth or latency, and
 /// whether its operation can carry inline data.
@@ -12,7 +14,7 @@ pub(super) struct Test {
     /// request; RDMA reads cannot, and perftest's read tests refuse `-I`.
     pub(super) inline: bool,
     /// The one size the test runs whatever `--sizes` says (the atomics'
-    /// 8 bytes); neither tool is given `-s` then.
+    /// 8 bytes, neither tool given `-s` then; the stream ping-pong's 64).
     pub(super) fixed_size: Option<u64>,
     /// Ours runs `perf --async` (the row is named `<test>_async`; perftest
     /// runs as for `<test>`).
@@ -30,11 +32,16 @@ pub(super) struct Test {
     /// Threads our client drives its queue pairs from (`--threads`; the
     /// row is named `<test>_q<N>_t<T>`); perftest has one thread.
     pub(super) threads: u32,
+    /// A byte-stream row: rstream's test (`stream_bw`: `-S size -C n`;
+    /// `stream_lat`: `-S 64 -C 1 -I n`) by rdmacm-utils' `rstream` (the
+    /// row's "perftest" side), by ours, and over TCP (`rstream -T s`, a
+    /// reference without a target).
+    pub(super) stream: bool,
 }
 
 /// What a row is unless it says otherwise: bandwidth, inline where the
 /// operation can carry it, any size, blocking, connected over TCP, one
-/// queue pair, one direction, one thread.
+/// queue pair, one direction, one thread, RDMA verbs (no stream).
 const ROW: Test = Test {
     name: "",
     perftest: "",
@@ -46,9 +53,10 @@ const ROW: Test = Test {
     qps: 1,
     bidirectional: false,
     threads: 1,
+    stream: false,
 };
 
-pub(super) const TESTS: [Test; 26] = [
+pub(super) const TESTS: [Test; 28] = [
     Test {
         name: "write_bw",
         perftest: "ib_write_bw",
@@ -229,6 +237,24 @@ pub(super) const TESTS: [Test; 26] = [
         threads: 4,
         ..ROW
     },
+    // Byte streams (rsocket's protocol): throughput of rstream's test at
+    // every size, and its 64-byte ping-pong.
+    Test {
+        name: "stream_bw",
+        perftest: "rstream",
+        inline: false,
+        stream: true,
+        ..ROW
+    },
+    Test {
+        name: "stream_lat",
+        perftest: "rstream",
+        bw: false,
+        inline: false,
+        fixed_size: Some(64),
+        stream: true,
+        ..ROW
+    },
 ];
 
 impl Test {
@@ -300,11 +326,13 @@ impl Test {
         }
     }
 
+    /// What the row's values are (bench.json's `metric`).
     pub(super) fn metric(self) -> &'static str {
-        if self.bw {
-            "BW average [MB/sec]"
-        } else {
-            "t_typical [usec]"
+        match (self.stream, self.bw) {
+            (false, true) => "BW average [MB/sec]",
+            (false, false) => "t_typical [usec]",
+            (true, true) => "throughput, both directions [MB/sec, from usec/xfer]",
+            (true, false) => "usec/xfer [half round trip, mean]",
         }
     }
 }

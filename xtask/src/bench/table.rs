@@ -22,7 +22,10 @@ pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
         MAX_RUN_BYTES >> 20,
         a.reps
     );
+    // The verbs rows' legend; the stream rows have their own below.
+    let verbs_rows = rows.iter().any(|c| !c.test.stream);
     match a.inline {
+        _ if !verbs_rows => {}
         Some(n) => {
             println!("inline: -I {n} for both tools in write and send tests (reads take none)")
         }
@@ -30,44 +33,38 @@ pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
             "inline: each tool's default (perftest: none on rxe; ours: up to 220/236 B in write/send latency)"
         ),
     }
-    println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
-    println!("latency:   t_typical usec (median of the run), lower is better");
+    if verbs_rows {
+        println!("bandwidth: BW average MB/sec (MB = 2^20 B), higher is better");
+        println!("latency:   t_typical usec (median of the run), lower is better");
+    }
     println!(
-        "ratio: of the medians; pairs: repetitions in which ours beat the perftest run next to it;\n\
-         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n"
-    );
-    println!(
-        "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
-        "test", "size", "perftest", "ours", "ours/perftest", "pairs", "target"
+        "ratio: of the medians; pairs: repetitions in which ours beat the {} run next to it;\n\
+         target: bandwidth ratio >= 1.00, latency ratio <= 1.05\n",
+        if verbs_rows { "perftest" } else { "rstream" }
     );
     let mut missed = Vec::new();
-    for c in rows {
-        let ratio = c.ratio();
-        let (wins, paired) = c.pairs();
-        let meets = c.meets();
-        if meets != Some(true) {
-            missed.push(format!(
-                "{} {} ({}, ours better in {wins} of {paired} pairs)",
-                c.test.name,
-                size_name(c.size),
-                ratio.map_or("no ratio".to_string(), |r| format!("{r:.3}"))
-            ));
-        }
+    let (streams, verbs): (Vec<&Comparison>, Vec<&Comparison>) =
+        rows.iter().partition(|c| c.test.stream);
+    if !verbs.is_empty() {
+        println!(
+            "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
+            "test", "size", "perftest", "ours", "ours/perftest", "pairs", "target"
+        );
+    }
+    for c in verbs {
+        let (ratio, pairs, verdict) = judge(c, &mut missed);
         println!(
             "{:<10} {:>8}  {:>18}  {:>18}  {:>13}  {:>6}  {:>6}",
             c.test.name,
             size_name(c.size),
             cell_text(&c.perftest, a.reps),
             cell_text(&c.ours, a.reps),
-            ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
-            format!("{wins}/{paired}"),
-            match meets {
-                Some(true) => "met",
-                Some(false) => "MISSED",
-                None => "-",
-            }
+            ratio,
+            pairs,
+            verdict
         );
     }
+    print_streams(a, &streams, &mut missed);
     print_setup(rows);
     if missed.is_empty() {
         println!("\ntargets: met in all {} cells", rows.len());
@@ -77,6 +74,66 @@ pub(super) fn print(a: &Settings, route: &Route, rows: &[Comparison]) {
             rows.len() - missed.len(),
             rows.len(),
             missed.join("; ")
+        );
+    }
+}
+
+/// A row's ratio, pairs and verdict as printed; a row that misses its
+/// target (or has no ratio) goes into `missed`.
+fn judge(c: &Comparison, missed: &mut Vec<String>) -> (String, String, &'static str) {
+    let ratio = c.ratio();
+    let (wins, paired) = c.pairs();
+    let meets = c.meets();
+    if meets != Some(true) {
+        missed.push(format!(
+            "{} {} ({}, ours better in {wins} of {paired} pairs)",
+            c.test.name,
+            size_name(c.size),
+            ratio.map_or("no ratio".to_string(), |r| format!("{r:.3}"))
+        ));
+    }
+    (
+        ratio.map_or("-".to_string(), |r| format!("{r:.3}")),
+        format!("{wins}/{paired}"),
+        match meets {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "-",
+        },
+    )
+}
+
+/// The stream rows: rstream, ours, the ratio, pairs and verdict against
+/// rstream, then TCP and ours/TCP for reference.
+fn print_streams(a: &Settings, rows: &[&Comparison], missed: &mut Vec<String>) {
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "\nbyte streams: rstream's test (-S size -C n; latency -S 64 -C 1 -I n) by rdmacm-utils' rstream,\n\
+         ours (rdma-examples' rstream on rdma_safe::stream) and TCP (rstream -T s), same options;\n\
+         stream_bw: MB/sec (2^20 B) both directions together, from rstream's usec/xfer, higher is better;\n\
+         stream_lat: usec/xfer (half a round trip, the run's mean), lower is better;\n\
+         ratio, pairs and target against rstream; TCP is a reference, without a target;\n\
+         a run counts only if both its sides exited 0"
+    );
+    println!(
+        "{:<10} {:>8}  {:>16}  {:>16}  {:>12}  {:>6}  {:>6}  {:>16}  {:>8}",
+        "test", "size", "rstream", "ours", "ours/rstream", "pairs", "target", "tcp", "ours/tcp"
+    );
+    for c in rows {
+        let (ratio, pairs, verdict) = judge(c, missed);
+        println!(
+            "{:<10} {:>8}  {:>16}  {:>16}  {:>12}  {:>6}  {:>6}  {:>16}  {:>8}",
+            c.test.name,
+            size_name(c.size),
+            cell_text(&c.perftest, a.reps),
+            cell_text(&c.ours, a.reps),
+            ratio,
+            pairs,
+            verdict,
+            cell_text(&c.tcp, a.reps),
+            c.ratio_tcp().map_or("-".to_string(), |r| format!("{r:.3}"))
         );
     }
 }

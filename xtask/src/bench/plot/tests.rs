@@ -258,17 +258,31 @@ fn plots_are_written_beside_the_report() {
 fn the_committed_report_draws_every_run() {
     // The benchmark document's plots come from this report (`cargo xtask bench
     // --plot-only xtask/doc/bench.json`): every run of it is a marker.
-    let text = include_str!("../../../doc/bench.json");
-    let report: Report = serde_json::from_str(text).expect("a report");
-    for test in report.tests() {
-        let svg = render(&report, test).expect("drawn");
-        let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
-        let rows = report.results.iter().filter(|r| r.test == test);
-        let (pt, ours) = rows.fold((0, 0), |(p, o), r| {
-            (p + r.perftest.runs.len(), o + r.ours.runs.len())
-        });
-        let (circles, triangles) = run_markers(&doc);
-        assert_eq!((circles.len(), triangles), (pt, ours), "{test}");
+    // So do the stream rows' (`xtask/doc/bench-stream.json`), TCP's runs
+    // the squares of run size.
+    for text in [
+        include_str!("../../../doc/bench.json"),
+        include_str!("../../../doc/bench-stream.json"),
+    ] {
+        let report: Report = serde_json::from_str(text).expect("a report");
+        for test in report.tests() {
+            let svg = render(&report, test).expect("drawn");
+            let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+            let rows: Vec<&Row> = report.results.iter().filter(|r| r.test == test).collect();
+            let count =
+                |tool: Tool| -> usize { rows.iter().map(|&r| tool.values(r).runs.len()).sum() };
+            let (circles, triangles) = run_markers(&doc);
+            assert_eq!(
+                (circles.len(), triangles),
+                (count(Tool::Perftest), count(Tool::Ours)),
+                "{test}"
+            );
+            let side = (2 * MARKER).to_string();
+            let squares = filled(&doc, "rect", TCP)
+                .filter(|n| n.attribute("width") == Some(side.as_str()))
+                .count();
+            assert_eq!(squares, count(Tool::Tcp), "{test}");
+        }
     }
 }
 
@@ -312,5 +326,60 @@ fn ticks_and_paths() {
     assert_eq!(
         svg_path(Path::new("target/bench.json"), "send_lat"),
         Path::new("target/bench-send_lat.svg")
+    );
+}
+
+#[test]
+fn a_stream_plot_has_rstream_ours_and_tcp() {
+    let mut r = report("stream_bw", "rstream", 1, None);
+    for (i, row) in r["results"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let base = 3.0 * (i + 1) as f64;
+        row["tcp"] = values(&[base, base * 1.5], 0);
+    }
+    let svg = svg_of(r, "stream_bw");
+    let doc = roxmltree::Document::parse(&svg).expect("well-formed XML");
+    let texts = texts(&doc);
+    let has = |s: &str| texts.iter().any(|t| t.contains(s));
+    assert!(
+        has("stream_bw: throughput — rstream vs ours, TCP for reference"),
+        "{texts:?}"
+    );
+    for name in [
+        "rstream (librdmacm)",
+        "ours (rdma_safe::stream)",
+        "TCP (rstream -T s)",
+    ] {
+        assert!(texts.contains(&name.to_string()), "{name} in {texts:?}");
+    }
+    assert!(has("throughput, both ways [MB/s"), "{texts:?}");
+    // Every run a marker: 11 of rstream's, 12 of ours, 8 TCP squares
+    // (and the legend's, one pixel larger).
+    let (circles, triangles) = run_markers(&doc);
+    assert_eq!((circles.len(), triangles), (11, 12));
+    let squares: Vec<_> = filled(&doc, "rect", TCP).collect();
+    let side = (2 * MARKER).to_string();
+    let runs = squares
+        .iter()
+        .filter(|n| n.attribute("width") == Some(side.as_str()))
+        .count();
+    assert_eq!((runs, squares.len()), (8, 9), "{svg}");
+    assert!(median_line(&doc, TCP, 4));
+    // TCP's markers sit right of ours at each size: the rightmost square
+    // is right of every triangle.
+    let x_of = |n: &roxmltree::Node| -> f64 {
+        n.attribute("x")
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    let right_square = squares.iter().map(x_of).fold(f64::MIN, f64::max);
+    let right_triangle = filled(&doc, "polygon", OURS)
+        .filter_map(|n| {
+            let first = n.attribute("points")?.split_whitespace().next()?;
+            first.split_once(',')?.0.parse::<f64>().ok()
+        })
+        .fold(f64::MIN, f64::max);
+    assert!(
+        right_square > right_triangle,
+        "{right_square} vs {right_triangle}"
     );
 }
