@@ -120,7 +120,7 @@ impl Stream {
     pub(crate) fn close(self) {
         match self {
             Stream::Rdma(mut s) => {
-                let _ = s.shutdown(Shutdown::Both);
+                let _ = s.blocking_shutdown(Shutdown::Both);
             }
             Stream::Tcp(s) => {
                 let _ = s.shutdown(Shutdown::Both);
