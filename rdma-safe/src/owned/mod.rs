@@ -492,8 +492,7 @@ impl SharedChannel {
     }
 
     /// Whether the futures sleep on a reactor (a completion driver reaps).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn has_reactor(&self) -> bool {
+    pub(crate) fn has_driver(&self) -> bool {
         self.driver.is_some()
     }
 

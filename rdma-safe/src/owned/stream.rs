@@ -129,6 +129,26 @@ impl RecvStream {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<(WorkSuccess, PoolBuf)>>> {
+        self.poll_with(cx, true)
+    }
+
+    /// [`poll_next`](Self::poll_next) for a caller that waits itself (a
+    /// blocking stream in the engine's wait loop): without a reactor, a
+    /// receive still in flight is `Pending` at once, not after the busy
+    /// polls a future makes before it goes back to its runtime (and no
+    /// wake is asked for: the caller looks again).
+    pub(crate) fn poll_now(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<(WorkSuccess, PoolBuf)>>> {
+        self.poll_with(cx, false)
+    }
+
+    fn poll_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        busy: bool,
+    ) -> Poll<Option<Result<(WorkSuccess, PoolBuf)>>> {
         if self.ended {
             return Poll::Ready(None);
         }
@@ -168,6 +188,9 @@ impl RecvStream {
                     return Poll::Ready(None);
                 }
                 return Poll::Ready(Some(outcome.map(|s| (s, buf))));
+            }
+            if !busy && !self.chan.has_driver() {
+                return Poll::Pending;
             }
             match wait(&self.chan, cx) {
                 Poll::Ready(()) => continue,

@@ -164,7 +164,7 @@ impl Conn {
     /// async form).
     #[cfg(feature = "tokio")]
     pub(crate) fn has_reactor(&self) -> bool {
-        self.shared.has_reactor()
+        self.shared.has_driver()
     }
 
     /// The connection this stream runs over.
@@ -199,7 +199,7 @@ impl Conn {
     fn take_completions(&mut self, cx: &mut Context<'_>) -> Result<bool> {
         let mut moved = false;
         while self.readable || self.connected {
-            match self.recv.poll_next(cx) {
+            match self.recv.poll_now(cx) {
                 Poll::Ready(Some(Ok((wc, buf)))) => {
                     // The receive's buffer holds nothing (the message was
                     // an RDMA write with immediate): back to the pool.
