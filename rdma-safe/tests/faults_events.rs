@@ -186,7 +186,10 @@ fn event_cq_error_fails_every_channel_on_the_cq() {
             .expect("a channel on the shared CQ")
     };
     let (mut b1, mut b2) = (on_cq(), on_cq());
-    let (mut a1, mut a2) = (w.pd.create_channel().unwrap(), w.pd.create_channel().unwrap());
+    let (mut a1, mut a2) = (
+        w.pd.create_channel().unwrap(),
+        w.pd.create_channel().unwrap(),
+    );
     Channel::connect_pair(&mut a1, &mut b1).expect("connect 1");
     Channel::connect_pair(&mut a2, &mut b2).expect("connect 2");
     let event = AsyncEvent::CqError { cq: cq.id() };
@@ -201,7 +204,10 @@ fn event_cq_error_fails_every_channel_on_the_cq() {
     assert!(!b2.is_usable(), "{what}: the idle channel on the CQ");
     assert_fails_fast(Path::Scope, &mut b2, &w, event, what);
     assert_fired(what, &installed, Site::PostRecv, 1);
-    assert!(a1.is_usable() && a2.is_usable(), "{what}: the peers' own CQs");
+    assert!(
+        a1.is_usable() && a2.is_usable(),
+        "{what}: the peers' own CQs"
+    );
     assert_oracle_clear(what, &[b1.qp_num(), b2.qp_num()], &[]);
 }
 
@@ -268,7 +274,10 @@ fn event_gid_change_is_surfaced_and_fails_nothing() {
         let seen = w.a.port_events();
         assert_fired(what, &installed, Site::AsyncEventRead, 1);
         assert_eq!((seen.gid_changes, seen.errors), (1, 0), "{what}: {seen:?}");
-        assert!(w.a.is_usable() && w.b.is_usable(), "{what}: a channel failed");
+        assert!(
+            w.a.is_usable() && w.b.is_usable(),
+            "{what}: a channel failed"
+        );
         w.write(path, BATCH).expect("a write after the event");
         // A new pair looks the GID up again: the port's current one.
         w.reconnect(path, what);
@@ -307,7 +316,9 @@ fn event_device_fatal_fails_everything_on_the_device() {
         drop(installed);
         // The device opened again works.
         let mut fresh = World::new(path, "device-fatal-reopened");
-        fresh.write(path, BATCH).expect("a write on the reopened device");
+        fresh
+            .write(path, BATCH)
+            .expect("a write on the reopened device");
         fresh.verify(what, Landed::All);
     }
 }

@@ -65,8 +65,8 @@ mod schedule;
 mod tests;
 
 pub(crate) use hooks::{
-    async_event, clamp_caps, modified, modify, poll, post_recv, post_send, post_srq_recv, qp_caps, record_raw,
-    refused, unrecord_raw,
+    async_event, clamp_caps, modified, modify, poll, post_recv, post_send, post_srq_recv, qp_caps,
+    record_raw, refused, unrecord_raw,
 };
 pub(crate) use oracle::{attach_srq, discard_qp, discard_srq, Queue};
 pub use oracle::{check_finished, check_released, in_flight, overlapping, unfinished, Violation};

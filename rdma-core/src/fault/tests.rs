@@ -285,7 +285,11 @@ fn events_queue_for_the_next_async_read_whatever_else_fires() {
         .at_qp(9, Site::PostSend, When::Call(1), Fault::Event(fatal))
         .at(Site::PostSend, When::Call(1), Fault::bad_wr_at(0))
         .at(Site::AsyncEventRead, When::Call(2), Fault::Event(port))
-        .at(Site::AsyncEventRead, When::Call(3), Fault::Refuse { errno: 5 });
+        .at(
+            Site::AsyncEventRead,
+            When::Call(3),
+            Fault::Refuse { errno: 5 },
+        );
     let installed = install(plan);
     assert_eq!(hooks::async_event(), Ok(None), "nothing injected yet");
     assert_eq!(super::schedule::decide(Site::PostSend, Some(9)), None);

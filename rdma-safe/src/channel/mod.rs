@@ -10,12 +10,12 @@ mod ops;
 mod shared_cq;
 
 pub use crate::endpoint::{Endpoint, ENDPOINT_ENCODED_LEN};
+pub use crate::engine::PortEvents;
 pub use builder::ChannelBuilder;
 pub(crate) use cm::{CmQueue, PendingCm};
 pub use connect::ConnectOptions;
 /// The verbs-layer types a channel is described by.
 pub use rdma_core::{Context, Gid, GidEntry, Mtu, QpCapabilities, QpState};
-pub use crate::engine::PortEvents;
 pub use shared_cq::SharedCompletionQueue;
 
 use crate::engine::WorkQueue;

@@ -115,7 +115,11 @@ impl Record {
         self.broken_qps
             .get(&key.qp_num)
             .and_then(after)
-            .or_else(|| key.cq.and_then(|cq| self.broken_cqs.get(&cq)).and_then(after))
+            .or_else(|| {
+                key.cq
+                    .and_then(|cq| self.broken_cqs.get(&cq))
+                    .and_then(after)
+            })
             .or_else(|| self.port_errors.get(&key.port).and_then(after))
     }
 }
