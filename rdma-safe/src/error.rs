@@ -142,6 +142,7 @@ fn timeout_hint(operation: Operation) -> &'static str {
 /// The data-path variants ([`Post`](Error::Post) to [`Poll`](Error::Poll))
 /// say what happened to the channel: after [`Timeout`](Error::Timeout),
 /// [`PeerDisconnected`](Error::PeerDisconnected),
+/// [`DeviceEvent`](Error::DeviceEvent),
 /// [`Unusable`](Error::Unusable), a [`Post`](Error::Post) that may have
 /// queued work, or a failed completion on a reliable connection, the
 /// channel is unusable; every such error is returned only after the NIC
