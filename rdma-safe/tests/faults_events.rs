@@ -97,29 +97,13 @@ fn assert_fails_fast(path: Path, ch: &mut Channel, w: &World, event: AsyncEvent,
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn event_qp_fatal_fails_its_channel_fast() {
-    for path in PATHS {
-        let what = &format!("{path:?}: QP fatal on pending receives");
-        println!("scenario: {what}");
-        let mut w = World::new(path, "qp-fatal");
-        w.write(path, BATCH).expect("a write before the event");
-        let qp_num = w.b.qp_num();
-        let event = AsyncEvent::QpFatal { qp_num };
-        let installed = fault::install(Plan::new(30).at_qp(
-            qp_num,
-            Site::PostRecv,
-            When::Call(0),
-            Fault::Event(event),
-        ));
-        let mut b = std::mem::replace(&mut w.b, w.pd.create_channel().expect("spare"));
-        assert_fails_fast(path, &mut b, &w, event, what);
-        assert_fired(what, &installed, Site::PostRecv, 1);
-        // A post after the event is refused with the same error.
-        let again = receive(path, &mut b, &w.pd, &w.pool, what);
-        assert_event(what, &again, Operation::Receive, event);
-        // The event names one queue pair: its peer is not failed by it.
-        assert!(w.a.is_usable(), "{what}: {:?}", w.a.unusable_reason());
-        w.b = b;
-        w.verify(what, Landed::All);
+    // The event comes with the post, or at the 4th read of the events
+    // after it: while the wait sleeps (a future's completion driver then
+    // wakes for no completion, only to look).
+    for (site, call) in [(Site::PostRecv, 0), (Site::AsyncEventRead, 3)] {
+        for path in PATHS {
+            qp_fatal_on_pending_receives(path, site, call);
+        }
     }
 
     // A write in flight whose completions the device holds back: the
@@ -147,6 +131,32 @@ fn event_qp_fatal_fails_its_channel_fast() {
         drop(installed);
         w.verify(what, Landed::AtMost(BATCH));
     }
+}
+
+/// A QP fatal event on `path`'s pending receives, fired at call `call` of
+/// `site`, after a write whose bytes are checked.
+fn qp_fatal_on_pending_receives(path: Path, site: Site, call: u64) {
+    let what = &format!("{path:?}: QP fatal at {site:?} {call} on pending receives");
+    println!("scenario: {what}");
+    let mut w = World::new(path, "qp-fatal");
+    w.write(path, BATCH).expect("a write before the event");
+    let qp_num = w.b.qp_num();
+    let event = AsyncEvent::QpFatal { qp_num };
+    let plan = match site {
+        Site::PostRecv => Plan::new(30).at_qp(qp_num, site, When::Call(call), Fault::Event(event)),
+        _ => Plan::new(30).at(site, When::Call(call), Fault::Event(event)),
+    };
+    let installed = fault::install(plan);
+    let mut b = std::mem::replace(&mut w.b, w.pd.create_channel().expect("spare"));
+    assert_fails_fast(path, &mut b, &w, event, what);
+    assert_fired(what, &installed, site, 1);
+    // A post after the event is refused with the same error.
+    let again = receive(path, &mut b, &w.pd, &w.pool, what);
+    assert_event(what, &again, Operation::Receive, event);
+    // The event names one queue pair: its peer is not failed by it.
+    assert!(w.a.is_usable(), "{what}: {:?}", w.a.unusable_reason());
+    w.b = b;
+    w.verify(what, Landed::All);
 }
 
 #[test]
