@@ -332,3 +332,39 @@ fn event_device_fatal_fails_everything_on_the_device() {
         fresh.verify(what, Landed::All);
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn event_qp_fatal_ends_a_busy_polling_future() {
+    // A future without a reactor polls the CQ itself and looks at the
+    // device's events every so many empty polls.
+    for (site, call) in [(Site::PostRecv, 0), (Site::AsyncEventRead, 3)] {
+        let what = &format!("busy-polling future: QP fatal at {site:?} {call}");
+        println!("scenario: {what}");
+        let w = World::new(Path::Owned, "qp-fatal-busy");
+        let qp_num = w.b.qp_num();
+        let event = AsyncEvent::QpFatal { qp_num };
+        let plan = match site {
+            Site::PostRecv => {
+                Plan::new(38).at_qp(qp_num, site, When::Call(call), Fault::Event(event))
+            }
+            _ => Plan::new(38).at(site, When::Call(call), Fault::Event(event)),
+        };
+        let installed = fault::install(plan);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let shared = w.b.shared();
+        let started = Instant::now();
+        let buf = w.pool.try_alloc().expect("a buffer");
+        let r = rt.block_on(shared.submit(Request::receive(buf))).0;
+        let took = started.elapsed();
+        assert_event(what, &[r], Operation::Receive, event);
+        assert!(took < TIMEOUT, "{what}: failed only after {took:?}");
+        assert_fired(what, &installed, site, 1);
+        drop(shared);
+        drop(installed);
+        w.verify(what, Landed::AtMost(0));
+    }
+}
