@@ -268,6 +268,17 @@ impl fmt::Display for AsyncEvent {
 /// # Safety
 /// `ctx` must be a live context.
 pub(crate) unsafe fn take(ctx: *mut sys::ibv_context) -> Result<Option<AsyncEvent>> {
+    #[cfg(feature = "fault-injection")]
+    match crate::fault::async_event() {
+        Err(errno) => {
+            return Err(Error::Verb {
+                verb: "ibv_get_async_event",
+                source: io::Error::from_raw_os_error(errno),
+            })
+        }
+        Ok(Some(event)) => return Ok(Some(event)),
+        Ok(None) => {}
+    }
     let mut raw = MaybeUninit::<sys::ibv_async_event>::zeroed();
     // SAFETY: the context is alive (caller); `raw` is valid for writes.
     if unsafe { sys::ibv_get_async_event(ctx, raw.as_mut_ptr()) } != 0 {

@@ -234,7 +234,7 @@ impl DatagramEndpoint {
                 crate::engine::Completions::Own(cq),
                 completion_events,
                 limits,
-                DeviceWatch::of(ctx),
+                DeviceWatch::for_port(ctx, port),
                 None,
             ),
             receive_slots,

@@ -3,3 +3,7 @@
 pub mod performance {
     #![doc = include_str!("../docs/performance.md")]
 }
+
+pub mod faults {
+    #![doc = include_str!("../docs/faults.md")]
+}

@@ -24,6 +24,8 @@ pub use crate::memory::remote::RemoteRegionError;
 /// The verbs layer's error (rdma-core's): the detail of [`Error::Verbs`],
 /// [`Error::Post`] and [`Error::Poll`].
 pub use rdma_core::Error as VerbsError;
+/// The device's asynchronous events, as [`Error::DeviceEvent`] names them.
+pub use rdma_core::{AsyncEvent, CqId};
 
 /// The design's name for the result of a verb (resources, posting): the
 /// crate's [`Result`]. Kept as an alias so programs written against the
@@ -140,6 +142,7 @@ fn timeout_hint(operation: Operation) -> &'static str {
 /// The data-path variants ([`Post`](Error::Post) to [`Poll`](Error::Poll))
 /// say what happened to the channel: after [`Timeout`](Error::Timeout),
 /// [`PeerDisconnected`](Error::PeerDisconnected),
+/// [`DeviceEvent`](Error::DeviceEvent),
 /// [`Unusable`](Error::Unusable), a [`Post`](Error::Post) that may have
 /// queued work, or a failed completion on a reliable connection, the
 /// channel is unusable; every such error is returned only after the NIC
@@ -243,6 +246,32 @@ pub enum Error {
         /// The queue pair's state when the request was refused.
         state: QpState,
     },
+    /// The device reported an asynchronous event that ends the channel:
+    /// its queue pair failed (`IBV_EVENT_QP_FATAL`, `_QP_REQ_ERR`,
+    /// `_QP_ACCESS_ERR`), its completion queue did (`IBV_EVENT_CQ_ERR`:
+    /// every channel on that CQ), its port went down (`IBV_EVENT_PORT_ERR`:
+    /// every channel on that port made before the event), or the whole
+    /// device did (`IBV_EVENT_DEVICE_FATAL`: every channel on it). The one
+    /// error every operation on the channel reports from then on — a
+    /// request in flight (flushed), one posted later, a wait that looked —
+    /// whether blocking, scoped, a future or a callback; it is returned
+    /// only after the queue pair was moved to the error state and drained
+    /// (what the device never flushed was discarded by a reset), so no
+    /// memory of the failed requests is still in use. The channel is
+    /// unusable; a new one works after a port error once the port is
+    /// active again, after a QP or CQ event at once, after a device fatal
+    /// error only on a device opened again. See
+    /// [`docs::faults`](crate::docs::faults) for each event.
+    #[error(
+        "{operation} failed: the device reported {event}; the channel was shut down and its \
+         outstanding work drained"
+    )]
+    DeviceEvent {
+        /// The operation.
+        operation: Operation,
+        /// The event (naming its queue pair, CQ or port).
+        event: rdma_core::AsyncEvent,
+    },
     /// The channel was shut down by an earlier failure or timeout.
     #[error("channel unusable: {0}")]
     Unusable(String),
@@ -316,6 +345,9 @@ pub enum ErrorKind {
     NotReady,
     /// The channel was shut down earlier.
     Unusable,
+    /// The device reported an event that ends the channel (see
+    /// [`Error::device_event`]).
+    DeviceEvent,
     /// An argument or a request was refused before any verb ran (an
     /// element outside its region, a range outside a remote region, an
     /// invalid size).
@@ -340,6 +372,7 @@ impl Error {
             Error::PeerDisconnected { .. } => ErrorKind::PeerDisconnected,
             Error::NotReady { .. } => ErrorKind::NotReady,
             Error::Unusable(_) => ErrorKind::Unusable,
+            Error::DeviceEvent { .. } => ErrorKind::DeviceEvent,
             Error::Handshake(HandshakeError::Timeout { .. }) => ErrorKind::TimedOut,
             Error::Handshake(HandshakeError::Connect(e)) => verbs_kind(e),
             Error::Handshake(HandshakeError::Io(e)) | Error::Io(e) => io_kind(e),
@@ -361,8 +394,18 @@ impl Error {
             | Error::WorkCompletion { operation, .. }
             | Error::Timeout { operation, .. }
             | Error::PeerDisconnected { operation }
+            | Error::DeviceEvent { operation, .. }
             | Error::NotReady { operation, .. } => Some(*operation),
             Error::UnfilledReceives { .. } => Some(Operation::Receive),
+            _ => None,
+        }
+    }
+
+    /// The asynchronous event of the device that ended the channel, if
+    /// this is [`Error::DeviceEvent`].
+    pub fn device_event(&self) -> Option<rdma_core::AsyncEvent> {
+        match self {
+            Error::DeviceEvent { event, .. } => Some(*event),
             _ => None,
         }
     }

@@ -376,6 +376,17 @@ pub(crate) fn refused(site: Site, qp_num: Option<u32>) -> Option<c_int> {
     }
 }
 
+/// One `ibv_get_async_event` under the layer: a refusing fault's errno
+/// (`Err`), else the oldest injected event of this thread (queued by a
+/// [`Fault::Event`], perhaps fired by this very read), else `None`: read
+/// the device's.
+pub(crate) fn async_event() -> std::result::Result<Option<crate::AsyncEvent>, c_int> {
+    if let Some(Fault::Refuse { errno }) = schedule::decide(Site::AsyncEventRead, None) {
+        return Err(errno);
+    }
+    Ok(schedule::next_event())
+}
+
 /// `ibv_create_qp`'s capacities under the layer: a [`Fault::SmallerQp`]
 /// lowers what is asked (`ask`, before the verb) and what is reported
 /// (`got`, after it). `Err`: a refusing fault's errno.

@@ -30,9 +30,19 @@
 //! | [`Fault::Garble`] | an error completion with random undefined fields | the real completion |
 //! | [`Fault::Refuse`]`{ errno }` | the control verb fails | nothing done |
 //! | [`Fault::SmallerQp`] | a QP with smaller capacities than asked | asked for and reported smaller |
+//! | [`Fault::Refuse`] at [`Site::AsyncEventRead`] | `ibv_get_async_event` fails | nothing read |
+//! | [`Fault::Event`]`(event)` at any site | the next `ibv_get_async_event` on this thread returns `event` | nothing else: no state changes, no flush |
 //!
-//! Async events (QP fatal, CQ error, port error and active, GID change,
-//! device fatal) are not injected yet.
+//! An injected event names its object as the device would: a QP fatal its
+//! queue pair's number, a CQ error the CQ's [`CqId`](crate::CqId), a port
+//! error, port active or GID change the port, a device fatal nothing. It
+//! is delivered through the same read the safe layer makes
+//! ([`Context::try_get_async_event`](crate::Context::try_get_async_event)
+//! and its waits), on the thread whose plan fired it, ahead of any event
+//! of the device; the verb at the firing call runs unfaulted. The device
+//! changes nothing (a queue pair named fatal stays ready to send), which
+//! is the hardest case for the library: what it does about the event is
+//! all that ends the work in flight.
 //!
 //! # The memory oracle
 //!
@@ -55,8 +65,8 @@ mod schedule;
 mod tests;
 
 pub(crate) use hooks::{
-    clamp_caps, modified, modify, poll, post_recv, post_send, post_srq_recv, qp_caps, record_raw,
-    refused, unrecord_raw,
+    async_event, clamp_caps, modified, modify, poll, post_recv, post_send, post_srq_recv, qp_caps,
+    record_raw, refused, unrecord_raw,
 };
 pub(crate) use oracle::{attach_srq, discard_qp, discard_srq, Queue};
 pub use oracle::{check_finished, check_released, in_flight, overlapping, unfinished, Violation};

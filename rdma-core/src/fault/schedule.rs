@@ -9,8 +9,9 @@
 //! decides it; every rule's count advances at every call it matches.
 
 use super::rng::Rng;
+use crate::AsyncEvent;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 
 /// Where the layer can inject a fault: one verb, or one error completion
@@ -42,6 +43,9 @@ pub enum Site {
     /// those is something the safe layer answers by aborting the process,
     /// by design; the layer never refuses them).
     ModifyQp,
+    /// `ibv_get_async_event` (one read of a context's async event queue,
+    /// whether or not an event was pending).
+    AsyncEventRead,
 }
 
 /// At which of a rule's calls it fires (counted from 0).
@@ -120,6 +124,16 @@ pub enum Fault {
         /// Most inline bytes.
         max_inline_data: u32,
     },
+    /// The device reports `event` (naming its QP, CQ, port or the whole
+    /// device): it is queued on this thread and the next
+    /// `ibv_get_async_event` made here returns it (acknowledged), ahead of
+    /// the device's own events. Fits every site; the call that fires it
+    /// runs as if no rule had fired (the verb itself is not faulted), and
+    /// nothing else of the device changes: a queue pair it names stays in
+    /// its state, as on a provider that raises the event and flushes
+    /// nothing. At [`Site::AsyncEventRead`], the read that fires it returns
+    /// it.
+    Event(AsyncEvent),
 }
 
 impl Fault {
@@ -157,6 +171,7 @@ impl Fault {
     fn fits(self, site: Site) -> bool {
         use Site as S;
         match self {
+            Fault::Event(_) => true,
             Fault::RefusePost { .. } => matches!(site, S::PostSend | S::PostRecv | S::PostSrqRecv),
             Fault::FlushAt { .. } => matches!(site, S::PostSend | S::PostRecv),
             Fault::PollError | Fault::HoldCompletions { .. } => site == S::PollCq,
@@ -169,6 +184,7 @@ impl Fault {
                     | S::CreateCq
                     | S::CreateSrq
                     | S::ModifyQp
+                    | S::AsyncEventRead
             ),
             Fault::SmallerQp { .. } => site == S::CreateQp,
         }
@@ -261,6 +277,8 @@ struct Active {
     fired: Vec<Fired>,
     /// Polls each CQ (by address) still owes empty.
     held: HashMap<usize, u32>,
+    /// Injected async events not yet read, oldest first.
+    events: VecDeque<AsyncEvent>,
 }
 
 thread_local! {
@@ -276,6 +294,7 @@ pub fn install(plan: Plan) -> Installed {
         rng: Rng::new(plan.seed),
         fired: Vec::new(),
         held: HashMap::new(),
+        events: VecDeque::new(),
     };
     let previous = ACTIVE.with(|a| a.replace(Some(active)));
     Installed {
@@ -342,15 +361,24 @@ pub(crate) fn decide(site: Site, qp_num: Option<u32>) -> Option<Fault> {
                 When::Always => true,
                 When::PerMille(p) => a.rng.chance(p),
             };
-            if fires && chosen.is_none() {
-                chosen = Some(rule.fault);
-                a.fired.push(Fired {
-                    site,
-                    call,
-                    qp_num,
-                    fault: rule.fault,
-                });
+            if !fires {
+                continue;
             }
+            // An event is queued whatever else fires at this call: it is
+            // no fault of the verb.
+            if let Fault::Event(event) = rule.fault {
+                a.events.push_back(event);
+            } else if chosen.is_none() {
+                chosen = Some(rule.fault);
+            } else {
+                continue;
+            }
+            a.fired.push(Fired {
+                site,
+                call,
+                qp_num,
+                fault: rule.fault,
+            });
         }
         chosen
     })
@@ -380,6 +408,11 @@ pub(crate) fn held(cq: usize) -> bool {
         true
     })
     .unwrap_or(false)
+}
+
+/// The oldest injected async event not yet read on this thread, taken.
+pub(crate) fn next_event() -> Option<AsyncEvent> {
+    with_active(|a| a.borrow_mut().as_mut()?.events.pop_front()).flatten()
 }
 
 /// Random bits from the installed plan's generator (0 without a plan).

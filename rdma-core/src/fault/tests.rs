@@ -275,3 +275,43 @@ fn garbling_keeps_the_defined_fields() {
     }
     assert!(changed >= 3, "the undefined fields are random");
 }
+
+#[test]
+fn events_queue_for_the_next_async_read_whatever_else_fires() {
+    use crate::AsyncEvent;
+    let fatal = AsyncEvent::QpFatal { qp_num: 9 };
+    let port = AsyncEvent::PortError { port: 1 };
+    let plan = Plan::new(5)
+        .at_qp(9, Site::PostSend, When::Call(1), Fault::Event(fatal))
+        .at(Site::PostSend, When::Call(1), Fault::bad_wr_at(0))
+        .at(Site::AsyncEventRead, When::Call(2), Fault::Event(port))
+        .at(
+            Site::AsyncEventRead,
+            When::Call(3),
+            Fault::Refuse { errno: 5 },
+        );
+    let installed = install(plan);
+    assert_eq!(hooks::async_event(), Ok(None), "nothing injected yet");
+    assert_eq!(super::schedule::decide(Site::PostSend, Some(9)), None);
+    // The event and the post's own fault both fire at call 1.
+    assert_eq!(
+        super::schedule::decide(Site::PostSend, Some(9)),
+        Some(Fault::bad_wr_at(0))
+    );
+    assert_eq!(hooks::async_event(), Ok(Some(fatal)));
+    assert_eq!(hooks::async_event(), Ok(Some(port)), "fired by this read");
+    assert_eq!(hooks::async_event(), Err(5));
+    assert_eq!(hooks::async_event(), Ok(None));
+    let sites: Vec<_> = installed.fired().iter().map(|f| f.site).collect();
+    assert_eq!(
+        sites,
+        [
+            Site::PostSend,
+            Site::PostSend,
+            Site::AsyncEventRead,
+            Site::AsyncEventRead
+        ]
+    );
+    drop(installed);
+    assert_eq!(hooks::async_event(), Ok(None), "no plan, no events");
+}

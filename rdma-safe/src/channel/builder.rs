@@ -239,7 +239,7 @@ impl<'f1> ChannelBuilder<'f1> {
                 completions,
                 self.completion_events,
                 limits,
-                DeviceWatch::of(ctx),
+                DeviceWatch::for_port(ctx, self.port),
                 // The slots the queue pair's receives land in outlive it.
                 shared.map(|s| s.clone() as Arc<dyn KeepAlive>),
             )),

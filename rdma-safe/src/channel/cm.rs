@@ -118,7 +118,7 @@ impl Channel {
             crate::engine::Completions::Own(queue.cq),
             opts.completion_events,
             queue.limits,
-            DeviceWatch::of(ctx),
+            DeviceWatch::for_port(ctx, port),
             Some(link.clone()),
         ));
         let channel = Channel {

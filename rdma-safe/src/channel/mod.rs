@@ -10,6 +10,7 @@ mod ops;
 mod shared_cq;
 
 pub use crate::endpoint::{Endpoint, ENDPOINT_ENCODED_LEN};
+pub use crate::engine::PortEvents;
 pub use builder::ChannelBuilder;
 pub(crate) use cm::{CmQueue, PendingCm};
 pub use connect::ConnectOptions;
@@ -217,6 +218,28 @@ impl Channel {
     #[doc(hidden)]
     pub fn skip_readiness_check(&self) {
         self.queue.gate.assume_ready();
+    }
+
+    /// Which completion queue the device names in an `IBV_EVENT_CQ_ERR`
+    /// about this channel's (its own, or the shared one it is on).
+    pub fn cq_id(&self) -> crate::error::CqId {
+        self.queue.cq.cq_id()
+    }
+
+    /// The port the channel's queue pair uses.
+    pub fn port(&self) -> u8 {
+        self.local.port
+    }
+
+    /// What the channel's port saw of the device's port events since
+    /// its device was first watched (reading the pending events first):
+    /// how many times it went down and came up, whether it is up now, and
+    /// how many times its GID table changed. A caller whose channel failed
+    /// with a port error ([`Error::DeviceEvent`](crate::Error::DeviceEvent))
+    /// waits for `up` (or for `active` to grow) and reconnects: a channel
+    /// made then looks the GID up again and is not failed by the old event.
+    pub fn port_events(&self) -> PortEvents {
+        self.queue.port_events()
     }
 
     /// The QP number of the channel's queue pair.

@@ -65,6 +65,12 @@ impl SharedCompletionQueue {
         })
     }
 
+    /// Which completion queue the device names in an `IBV_EVENT_CQ_ERR`
+    /// about this one (every channel on it then fails).
+    pub fn id(&self) -> crate::error::CqId {
+        self.inner.cq().id()
+    }
+
     /// Entries the queue has (at least what was asked for).
     pub fn capacity(&self) -> u32 {
         self.inner.cq().capacity()

@@ -180,6 +180,14 @@ impl Completions {
         }
     }
 
+    /// Which CQ the device names in its events about this one.
+    pub(crate) fn cq_id(&self) -> rdma_core::CqId {
+        match self {
+            Completions::Own(cq) => cq.id(),
+            Completions::Shared { cq, .. } => cq.cq().id(),
+        }
+    }
+
     /// The completion channel, if the CQ is this queue pair's own and has
     /// one.
     pub(crate) fn channel(&self) -> Option<&CompChannel> {

@@ -1,13 +1,15 @@
 //! How a request's outcome reads: a completion's success, or the error
-//! that names why it failed — the peer's disconnect or the stall
-//! watchdog's shutdown, when one of them ended the queue pair, rather than
-//! the bare flush the NIC reports.
+//! that names why it failed — the peer's disconnect, the stall watchdog's
+//! shutdown or the device's asynchronous event, when one of them ended the
+//! queue pair, rather than the bare flush the NIC reports.
 
 use super::tracker::Tracker;
+use super::watch::Watched;
 use crate::error::{Error, Operation, Result};
 use crate::work::WorkSuccess;
-use rdma_core::{WcStatus, WorkCompletion};
+use rdma_core::{AsyncEvent, WcStatus, WorkCompletion};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Why the queue pair was ended, if it was, as its failed requests report.
@@ -26,6 +28,12 @@ pub(super) struct Ending {
     /// [`RecvStream`](crate::owned::RecvStream) on a silent peer ends with
     /// the same error a blocking wait would.
     stalled_nanos: AtomicU64,
+    /// The device's events about the queue pair, its CQ, port and device
+    /// (set once, when the engine is made).
+    watched: OnceLock<Watched>,
+    /// The first event that ended the queue pair: its flushed requests
+    /// and refused posts report [`Error::DeviceEvent`].
+    event: OnceLock<AsyncEvent>,
 }
 
 impl Ending {
@@ -59,7 +67,46 @@ impl Ending {
                 timeout: Duration::from_nanos(stalled),
             };
         }
+        // A flush (or the device's fatal status) after an event that ends
+        // the queue pair: the event is why. Asked of the device too, for a
+        // provider that flushes before anyone read its event.
+        if matches!(wc.status(), WcStatus::WrFlushError | WcStatus::FatalError) {
+            if let Some(event) = self.device_event() {
+                return Error::DeviceEvent {
+                    operation: op,
+                    event,
+                };
+            }
+        }
         Tracker::failure(op, wc)
+    }
+
+    /// Gives the queue pair its view of the device's events (once).
+    pub(super) fn watch(&self, watched: Watched) {
+        let _ = self.watched.set(watched);
+    }
+
+    /// The event that ended the queue pair: the one recorded, else the
+    /// device's verdict now (draining its pending events, a system call),
+    /// recorded. `None` while no event concerns it.
+    pub(super) fn device_event(&self) -> Option<AsyncEvent> {
+        if let Some(event) = self.event.get() {
+            return Some(*event);
+        }
+        let event = self.watched.get()?.verdict()?;
+        Some(*self.event.get_or_init(|| event))
+    }
+
+    /// The event recorded as having ended the queue pair, without asking
+    /// the device.
+    #[inline]
+    pub(super) fn ended_by(&self) -> Option<AsyncEvent> {
+        self.event.get().copied()
+    }
+
+    /// The queue pair's view of the device's events.
+    pub(super) fn watched(&self) -> Option<&Watched> {
+        self.watched.get()
     }
 
     /// The peer disconnected (before the queue pair is moved to ERR), or

@@ -41,7 +41,7 @@ impl Gate {
         send: bool,
     ) -> Result<()> {
         if let Some(why) = st.unusable() {
-            return Err(unusable(op, why, st.peer_gone()));
+            return Err(unusable(op, why, st));
         }
         let need = if send { SQ_READY } else { RQ_READY };
         if self.ready.load(Ordering::Relaxed) & need != 0 {
@@ -108,11 +108,15 @@ impl Gate {
 }
 
 /// The refusal of a post of `op` on a queue pair shut down for `why`: the
-/// peer's disconnect (`peer_gone`) is said as such, whatever failed first.
+/// peer's disconnect is said as such, whatever failed first, and so is the
+/// device's event that ended it.
 #[cold]
-fn unusable(operation: Operation, why: &str, peer_gone: bool) -> Error {
-    if peer_gone {
+fn unusable(operation: Operation, why: &str, st: &Tracker) -> Error {
+    if st.peer_gone() {
         return Error::PeerDisconnected { operation };
+    }
+    if let Some(event) = st.ending().ended_by() {
+        return Error::DeviceEvent { operation, event };
     }
     Error::Unusable(why.to_owned())
 }

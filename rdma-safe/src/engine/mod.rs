@@ -34,7 +34,8 @@ mod tracker;
 mod wait;
 mod watch;
 
-pub(crate) use watch::DeviceWatch;
+pub use watch::PortEvents;
+pub(crate) use watch::{DeviceWatch, Watched};
 
 pub(crate) use attached::Notify;
 pub(crate) use claim::{Look, Outcome, WithMemory};
@@ -82,12 +83,10 @@ pub(crate) struct WorkQueue {
     /// Sleep on the CQ's completion channel instead of spinning.
     events: bool,
     pub(crate) limits: Limits,
-    /// The device's async events, shared with the other queues on it.
-    watch: Arc<DeviceWatch>,
     state: Mutex<Tracker>,
     /// Why the queue pair was ended, for its failed requests' errors
     /// (shared with the tracker, which marks a peer that did not answer a
-    /// keepalive probe).
+    /// keepalive probe), with the device's async events about it.
     ending: Arc<Ending>,
     pub(crate) gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
@@ -109,19 +108,20 @@ impl WorkQueue {
         cq: Completions,
         events: bool,
         limits: Limits,
-        watch: Arc<DeviceWatch>,
+        watch: Watched,
         keep_alive: Option<Arc<dyn KeepAlive>>,
     ) -> Self {
         let sq_capacity = limits.caps.max_send_wr as usize;
         let rq_capacity = limits.caps.max_recv_wr as usize;
         let tracker = Tracker::new(sq_capacity, rq_capacity);
         let ending = tracker.ending().clone();
+        watch.set_queue(qp.qp_num(), Some(cq.cq_id()));
+        ending.watch(watch);
         WorkQueue {
             qp,
             cq,
             events,
             limits,
-            watch,
             state: Mutex::new(tracker),
             ending,
             gate: Gate::default(),
@@ -266,6 +266,14 @@ impl WorkQueue {
     /// tracker's `liveness` module).
     pub(crate) fn set_keepalive(&self, interval: Option<Duration>) {
         self.lock().set_keepalive(interval);
+    }
+
+    /// What the queue pair's port saw of the device's port events.
+    pub(crate) fn port_events(&self) -> PortEvents {
+        self.ending
+            .watched()
+            .map(Watched::port_events)
+            .unwrap_or_default()
     }
 
     /// The queue's status, read under one lock: the tracker's counters,

@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 /// whose completions end the wait anyway: the query is a backstop.
 const STATE_QUERY_EVERY: Duration = Duration::from_millis(10);
 
+/// The longest the completion driver sleeps with work in flight before it
+/// looks at the device's async events (and the queue pair's state) again.
+const EVENT_LOOK_EVERY: Duration = Duration::from_millis(100);
+
 /// The longest one sleep on completion events lasts before the wait looks
 /// at its clock again.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
@@ -268,7 +272,10 @@ impl WorkQueue {
                 Error::PeerDisconnected { operation }
             }
             (Expired::Timeout(operation), _) => Error::Timeout { operation, timeout },
-            (Expired::Broken(why), _) => Error::Unusable(why),
+            (Expired::Broken(why), operation) => match (self.ending.ended_by(), operation) {
+                (Some(event), Some(operation)) => Error::DeviceEvent { operation, event },
+                _ => Error::Unusable(why),
+            },
         }
     }
 
@@ -383,11 +390,16 @@ impl WorkQueue {
             st = self.lock();
         }
         let probe = self.keep_alive(&mut st, now);
+        // With work in flight, look at the device's events again soon: an
+        // event raises no completion, and a driver asleep until the stall
+        // deadline would otherwise see it only then.
+        let look = (st.in_flight() > 0).then(|| now + EVENT_LOOK_EVERY);
+        let soonest = |a: Option<Instant>, b: Option<Instant>| a.into_iter().chain(b).min();
         let Some(deadline) = st.progress_deadline(now, timeout) else {
-            return probe;
+            return soonest(probe, look);
         };
         if now < deadline {
-            return Some(probe.map_or(deadline, |p| p.min(deadline)));
+            return soonest(soonest(probe, look), Some(deadline));
         }
         drop(st);
         // Before the move to ERR: every request it flushes reports the
@@ -436,8 +448,8 @@ impl WorkQueue {
     /// error state (one `ibv_query_qp`). Only for waits that have spun a
     /// while and for status queries, never per operation.
     pub(crate) fn broken(&self) -> Option<String> {
-        if let Some(why) = self.watch.broken(self.qp.qp_num()) {
-            return Some(why);
+        if let Some(event) = self.ending.device_event() {
+            return Some(event_reason(&event));
         }
         matches!(self.qp.state(), Ok(QpState::Error))
             .then(|| "the queue pair is in the error state".to_owned())
@@ -456,7 +468,7 @@ fn watchdog(queue: &WorkQueue) -> impl FnMut(Duration, Instant) -> Option<String
             queue.keep_alive(&mut queue.lock(), now);
             queue.broken()
         } else {
-            queue.watch.broken(queue.qp.qp_num())
+            queue.ending.device_event().map(|e| event_reason(&e))
         }
     }
 }
@@ -496,6 +508,12 @@ pub(crate) fn until<R>(
             Err(Error::Unusable(why))
         }
     }
+}
+
+/// Why a queue pair an async event ended is unusable.
+#[cold]
+fn event_reason(event: &rdma_core::AsyncEvent) -> String {
+    format!("the device reported {event}")
 }
 
 /// The error of a claim of an id that is not tracked.

@@ -87,6 +87,18 @@ impl World {
         }
     }
 
+    /// Replaces the pair with a new one on the same protection domain (the
+    /// same device context), as a reconnecting caller makes, after
+    /// checking that the oracle holds nothing of the old pair.
+    #[track_caller]
+    pub fn reconnect(&mut self, path: Path, what: &str) {
+        assert_oracle_clear(what, &self.qps(), &[&self.src[..]]);
+        let events = matches!(path, Path::Async);
+        let (a, b) = super::pair_with(&self.pd, |c| c.timeout(TIMEOUT).completion_events(events));
+        self.a = a;
+        self.b = b;
+    }
+
     pub fn qps(&self) -> [u32; 2] {
         [self.a.qp_num(), self.b.qp_num()]
     }

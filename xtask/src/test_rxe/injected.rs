@@ -9,10 +9,11 @@ use crate::Result;
 
 /// The test targets of rdma-safe that only have tests with the feature
 /// (built without it, they are empty).
-pub(super) const TARGETS: [&str; 4] = [
+pub(super) const TARGETS: [&str; 5] = [
     "faults_posts",
     "faults_completions",
     "faults_control",
+    "faults_events",
     "oracle",
 ];
 
