@@ -178,7 +178,11 @@ fn client(source: &OsStr, target: &OsStr, port: u16, timeout: Duration) -> Resul
     let elapsed = start.elapsed();
 
     progress("closing...");
-    send(&mut s, &Header::request(CMD_CLOSE, 16, 0).encode(), "the close message")?;
+    send(
+        &mut s,
+        &Header::request(CMD_CLOSE, 16, 0).encode(),
+        "the close message",
+    )?;
     let status = response(&mut s, CMD_CLOSE)?;
     if status != 0 {
         return Err(fail(format!(
@@ -299,7 +303,10 @@ mod tests {
         assert_eq!(o.port, 7501);
         assert_eq!(o.target.as_deref(), Some(OsStr::new("h:b")));
         assert_eq!(Options::try_parse_from(["rcopy"]).unwrap().port, 7427);
-        assert!(Options::try_parse_from(["rcopy", "a"]).is_err(), "no server");
+        assert!(
+            Options::try_parse_from(["rcopy", "a"]).is_err(),
+            "no server"
+        );
         assert!(Options::try_parse_from(["rcopy", "-p", "0"]).is_err());
     }
 }

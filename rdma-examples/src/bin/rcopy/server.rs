@@ -12,8 +12,8 @@
 use crate::msg::{self, Header, CMD_CLOSE, CMD_NOOP, CMD_OPEN, CMD_WRITE, HEADER_LEN};
 use rdma_examples::{fail, Result};
 use rdma_safe::cm::CmOptions;
-use rdma_safe::stream::{RdmaStream, StreamListener};
 use rdma_safe::error::ErrorKind;
+use rdma_safe::stream::{RdmaStream, StreamListener};
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -152,7 +152,11 @@ impl Session {
     fn write(&mut self, s: &mut RdmaStream, h: &Header) -> Result<()> {
         progress("transferring");
         if h.len != msg::WRITE_LEN {
-            let why = format!("a write message of {} bytes (not {})", h.len, msg::WRITE_LEN);
+            let why = format!(
+                "a write message of {} bytes (not {})",
+                h.len,
+                msg::WRITE_LEN
+            );
             return refuse(s, h, msg::EINVAL, why);
         }
         if self.file.is_none() {
