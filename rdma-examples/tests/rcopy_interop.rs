@@ -4,7 +4,8 @@
 //! compared byte for byte with its source. Every destination is first
 //! filled with other bytes, so that a copy that did nothing fails. Then
 //! the failures a user meets (a missing source, a destination the server
-//! cannot create, nobody listening), each named in the client's error,
+//! cannot create, one that fills up mid-transfer, nobody listening), each
+//! named in the client's error,
 //! and clients that break the protocol, stop or leave mid-transfer: our
 //! server must answer or drop each, go on serving, and still be running
 //! at the end.
@@ -245,7 +246,16 @@ fn our_rcopy_with_ours() {
     let ran = client(OURS, &src, Path::new("/proc/no/such/dir"), port, false);
     assert!(!ran.status.is_some_and(|s| s.success()), "{}", ran.output);
     ran.assert_has("the server cannot open `/proc/no/such/dir`: No such file or directory");
-    end_server(s);
+    // A destination that fills up mid-transfer: the server answers with
+    // its errno and ends the connection while the client still sends; the
+    // client names the server's cause, and the device is left in place.
+    let big = dir.path(&format!("src-{}", SIZES[3]));
+    let ran = client(OURS, &big, Path::new("/dev/full"), port, false);
+    assert!(!ran.status.is_some_and(|s| s.success()), "{}", ran.output);
+    ran.assert_has("the server failed to write `/dev/full`: No space left on device");
+    assert!(Path::new("/dev/full").exists());
+    let out = end_server(s);
+    assert!(out.contains("writing `/dev/full` after 0 bytes"), "{out}");
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! request the server cannot carry out (a destination it cannot create, a
 //! write before an open, a second open) is answered with an errno, as the
 //! C server answers it, and then the connection is ended, as the C server
-//! ends it. A write that fails part-way removes the partial destination.
+//! ends it. A write that fails part-way removes the partial destination
+//! if it is a regular file (never a device or a pipe a client named).
 
 use crate::msg::{self, Header, CMD_CLOSE, CMD_NOOP, CMD_OPEN, CMD_WRITE, HEADER_LEN};
 use rdma_examples::{fail, Result};
@@ -80,6 +81,8 @@ fn progress(text: &str) {
 #[derive(Default)]
 struct Session {
     file: Option<(File, PathBuf)>,
+    /// The destination is a regular file (not a device, a pipe, ...).
+    regular: bool,
     /// A write to the open file failed part-way or was cut short.
     partial: bool,
 }
@@ -136,6 +139,7 @@ impl Session {
             .open(&path);
         match created {
             Ok(f) => {
+                self.regular = f.metadata().is_ok_and(|m| m.is_file());
                 self.file = Some((f, path));
                 respond(s, h, 0)
             }
@@ -169,10 +173,13 @@ impl Session {
         progress(&format!("...{size} bytes..."));
         self.partial = true;
         let (file, path) = self.file.as_mut().expect("opened above");
-        // A write is the whole file, as the C server's is.
-        if let Err(e) = file.rewind().and_then(|()| file.set_len(0)) {
-            let why = format!("emptying `{}`: {e}", path.display());
-            return refuse(s, h, msg::status_of(&e), why);
+        // A write is the whole file, as the C server's is (a second write
+        // replaces the first).
+        if self.regular {
+            if let Err(e) = file.rewind().and_then(|()| file.set_len(0)) {
+                let why = format!("emptying `{}`: {e}", path.display());
+                return refuse(s, h, msg::status_of(&e), why);
+            }
         }
         let mut buf = vec![0u8; CHUNK];
         let mut done = 0u64;
@@ -204,12 +211,12 @@ impl Session {
         respond(s, h, 0)
     }
 
-    /// Closes what is open; a destination a failed write left partial is
+    /// Closes what is open; a regular file a failed write left partial is
     /// removed, so that no truncated copy passes for the file.
     fn abandon(&mut self) {
         if let Some((file, path)) = self.file.take() {
             drop(file);
-            if self.partial {
+            if self.partial && self.regular {
                 match std::fs::remove_file(&path) {
                     Ok(()) => eprintln!("rcopy: removed the partial `{}`", path.display()),
                     Err(e) => eprintln!(
@@ -253,5 +260,5 @@ fn respond(s: &mut RdmaStream, request: &Header, status: u32) -> Result<()> {
 /// Answers `request` with `status` and ends the connection with `why`.
 fn refuse(s: &mut RdmaStream, request: &Header, status: u32, why: String) -> Result<()> {
     respond(s, request, status)?;
-    Err(fail(format!("{why} (answered: {})", msg::describe(status))))
+    Err(fail(format!("{why} (answered with status {status})")))
 }
