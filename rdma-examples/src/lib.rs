@@ -8,6 +8,8 @@
 //! * `perf` — bandwidth and latency of RDMA write, RDMA read and send/receive
 //!   in the spirit of perftest (`ib_write_bw`, `ib_read_lat`, ...), with the
 //!   data checked at the end of every test.
+//! * `rcopy` — wire-compatible with rdma-core's `rcopy`: a file copy over
+//!   `rdma_safe::stream`'s rsocket byte stream.
 //! * `one_sided` — libevpl's one-sided pattern: RDMA reads and writes from
 //!   several local iovecs with completion callbacks.
 //!
