@@ -4,11 +4,10 @@
 //! compared byte for byte with its source. Every destination is first
 //! filled with other bytes, so that a copy that did nothing fails. Then
 //! the failures a user meets (a missing source, a destination the server
-//! cannot create, one that fills up mid-transfer, nobody listening), each
-//! named in the client's error,
-//! and clients that break the protocol, stop or leave mid-transfer: our
-//! server must answer or drop each, go on serving, and still be running
-//! at the end.
+//! cannot create, one that fills up mid-transfer, nobody listening, a port
+//! already taken), each named in the error, and clients that break the
+//! protocol, stop or leave mid-transfer: our server must answer or drop
+//! each, go on serving, and still be running at the end.
 //!
 //! rdma-core's client refuses an empty source itself (it maps the file
 //! into memory, and a mapping of 0 bytes fails), so the 0-byte file is
@@ -106,10 +105,42 @@ fn free_port() -> u16 {
     l.local_addr().expect("bound").port()
 }
 
-fn server(program: &str, port: u16, extra: &[&str]) -> Proc {
-    let mut args = vec!["-p".to_string(), port.to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    spawn("server", program, &args)
+/// A server, killed when the test ends (also by a panic: it serves until
+/// killed).
+struct Server(Option<Proc>);
+
+impl Server {
+    fn start(program: &str, port: u16, extra: &[&str]) -> Server {
+        let mut args = vec!["-p".to_string(), port.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Server(Some(spawn("server", program, &args)))
+    }
+
+    fn proc(&self) -> &Proc {
+        self.0.as_ref().expect("running")
+    }
+
+    /// Ends a server that must still be running, and returns its output.
+    fn end(mut self) -> String {
+        let mut s = self.0.take().expect("running");
+        let alive = s.child.try_wait().expect("wait for the server").is_none();
+        let f = s.finish(Instant::now());
+        assert!(
+            alive,
+            "{} ended before the test was over ({:?}):\n{}",
+            f.label, f.status, f.output
+        );
+        f.output
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(p) = &mut self.0 {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
 }
 
 /// Runs `program` as a client copying `src` to `dst` at the server on
@@ -138,7 +169,7 @@ fn client(program: &str, src: &Path, dst: &Path, port: u16, first: bool) -> Fini
 
 /// Copies a file of each size in `sizes` with `client_program` to the
 /// server on `port`, checking every copy against its source.
-fn copy_sizes(client_program: &str, server: &Proc, port: u16, dir: &Scratch, sizes: &[usize]) {
+fn copy_sizes(client_program: &str, server: &Server, port: u16, dir: &Scratch, sizes: &[usize]) {
     for (i, &size) in sizes.iter().enumerate() {
         let src = dir.path(&format!("src-{size}"));
         let dst = dir.path(&format!("dst-{size}"));
@@ -153,7 +184,7 @@ fn copy_sizes(client_program: &str, server: &Proc, port: u16, dir: &Scratch, siz
             ran.label,
             ran.status,
             ran.output,
-            server_output(server)
+            server.proc().output_so_far()
         );
         ran.assert_has(&format!("{size} bytes in"));
         let got = std::fs::read(&dst).expect("read the copy");
@@ -167,23 +198,6 @@ fn copy_sizes(client_program: &str, server: &Proc, port: u16, dir: &Scratch, siz
     }
 }
 
-/// What the server printed so far (without ending it).
-fn server_output(s: &Proc) -> String {
-    s.output_so_far()
-}
-
-/// Ends a server that must still be running, and returns its output.
-fn end_server(mut s: Proc) -> String {
-    let alive = s.child.try_wait().expect("wait for the server").is_none();
-    let f = s.finish(Instant::now());
-    assert!(
-        alive,
-        "{} ended before the test was over ({:?}):\n{}",
-        f.label, f.status, f.output
-    );
-    f.output
-}
-
 #[test]
 #[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
 fn our_rcopy_client_to_their_server() {
@@ -192,14 +206,14 @@ fn our_rcopy_client_to_their_server() {
     }
     let dir = Scratch::new("ours-to-theirs");
     let port = free_port();
-    let s = server(THEIRS, port, &[]);
+    let s = Server::start(THEIRS, port, &[]);
     copy_sizes(OURS, &s, port, &dir, &SIZES);
     // A destination the C server cannot create: its errno, named.
     let src = dir.path("src-1");
     let ran = client(OURS, &src, Path::new("/proc/no/such/dir"), port, false);
     assert!(!ran.status.is_some_and(|s| s.success()), "{}", ran.output);
     ran.assert_has("the server cannot open `/proc/no/such/dir`: No such file or directory");
-    let out = end_server(s);
+    let out = s.end();
     eprintln!("their server:\n{out}");
 }
 
@@ -211,13 +225,13 @@ fn their_rcopy_client_to_our_server() {
     }
     let dir = Scratch::new("theirs-to-ours");
     let port = free_port();
-    let s = server(OURS, port, &[]);
+    let s = Server::start(OURS, port, &[]);
     copy_sizes(THEIRS, &s, port, &dir, &SIZES[1..]);
     // The C client's failed open ends with the errno our server sent.
     let src = dir.path("src-1");
     let ran = client(THEIRS, &src, Path::new("/proc/no/such/dir"), port, false);
     assert_eq!(ran.status.and_then(|s| s.code()), Some(2), "{}", ran.output);
-    let out = end_server(s);
+    let out = s.end();
     for size in &SIZES[1..] {
         let line = format!(
             "opening: {}, transferring...{size} bytes...closing...done",
@@ -240,8 +254,17 @@ fn our_rcopy_with_ours() {
     }
     let dir = Scratch::new("ours-with-ours");
     let port = free_port();
-    let s = server(OURS, port, &[]);
+    let s = Server::start(OURS, port, &[]);
     copy_sizes(OURS, &s, port, &dir, &SIZES);
+    // A second server on the port the first listens on: refused, named.
+    let args = ["-p".to_string(), port.to_string()];
+    let second = spawn("second server", OURS, &args).finish(Instant::now() + TIMEOUT);
+    assert!(
+        !second.status.is_some_and(|s| s.success()),
+        "{}",
+        second.output
+    );
+    second.assert_has(&format!("cannot listen on port {port}"));
     let src = dir.path("src-1");
     let ran = client(OURS, &src, Path::new("/proc/no/such/dir"), port, false);
     assert!(!ran.status.is_some_and(|s| s.success()), "{}", ran.output);
@@ -254,7 +277,7 @@ fn our_rcopy_with_ours() {
     assert!(!ran.status.is_some_and(|s| s.success()), "{}", ran.output);
     ran.assert_has("the server failed to write `/dev/full`: No space left on device");
     assert!(Path::new("/dev/full").exists());
-    let out = end_server(s);
+    let out = s.end();
     assert!(out.contains("writing `/dev/full` after 0 bytes"), "{out}");
 }
 
@@ -336,7 +359,7 @@ fn our_rcopy_server_survives_bad_clients() {
     }
     let dir = Scratch::new("bad-clients");
     let port = free_port();
-    let s = server(OURS, port, &["--timeout", "5"]);
+    let s = Server::start(OURS, port, &["--timeout", "5"]);
 
     // A header of another version: dropped without an answer, as the C
     // server drops it.
@@ -390,7 +413,7 @@ fn our_rcopy_server_survives_bad_clients() {
     assert!(!partial.exists(), "the partial destination was left");
     copy_sizes(OURS, &s, port, &dir, &[1]);
 
-    let out = end_server(s);
+    let out = s.end();
     for cause in [
         "version 7",
         "unknown command 9",
