@@ -7,8 +7,8 @@
 //! rcopy source server[:destination] [-p port]      client
 //! ```
 //!
-//! As the C program: the server listens on every address at `-p` (default
-//! 7427) and serves one client at a time until killed, printing what each
+//! As the C program: the server listens on every IPv4 address at `-p`
+//! (default 7427) and serves one client at a time until killed, printing what each
 //! asks (`opening: path, transferring...N bytes...closing...done`); the
 //! client copies `source` to `destination` on `server` (by default the
 //! same path as `source`, which the server resolves in its own working
