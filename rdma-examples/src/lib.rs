@@ -11,6 +11,8 @@
 //! * `rstream` — rdmacm-utils' stream benchmark on `rdma_safe::stream`:
 //!   rstream's command line, test and result line, so the C program is
 //!   either peer (the bench's stream rows run both).
+//! * `rcopy` — wire-compatible with rdma-core's `rcopy`: a file copy over
+//!   `rdma_safe::stream`'s rsocket byte stream.
 //! * `one_sided` — libevpl's one-sided pattern: RDMA reads and writes from
 //!   several local iovecs with completion callbacks.
 //!

@@ -140,6 +140,11 @@ impl Proc {
         }
     }
 
+    /// What the program printed so far.
+    pub(crate) fn output_so_far(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
     /// Waits for the program to end, killing it at `deadline`.
     pub(crate) fn finish(mut self, deadline: Instant) -> Finished {
         let status = loop {
