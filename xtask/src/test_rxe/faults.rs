@@ -119,7 +119,7 @@ const RETRY_BOUND_SECS: u32 = 9;
 const PORT: u16 = 18700;
 
 /// Wraps `cmd` in ci/two-hosts.sh's `netem` when `spec` is not empty.
-fn under(spec: &str, cmd: &str) -> String {
+pub(super) fn under(spec: &str, cmd: &str) -> String {
     if spec.is_empty() {
         cmd.to_string()
     } else {

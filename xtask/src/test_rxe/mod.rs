@@ -24,6 +24,7 @@ mod packages;
 mod pairs;
 mod pairs_library;
 mod pairs_perf;
+mod pairs_stream;
 mod smoke;
 mod totals;
 mod two_hosts;

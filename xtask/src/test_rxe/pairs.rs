@@ -7,11 +7,12 @@
 //! `N iters in` line (rc_pingpong with `-c` also checks the pages it
 //! received), rping the last ping's data on both sides (`-v`; the client
 //! also compares it, `-V`). perf and async_echo are in [`pairs_perf`], the
-//! hostile-network cases in [`faults`].
+//! byte streams (rstream, rcopy) in [`pairs_stream`], the hostile-network
+//! cases in [`faults`].
 
 use std::path::{Path, PathBuf};
 
-use super::{faults, pairs_library, pairs_perf};
+use super::{faults, pairs_library, pairs_perf, pairs_stream};
 use crate::artifacts::Artifact;
 use crate::rxe::{Plan, Side};
 use crate::shell::shell_quote;
@@ -30,13 +31,15 @@ const UD_SIZE: u32 = 1024;
 const RPING_COUNT: u32 = 10;
 
 /// The example programs the tier runs.
-const PROGRAMS: [&str; 6] = [
+const PROGRAMS: [&str; 8] = [
     "rc_pingpong",
     "ud_pingpong",
     "srq_pingpong",
     "rping",
     "perf",
     "async_echo",
+    "rstream",
+    "rcopy",
 ];
 
 /// rdma-safe's test binary whose tests have a server and a client side
@@ -211,6 +214,7 @@ pub(crate) fn plan(progs: &Programs) -> Plan {
     pairs_perf::perf_steps(&mut p, progs);
     pairs_perf::async_echo_step(&mut p, progs);
     pairs_perf::dead_host_step(&mut p, progs);
+    pairs_stream::stream_steps(&mut p, progs);
     faults::fault_steps(&mut p, progs);
     p
 }
@@ -227,8 +231,8 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("pair_step "))
             .collect();
-        // ... + 1: the dead host under perf -q 4.
-        assert_eq!(steps.len(), 12 + 2 + 10 + 1 + 29, "{text}");
+        // ... + 1: the dead host under perf -q 4; + 7: the stream steps.
+        assert_eq!(steps.len(), 12 + 2 + 10 + 1 + 7 + 29, "{text}");
         // rdma-core's client against our server on A, then the reverse.
         assert!(
             steps[0].contains(" 18600 0 'set -o pipefail; /t/rc_pingpong -d"),
