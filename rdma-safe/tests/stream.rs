@@ -240,7 +240,7 @@ struct RawPeer {
     /// The stream's receive buffer (from its accept), and its target list.
     ring: RemoteMemoryRegion,
     sgl: RemoteMemoryRegion,
-    _memory: RemoteAccessBuffer,
+    memory: RemoteAccessBuffer,
 }
 
 fn sge_at(b: &[u8]) -> RemoteMemoryRegion {
@@ -252,6 +252,13 @@ fn sge_at(b: &[u8]) -> RemoteMemoryRegion {
 
 impl RawPeer {
     fn connect(addr: SocketAddr, credits: u16) -> RawPeer {
+        Self::connect_naming(addr, credits, 64)
+    }
+
+    /// As [`connect`](Self::connect), its first receive buffer (2048
+    /// bytes) at `first` bytes from the start of its 4 KiB of memory:
+    /// beyond it, the buffer names memory the peer never registered.
+    fn connect_naming(addr: SocketAddr, credits: u16, first: u64) -> RawPeer {
         let connector = Connector::resolve(addr, &opts()).expect("resolve");
         let memory = RemoteAccessBuffer::new(connector.pd(), 4096).expect("memory");
         let r = memory.remote();
@@ -262,7 +269,7 @@ impl RawPeer {
         data.extend_from_slice(&[1, 0]);
         data.extend_from_slice(&credits.to_be_bytes());
         data.extend_from_slice(&[0; 4]);
-        for (addr, len) in [(r.address(), 2u32), (r.address() + 64, 2048)] {
+        for (addr, len) in [(r.address(), 2u32), (r.address() + first, 2048)] {
             data.extend_from_slice(&addr.to_be_bytes());
             data.extend_from_slice(&r.rkey().to_be_bytes());
             data.extend_from_slice(&len.to_be_bytes());
@@ -274,7 +281,7 @@ impl RawPeer {
             ring: sge_at(&theirs[24..40]),
             sgl: sge_at(&theirs[8..24]),
             channel,
-            _memory: memory,
+            memory,
         }
     }
 
@@ -376,5 +383,75 @@ fn a_client_refuses_an_accept_that_is_not_rsocket() {
         let err = RdmaStream::connect_with(addr, &opts()).expect_err("no connection data");
         assert!(matches!(err, Error::Protocol(_)), "{err}");
         drop(server.join().expect("server"));
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run `cargo xtask test-rxe`"]
+fn a_peer_publishing_memory_it_does_not_own_only_fails_the_writes_into_it() {
+    let (listener, addr) = listener();
+    let (ready, posted) = std::sync::mpsc::channel();
+    let (done, finished) = std::sync::mpsc::channel();
+    thread::scope(|t| {
+        let server = t.spawn(move || {
+            let mut s = listener.accept().expect("accept");
+            posted.recv_timeout(TIMEOUT).expect("the peer's receive");
+            // The peer's first buffer starts 1 MiB past its 4 KiB: the
+            // write into it must fail on the NIC (the key does not cover
+            // it), and the stream with it, within its timeout.
+            let start = Instant::now();
+            let outcome = s.write_some(b"into memory that is not the peer's");
+            let err = match outcome {
+                Ok(_) => s
+                    .flush_all()
+                    .expect_err("a write outside the peer's memory"),
+                Err(e) => e,
+            };
+            assert!(start.elapsed() < TIMEOUT * 3, "found without a hang");
+            // The peer's NIC refused the write (a remote access error): that
+            // is the cause named, not the flush of a receive after it.
+            assert_eq!(
+                err.status(),
+                Some(rdma_safe::work::WcStatus::RemoteAccessError),
+                "the NIC's refusal: {err}"
+            );
+            // The stream stays failed, with the same cause.
+            let again = s.write_some(b"more").expect_err("the stream failed");
+            done.send(()).expect("tell the peer");
+            (err, again)
+        });
+        let mut peer = RawPeer::connect_naming(addr, 4, 1 << 20);
+        // The stream's write carries an immediate: it needs a receive
+        // here before the NIC looks at where it goes.
+        // Several: the stream's first credit update (its ring's second
+        // half published) takes one too.
+        let pd = peer.channel.pd().clone();
+        let mut rx: Vec<RegisteredBuffer> = (0..8)
+            .map(|_| RegisteredBuffer::new(&pd, 64).expect("a receive buffer"))
+            .collect();
+        let _ = peer.channel.scope(|s| {
+            for b in rx.iter_mut() {
+                let mut sc = [b.scatter(..)];
+                let _receive = s.post_receive(rdma_safe::ReceiveWorkRequest::new(&mut sc))?;
+            }
+            ready.send(()).expect("tell the server");
+            finished
+                .recv_timeout(TIMEOUT * 3)
+                .expect("the server's write failed");
+            // The receive ends with the queue pair's error (or the
+            // scope's drain bound).
+            Ok::<_, Error>(())
+        });
+        // Nothing landed in what the peer did register, past its target
+        // list (its first 32 bytes: two entries the stream may write its
+        // own buffers into).
+        let mut seen = vec![0u8; 4096];
+        peer.memory.read(0, &mut seen).expect("read");
+        assert!(
+            seen[32..].iter().all(|&b| b == 0),
+            "the peer's memory was written past its target list"
+        );
+        let (err, again) = server.join().expect("server");
+        eprintln!("the write failed with: {err}; then: {again}");
     });
 }

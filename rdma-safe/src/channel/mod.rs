@@ -239,7 +239,7 @@ impl Channel {
     /// waits for `up` (or for `active` to grow) and reconnects: a channel
     /// made then looks the GID up again and is not failed by the old event.
     pub fn port_events(&self) -> PortEvents {
-        self.queue.port_events()
+        self.queue.ending.port_events()
     }
 
     /// The QP number of the channel's queue pair.

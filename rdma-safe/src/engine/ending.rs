@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Why the queue pair was ended, if it was, as its failed requests report.
 #[derive(Debug, Default)]
-pub(super) struct Ending {
+pub(crate) struct Ending {
     /// Set (before the queue pair is moved to ERR) when the peer of a
     /// connection-manager channel disconnected, or (when the completion is
     /// seen, before any later completion is claimed) when a keepalive
@@ -37,6 +37,11 @@ pub(super) struct Ending {
 }
 
 impl Ending {
+    /// What the queue pair's port saw of the device's port events.
+    pub(crate) fn port_events(&self) -> super::PortEvents {
+        self.watched().map(Watched::port_events).unwrap_or_default()
+    }
+
     /// The result of a completion of `op` on `len` bytes.
     #[inline(always)]
     pub(super) fn outcome(

@@ -87,7 +87,7 @@ pub(crate) struct WorkQueue {
     /// Why the queue pair was ended, for its failed requests' errors
     /// (shared with the tracker, which marks a peer that did not answer a
     /// keepalive probe), with the device's async events about it.
-    ending: Arc<Ending>,
+    pub(crate) ending: Arc<Ending>,
     pub(crate) gate: Gate,
     /// Polls by busy-polling waits that found nothing (paces the stall
     /// watchdog's clock reads).
@@ -266,14 +266,6 @@ impl WorkQueue {
     /// tracker's `liveness` module).
     pub(crate) fn set_keepalive(&self, interval: Option<Duration>) {
         self.lock().set_keepalive(interval);
-    }
-
-    /// What the queue pair's port saw of the device's port events.
-    pub(crate) fn port_events(&self) -> PortEvents {
-        self.ending
-            .watched()
-            .map(Watched::port_events)
-            .unwrap_or_default()
     }
 
     /// The queue's status, read under one lock: the tracker's counters,

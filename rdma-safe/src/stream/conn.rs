@@ -207,7 +207,7 @@ impl Conn {
                     self.on_message(&wc)?;
                     moved = true;
                 }
-                Poll::Ready(Some(Err(e))) => return Err(e),
+                Poll::Ready(Some(Err(e))) => return Err(self.cause_of(e)),
                 Poll::Ready(None) => {
                     // The peer disconnected (or the channel was shut
                     // down): what arrived before stays readable.
@@ -239,6 +239,32 @@ impl Conn {
             }
         }
         Ok(moved)
+    }
+
+    /// The error to report for `e`, a receive's: a flush names no cause,
+    /// and a write of this side's that failed first (the peer refusing
+    /// the memory it was aimed at, retries exhausted) is the cause then.
+    fn cause_of(&mut self, e: Error) -> Error {
+        if e.status() != Some(rdma_core::WcStatus::WrFlushError) {
+            return e;
+        }
+        while let Some(&(id, sent)) = self.in_flight.front() {
+            let taken = self.shared.queue().take(id, WithMemory, Look::Once(None));
+            let Some((outcome, held)) = taken else {
+                break;
+            };
+            self.in_flight.pop_front();
+            drop(held);
+            if sent == Sent::Control {
+                self.controls -= 1;
+            }
+            if let Err(w) = outcome {
+                if w.status() != Some(rdma_core::WcStatus::WrFlushError) {
+                    return w;
+                }
+            }
+        }
+        e
     }
 
     /// One message from the peer.
