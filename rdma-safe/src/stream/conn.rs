@@ -217,18 +217,7 @@ impl Conn {
                 Poll::Pending => break,
             }
         }
-        while let Some(&(id, sent)) = self.in_flight.front() {
-            let look = Look::Once(self.shared.slot_waker(cx));
-            let taken = self.shared.queue().take(id, WithMemory, look);
-            let Some((outcome, held)) = taken else {
-                break;
-            };
-            self.in_flight.pop_front();
-            // The NIC is done with the buffer: back to its pool.
-            drop(held);
-            if sent == Sent::Control {
-                self.controls -= 1;
-            }
+        while let Some(outcome) = self.take_write(self.shared.slot_waker(cx)) {
             moved = true;
             if let Err(e) = outcome {
                 if matches!(e, Error::PeerDisconnected { .. }) || !self.connected {
@@ -241,6 +230,23 @@ impl Conn {
         Ok(moved)
     }
 
+    /// The outcome of the oldest write in flight if it completed (its
+    /// buffer back to its pool: the NIC is done with it), leaving `waker`
+    /// to be woken by its completion if not.
+    fn take_write(&mut self, waker: Option<&std::task::Waker>) -> Option<Result<WorkSuccess>> {
+        let &(id, sent) = self.in_flight.front()?;
+        let (outcome, held) = self
+            .shared
+            .queue()
+            .take(id, WithMemory, Look::Once(waker))?;
+        self.in_flight.pop_front();
+        drop(held);
+        if sent == Sent::Control {
+            self.controls -= 1;
+        }
+        Some(outcome)
+    }
+
     /// The error to report for `e`, a receive's: a flush names no cause,
     /// and a write of this side's that failed first (the peer refusing
     /// the memory it was aimed at, retries exhausted) is the cause then.
@@ -248,16 +254,7 @@ impl Conn {
         if e.status() != Some(rdma_core::WcStatus::WrFlushError) {
             return e;
         }
-        while let Some(&(id, sent)) = self.in_flight.front() {
-            let taken = self.shared.queue().take(id, WithMemory, Look::Once(None));
-            let Some((outcome, held)) = taken else {
-                break;
-            };
-            self.in_flight.pop_front();
-            drop(held);
-            if sent == Sent::Control {
-                self.controls -= 1;
-            }
+        while let Some(outcome) = self.take_write(None) {
             if let Err(w) = outcome {
                 if w.status() != Some(rdma_core::WcStatus::WrFlushError) {
                     return w;

@@ -6,7 +6,8 @@
 //! `rstream -T v` checks every byte it receives on both sides (a failed
 //! check exits non-zero); an `rcopy` step's server compares the file it
 //! received with the one the client sent (both hosts generate it the same
-//! way) and says `copy verified`.
+//! way) and says `copy verified` on a line of its own (rcopy ends its
+//! last line without a newline).
 
 use super::faults::under;
 use super::pairs::{Programs, A, B};
@@ -129,7 +130,7 @@ fn rcopy_pair(
     let server = format!(
         "{file} && rm -f {dir}/got && {{ {server} -p {port} & s=$!; \
          until [ -e \"$PAIR_CLIENT_DONE\" ]; do kill -0 $s || exit 1; sleep 0.5; done; \
-         kill $s; wait $s; cmp {dir}/sent {dir}/got && echo 'copy verified'; }}"
+         kill $s; wait $s; cmp {dir}/sent {dir}/got && echo && echo 'copy verified'; }}"
     );
     let client = format!(
         "{file} && {client} {dir}/sent \"$PEER_IPV4\":{dir}/got -p {port} && echo 'copy sent'"
