@@ -50,13 +50,25 @@ fn size_text(size: usize) -> String {
     }
 }
 
-/// Both sides passed, verified everything and printed the result line
-/// of a `custom` test at `size` with a positive time per transfer.
+/// Both sides exited 0 — the C program's verdict, which fails on a
+/// byte it did not expect under `-T v` — and ours (`server_ours`,
+/// `client_ours`) also said nothing failed verification and printed the
+/// result line of a `custom` test at `size` with a positive time per
+/// transfer. The C program's printed figures are not judged: its clock
+/// calibration can print `inf` on a loaded machine.
 #[track_caller]
-fn assert_verified(server: &Finished, client: &Finished, size: usize) {
+fn assert_verified(
+    (server, server_ours): (&Finished, bool),
+    (client, client_ours): (&Finished, bool),
+    size: usize,
+) {
     server.assert_ok(client);
     client.assert_ok(server);
-    for side in [server, client] {
+    for side in [(server, server_ours), (client, client_ours)]
+        .into_iter()
+        .filter(|(_, ours)| *ours)
+        .map(|(side, _)| side)
+    {
         assert!(
             !side.output.contains("verification failed"),
             "{}:\n{}",
@@ -104,7 +116,7 @@ fn run(server: &str, client: &str, extra: &[&str], shape: (usize, u64, u64)) {
     };
     words.extend(s);
     let (s, c) = pair((program, words), Some(READY), (client, c));
-    assert_verified(&s, &c, shape.0);
+    assert_verified((&s, server == OURS), (&c, client == OURS), shape.0);
 }
 
 #[test]

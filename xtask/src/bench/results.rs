@@ -306,7 +306,7 @@ custom    64      1       5k      625k        0.28s      0.02      28.14
     fn parses_rstream_lines() {
         let (bw, lat) = (TESTS[26], TESTS[27]);
         assert_eq!((bw.name, lat.name), ("stream_bw", "stream_lat"));
-        // 4096 B per 17.90 µs: 218.2 MiB/s.
+        // The fixture's usec/xfer column, as MiB/s of 4096-byte transfers.
         let v = parse_rstream(RSTREAM_BW, bw, 4096).expect("a value");
         assert!((v - 4096.0 / 17.90 * 1e6 / 1048576.0).abs() < 1e-9, "{v}");
         assert_eq!(parse_rstream(RSTREAM_LAT, lat, 64), Some(28.14));

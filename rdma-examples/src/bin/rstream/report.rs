@@ -74,8 +74,8 @@ impl Shape {
     pub(crate) fn result_line(&self, took: Duration) -> String {
         let usec = took.as_secs_f64() * 1e6;
         let bytes = self.total_bytes();
-        // An instant run (0 µs) would divide by zero: rstream prints inf
-        // then; so does this.
+        // A run that took no time divides by zero: the result is `inf`,
+        // as rstream prints it.
         let gbps = (bytes as f64 * 8.0) / (1000.0 * usec);
         let per_xfer = usec / self.iterations as f64 / (self.count * 2) as f64;
         format!(
@@ -126,8 +126,8 @@ mod tests {
             count: 1,
             iterations: 5000,
         };
-        // 5000 round trips of 64 bytes in 0.25 s: 640000 bytes, 25 µs
-        // per transfer.
+        // The expected line: 5000 iterations of one 64-byte transfer each
+        // way is 640000 bytes, over 10000 transfers.
         let line = shape.result_line(Duration::from_millis(250));
         assert_eq!(
             line,
